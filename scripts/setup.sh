@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Creates .venv and installs hbtool with its test extras. The CPU build of torch is pinned here
+# (an unpinned torch pulls a multi-GB CUDA build); the package metadata itself stays permissive.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+.venv/bin/python -m pip install -q "torch==2.13.0"
+.venv/bin/python -m pip install -q -e ".[test]"
