@@ -1,0 +1,143 @@
+"""IR -> ONNX: every model hbtool writes goes through here, and onnxruntime must run it.
+
+hbtool-domain ops (fusions with no standard ONNX form) are written as model-local functions
+whose bodies are their standard-op decomposition, so Netron shows one node and onnxruntime
+inlines the body. Same-named ops with different bodies (a window partition at two window
+sizes) get distinct function names ``Op__1``, ``Op__2``; the importer maps them back.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from hbtool import __version__
+from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node
+from hbtool.ir.onnx_import import STAGE_KEY
+from hbtool.utils.atomic import atomic_write_bytes
+
+
+def _attr_type_from_schema(node_op: str, domain: str, opset: int, key: str) -> int | None:
+    try:
+        schema = onnx.defs.get_schema(node_op, opset, domain)
+        return int(schema.attributes[key].type)
+    except Exception:
+        return None
+
+
+def make_attribute(op_type: str, domain: str, opset: int, key: str, value: Any) -> onnx.AttributeProto:
+    """Build an AttributeProto; empty lists take their type from the op schema."""
+    if isinstance(value, np.ndarray):
+        return helper.make_attribute(key, numpy_helper.from_array(value))
+    if isinstance(value, (list, tuple)) and len(value) == 0:
+        attr_type = _attr_type_from_schema(op_type, domain, opset, key) or onnx.AttributeProto.INTS
+        return helper.make_attribute(key, [], attr_type=attr_type)
+    if isinstance(value, (list, tuple)) and isinstance(value[0], np.ndarray):
+        return helper.make_attribute(key, [numpy_helper.from_array(v) for v in value])
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, (list, tuple)):
+        value = [v.item() if isinstance(v, np.generic) else v for v in value]
+    return helper.make_attribute(key, value)
+
+
+def _make_node(node: Node, opset: int, op_type: str | None = None) -> onnx.NodeProto:
+    proto = helper.make_node(op_type or node.op_type, node.inputs, node.outputs, name=node.name, domain=node.domain)
+    for key, value in node.attrs.items():
+        proto.attribute.append(make_attribute(node.op_type, node.domain, opset, key, value))
+    return proto
+
+
+def _body_signature(node: Node, opset: int) -> bytes:
+    func = _make_function(node, node.op_type, opset)
+    func.ClearField("name")
+    return func.SerializeToString(deterministic=True)
+
+
+def _make_function(node: Node, name: str, opset: int) -> onnx.FunctionProto:
+    body = node.body
+    assert body is not None
+    nodes = []
+    for inner in body.nodes:
+        nodes.append(_make_node(inner, opset))
+    # constants of the body become Constant nodes: functions have no initializers
+    const_nodes = []
+    used = {i for n in body.nodes for i in n.inputs}
+    for vname, v in body.values.items():
+        if v.is_const and vname in used:
+            const_nodes.append(helper.make_node("Constant", [], [vname], value=numpy_helper.from_array(np.asarray(v.data), vname)))
+    domains = sorted({n.domain for n in body.nodes} - {""})
+    opsets = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, 1) for d in domains]
+    return helper.make_function(
+        HBTOOL_DOMAIN, name, list(body.inputs), list(body.outputs), const_nodes + nodes, opsets, attributes=sorted(node.attrs)
+    )
+
+
+def _value_info(graph: Graph, name: str) -> onnx.ValueInfoProto:
+    v = graph.values.get(name)
+    if v is None or v.dtype is None:
+        return helper.make_empty_tensor_value_info(name)
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(v.dtype))
+    return helper.make_tensor_value_info(name, elem, list(v.shape) if v.shape is not None else None)
+
+
+def to_onnx(graph: Graph, stage: str | None = None, producer: str = "hbtool") -> onnx.ModelProto:
+    """Build an ONNX model from the IR; ``stage`` is recorded in the model's metadata."""
+    functions: dict[tuple[str, bytes], onnx.FunctionProto] = {}
+    per_name: dict[str, int] = {}
+    node_protos = []
+    for node in graph.nodes:
+        if node.body is None:
+            node_protos.append(_make_node(node, graph.opset))
+            continue
+        sig = _body_signature(node, graph.opset)
+        key = (node.op_type, sig)
+        if key not in functions:
+            count = per_name.get(node.op_type, 0)
+            per_name[node.op_type] = count + 1
+            fname = node.op_type if count == 0 else f"{node.op_type}__{count}"
+            functions[key] = _make_function(node, fname, graph.opset)
+        node_protos.append(_make_node(node, graph.opset, op_type=functions[key].name))
+
+    initializers = []
+    referenced = set(graph.outputs)
+    for n in graph.nodes:
+        referenced.update(n.inputs)
+    for name, v in graph.values.items():
+        if v.is_const and name in referenced and name not in graph.inputs:
+            initializers.append(numpy_helper.from_array(np.asarray(v.data), name))
+    consts = {i.name for i in initializers}
+    produced = [o for n in graph.nodes for o in n.outputs if o and o not in graph.outputs]
+    value_info = [_value_info(graph, o) for o in produced if graph.values.get(o) is not None and graph.values[o].shape is not None]
+    g = helper.make_graph(
+        node_protos,
+        graph.name,
+        [_value_info(graph, i) for i in graph.inputs],
+        [_value_info(graph, o) for o in graph.outputs],
+        initializer=initializers,
+        value_info=[vi for vi in value_info if vi.name not in consts],
+    )
+    opsets = [helper.make_opsetid("", graph.opset)]
+    if functions or any(n.domain == HBTOOL_DOMAIN for n in graph.nodes):
+        opsets.append(helper.make_opsetid(HBTOOL_DOMAIN, 1))
+    model = helper.make_model(g, opset_imports=opsets, producer_name=producer, producer_version=__version__, functions=list(functions.values()))
+    model.ir_version = min(model.ir_version, 9)
+    meta = dict(graph.metadata)
+    if stage:
+        meta[STAGE_KEY] = stage
+    for key in sorted(meta):
+        model.metadata_props.append(onnx.StringStringEntryProto(key=key, value=str(meta[key])))
+    return model
+
+
+def save_onnx(graph: Graph, path: str | os.PathLike, stage: str | None = None) -> Path:
+    """Write the IR as an ONNX file atomically (temporary file, then rename)."""
+    model = to_onnx(graph, stage=stage)
+    path = Path(path)
+    atomic_write_bytes(path, model.SerializeToString())
+    return path
