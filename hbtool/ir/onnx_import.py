@@ -69,7 +69,7 @@ def import_onnx(
     and whose hbtool-domain functions must survive).
     """
     model = load_onnx(source) if not isinstance(source, onnx.ModelProto) else source
-    ours = any(p.key == STAGE_KEY for p in model.metadata_props)
+    ours = any(p.key == STAGE_KEY for p in model.metadata_props) or any(f.domain == HBTOOL_DOMAIN for f in model.functions)
     if fold is None:
         fold = not ours
     _check_domains(model)

@@ -1,0 +1,101 @@
+"""The ``hbtool`` command line: one click group, each subcommand a thin wrapper over a library call.
+
+Exit codes: 0 success, 1 the model cannot be deployed, 2 bad usage or bad input, 3 an internal
+error (a bug: please report it). Errors are one line on stderr; ``--verbose`` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import traceback
+from pathlib import Path
+from typing import Sequence
+
+import click
+
+from hbtool import __version__
+from hbtool.errors import HbError, InputError
+
+EXIT_INTERNAL = 3
+
+
+class HbGroup(click.Group):
+    """Turns every failure into one line and an exit code a CI job can act on."""
+
+    def invoke(self, ctx: click.Context):
+        verbose = bool(ctx.params.get("verbose")) or "--verbose" in sys.argv[1:] or "-v" in sys.argv[1:]
+        try:
+            return super().invoke(ctx)
+        except HbError as exc:
+            if verbose:
+                traceback.print_exc()
+            click.echo(f"hbtool: error: {exc.one_line()}", err=True)
+            ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("hbtool: error: interrupted; nothing half-written was kept, run the command again", err=True)
+            ctx.exit(2)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except Exception as exc:  # a bug in hbtool: still one line, unless --verbose
+            if verbose:
+                traceback.print_exc()
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            click.echo(
+                f"hbtool: internal error: {type(exc).__name__}: {first[:300]}; fix: run again with --verbose and report it",
+                err=True,
+            )
+            ctx.exit(EXIT_INTERNAL)
+
+
+@click.group(cls=HbGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="hbtool")
+@click.option("-v", "--verbose", is_flag=True, help="Show debug logs and tracebacks.")
+def main(verbose: bool) -> None:
+    """Deploy float ONNX models to a Horizon Journey 5 (bayes) BPU: check, quantize, compile, simulate, estimate."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+def parse_input_shapes(pairs: Sequence[tuple[str, str]]) -> dict[str, tuple[int, ...]]:
+    from hbtool.config import parse_shape
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name, text in pairs:
+        try:
+            shapes[name] = parse_shape(text)
+        except ValueError:
+            raise InputError(f"--input-shape {name} {text}: not a shape", "write it like 1x3x224x224") from None
+    return shapes
+
+
+@main.command()
+@click.option("--model", "-m", "model", type=click.Path(path_type=Path), help="Float ONNX model (or give it in the YAML).")
+@click.option("--march", default=None, help="Target architecture (bayes = Journey 5). Default: the YAML's, else bayes.")
+@click.option("--input-shape", "input_shapes", nargs=2, multiple=True, metavar="NAME SHAPE", help="Fix an input's shape, e.g. --input-shape input 1x3x224x224 (repeat per input).")
+@click.option("-c", "--config", "config_path", type=click.Path(path_type=Path), help="Horizon-style YAML config (model, input shapes, node_info).")
+@click.option("--output-dir", type=click.Path(path_type=Path), default=Path(".hb_check"), show_default=True, help="Where checker.json and the optimized float model go.")
+@click.option("--max-rows", type=int, default=None, help="Print at most this many BPU rows (CPU rows are always printed).")
+def checker(model: Path | None, march: str | None, input_shapes, config_path: Path | None, output_dir: Path, max_rows: int | None) -> None:
+    """Show which nodes run on the BPU and which fall back to the CPU, and why."""
+    from hbtool.checker.report import print_checker_report
+    from hbtool.checker.run import run_checker
+    shapes: dict[str, tuple[int, ...]] = {}
+    node_info = None
+    if config_path is not None:
+        from hbtool.config import load_config
+
+        cfg = load_config(config_path, require_model=model is None)
+        model = model or cfg.model.onnx_model
+        march = march or cfg.model.march
+        node_info = cfg.model.node_info
+        shapes = {inp.name: inp.shape for inp in cfg.inputs if inp.name and inp.shape}
+    if model is None:
+        raise InputError("no model given", "pass --model M.onnx or -c cfg.yaml with model_parameters.onnx_model")
+    shapes.update(parse_input_shapes(input_shapes))
+    result = run_checker(model, march or "bayes", shapes, output_dir, node_info)
+    print_checker_report(result, max_rows=max_rows)
+    result.require_deployable()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

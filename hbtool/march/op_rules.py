@@ -1,0 +1,411 @@
+"""Which ops the BPU runs, on which unit, under which constraints.
+
+Each constraint is a small function taking a :class:`RuleContext` and returning ``None`` when
+the node satisfies it, or a short detail string when it does not. Its docstring, formatted
+with the march's ``limits``, is the reason the checker prints for a node that falls back to
+the CPU (the habit of Arm's Vela compiler), so the rule and its explanation cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import numpy as np
+
+from hbtool.ir.graph import Graph, Node
+from hbtool.march.description import March
+
+
+@dataclass
+class RuleContext:
+    node: Node
+    graph: Graph
+    march: March
+
+    def shape(self, tensor: str) -> tuple[int, ...] | None:
+        return self.graph.shape(tensor)
+
+    def in_shape(self, k: int = 0) -> tuple[int, ...] | None:
+        return self.shape(self.node.inputs[k]) if k < len(self.node.inputs) and self.node.inputs[k] else None
+
+    def out_shape(self, k: int = 0) -> tuple[int, ...] | None:
+        return self.shape(self.node.outputs[k])
+
+    def const(self, k: int) -> np.ndarray | None:
+        if k >= len(self.node.inputs):
+            return None
+        return self.graph.const(self.node.inputs[k])
+
+    def lim(self, key: str) -> int:
+        return self.march.limit(key)
+
+    def data_inputs(self) -> list[str]:
+        """Inputs computed at run time (not constants, not omitted)."""
+        return [i for i in self.node.inputs if i and not self.graph.is_const(i)]
+
+
+Rule = Callable[[RuleContext], "str | None"]
+
+
+@dataclass(frozen=True)
+class OpSupport:
+    """How one ONNX op type maps onto the BPU."""
+
+    bpu_type: str
+    unit: str  # tensor | vector | data_movement
+    rules: tuple[Rule, ...]
+
+
+def reason_of(rule: Rule, march: March, detail: str | None) -> str:
+    """The user-facing reason: the rule's docstring with the march limits filled in, plus detail."""
+    doc = " ".join((rule.__doc__ or rule.__name__).split())
+    try:
+        doc = doc.format(**march.limits)
+    except (KeyError, IndexError):
+        pass
+    return f"{doc} ({detail})" if detail else doc
+
+
+# ------------------------------------------------------------------ generic rules
+def tensors_are_floating_point(ctx: RuleContext) -> str | None:
+    """The BPU computes on quantized floating-point feature maps; integer and boolean tensors (token ids, masks, indices) are handled on the CPU"""
+    for t in ctx.node.inputs[:1] + ctx.node.outputs:
+        if not t:
+            continue
+        dt = ctx.graph.dtype(t)
+        if dt is not None and not np.issubdtype(dt, np.floating):
+            return f"'{t}' is {dt}"
+    return None
+
+
+def shapes_are_static(ctx: RuleContext) -> str | None:
+    """The BPU needs static tensor shapes"""
+    for t in ctx.data_inputs() + ctx.node.outputs:
+        if t and ctx.shape(t) is None:
+            return f"'{t}' has no static shape"
+    return None
+
+
+def rank_at_most_max(ctx: RuleContext) -> str | None:
+    """BPU tensors have at most {max_rank} dimensions"""
+    for t in ctx.data_inputs() + ctx.node.outputs:
+        s = ctx.shape(t)
+        if s is not None and len(s) > ctx.lim("max_rank"):
+            return f"'{t}' has rank {len(s)}"
+    return None
+
+
+def dims_within_limit(ctx: RuleContext) -> str | None:
+    """Every BPU tensor dimension must be at most {max_dim}"""
+    for t in ctx.data_inputs() + ctx.node.outputs:
+        s = ctx.shape(t)
+        if s is not None and any(d > ctx.lim("max_dim") for d in s):
+            return f"'{t}' has shape {'x'.join(map(str, s))}"
+    return None
+
+
+def needs_a_feature_map_input(ctx: RuleContext) -> str | None:
+    """A node whose inputs are all constants is folded away, not run on the BPU"""
+    return None if ctx.data_inputs() else "all inputs are constant"
+
+
+GENERIC_RULES: tuple[Rule, ...] = (needs_a_feature_map_input, tensors_are_floating_point, shapes_are_static, rank_at_most_max, dims_within_limit)
+
+
+# ------------------------------------------------------------- tensor-unit rules
+def weights_are_constant(ctx: RuleContext) -> str | None:
+    """The tensor unit takes its weights from constants stored with the model; a weight computed at run time needs the CPU"""
+    return None if ctx.const(1) is not None else f"weight '{ctx.node.inputs[1]}' is computed at run time"
+
+
+def conv_is_1d_or_2d(ctx: RuleContext) -> str | None:
+    """hbtool lowers 1-D and 2-D convolutions to the tensor unit; 3-D convolutions are not lowered yet"""
+    s = ctx.in_shape(0)
+    return None if s is None or len(s) in (3, 4) else f"input rank {len(s)}"
+
+
+def conv_kernel_within_limit(ctx: RuleContext) -> str | None:
+    """Conv kernel height and width must be within 1..{conv_max_kernel} on the J5 tensor unit"""
+    w = ctx.const(1)
+    if w is None:
+        return None
+    k = w.shape[2:]
+    return None if all(1 <= d <= ctx.lim("conv_max_kernel") for d in k) else f"kernel {'x'.join(map(str, k))}"
+
+
+def conv_channels_within_limit(ctx: RuleContext) -> str | None:
+    """Conv input channels per group must be at most {conv_max_channels_per_group}, and C x KH x KW at most {conv_max_kernel_volume}"""
+    w = ctx.const(1)
+    if w is None:
+        return None
+    cin = int(w.shape[1])
+    vol = int(np.prod(w.shape[1:]))
+    if cin > ctx.lim("conv_max_channels_per_group"):
+        return f"{cin} channels per group"
+    if vol > ctx.lim("conv_max_kernel_volume"):
+        return f"C x KH x KW = {vol}"
+    return None
+
+
+def conv_stride_dilation_pad_within_limit(ctx: RuleContext) -> str | None:
+    """Conv stride must be at most {conv_max_stride}, dilation at most {conv_max_dilation}, padding at most {conv_max_pad}"""
+    n = ctx.node
+    if any(s > ctx.lim("conv_max_stride") for s in n.attr("strides", []) or []):
+        return f"strides {n.attr('strides')}"
+    if any(d > ctx.lim("conv_max_dilation") for d in n.attr("dilations", []) or []):
+        return f"dilations {n.attr('dilations')}"
+    if any(p > ctx.lim("conv_max_pad") for p in n.attr("pads", []) or []):
+        return f"pads {n.attr('pads')}"
+    return None
+
+
+def convtranspose_within_limit(ctx: RuleContext) -> str | None:
+    """ConvTranspose needs at most {convtranspose_max_channels} channels and kernels up to {convtranspose_max_kernel}"""
+    w = ctx.const(1)
+    if w is None:
+        return None
+    if w.shape[0] > ctx.lim("convtranspose_max_channels"):
+        return f"{w.shape[0]} channels"
+    if any(d > ctx.lim("convtranspose_max_kernel") for d in w.shape[2:]):
+        return f"kernel {'x'.join(map(str, w.shape[2:]))}"
+    return None
+
+
+def matmul_sizes_within_limit(ctx: RuleContext) -> str | None:
+    """MatMul M and K must be at most {matmul_max_mk} and batch dimensions at most {matmul_max_batch_dim}"""
+    a, b = ctx.in_shape(0), ctx.in_shape(1)
+    if a is None or b is None or len(a) < 2 or len(b) < 1:
+        return None
+    m, k = a[-2], a[-1]
+    if m > ctx.lim("matmul_max_mk") or k > ctx.lim("matmul_max_mk"):
+        return f"M={m}, K={k}"
+    batch = list(a[:-2]) + list(b[:-2])
+    if any(d > ctx.lim("matmul_max_batch_dim") for d in batch):
+        return f"batch dims {batch}"
+    return None
+
+
+def gemm_weight_constant_or_transposable(ctx: RuleContext) -> str | None:
+    """Gemm runs on the tensor unit as a linear layer when its B operand is a constant"""
+    return None if ctx.const(1) is not None else "B is computed at run time"
+
+
+# ------------------------------------------------------------- vector-unit rules
+def elementwise_rank_within_limit(ctx: RuleContext) -> str | None:
+    """Elementwise ops on the J5 vector unit take tensors of at most {max_elementwise_rank} dimensions"""
+    for t in ctx.data_inputs() + ctx.node.outputs:
+        s = ctx.shape(t)
+        if s is not None and len(s) > ctx.lim("max_elementwise_rank"):
+            return f"'{t}' has rank {len(s)}"
+    return None
+
+
+def at_most_one_constant_operand(ctx: RuleContext) -> str | None:
+    """A binary elementwise op needs at least one feature-map operand"""
+    return None if len(ctx.data_inputs()) >= 1 else "both operands constant"
+
+
+def pow_exponent_is_constant(ctx: RuleContext) -> str | None:
+    """Pow runs as a lookup table only with a constant scalar exponent"""
+    e = ctx.const(1)
+    return None if e is not None and e.size == 1 else "exponent is a feature map"
+
+
+def division_by_feature_map_is_lut_then_mul(ctx: RuleContext) -> str | None:
+    """Div runs on the BPU as a reciprocal lookup table and a multiply"""
+    return None
+
+
+def layernorm_size_within_limit(ctx: RuleContext) -> str | None:
+    """LayerNorm normalises at most {layernorm_max_size} elements per row on the vector unit"""
+    s = ctx.in_shape(0)
+    if s is None:
+        return None
+    axis = int(ctx.node.attr("axis", -1))
+    axis = axis + len(s) if axis < 0 else axis
+    size = int(np.prod(s[axis:]))
+    return None if size <= ctx.lim("layernorm_max_size") else f"{size} elements per row"
+
+
+def reduce_over_one_axis_or_hw(ctx: RuleContext) -> str | None:
+    """Reductions on the BPU reduce one axis, or H and W together"""
+    axes = _reduce_axes(ctx)
+    s = ctx.in_shape(0)
+    if axes is None or s is None:
+        return None
+    axes = sorted({a + len(s) if a < 0 else a for a in axes})
+    if len(axes) == 1 or (len(s) == 4 and axes == [2, 3]):
+        return None
+    return f"axes {axes}"
+
+
+def _reduce_axes(ctx: RuleContext) -> list[int] | None:
+    if "axes" in ctx.node.attrs:
+        return list(ctx.node.attrs["axes"])
+    c = ctx.const(1)
+    if c is not None:
+        return [int(a) for a in np.asarray(c).reshape(-1)]
+    s = ctx.in_shape(0)
+    return None if s is None else list(range(len(s)))
+
+
+def pool_kernel_within_limit(ctx: RuleContext) -> str | None:
+    """Pooling kernels, strides and pads must be at most {pool_max_kernel}"""
+    n = ctx.node
+    for key in ("kernel_shape", "strides", "pads"):
+        if any(v > ctx.lim("pool_max_kernel") for v in n.attr(key, []) or []):
+            return f"{key} {n.attr(key)}"
+    return None
+
+
+def pool_is_2d(ctx: RuleContext) -> str | None:
+    """Pooling on the BPU works on 3-D (NCL) or 4-D (NCHW) feature maps"""
+    s = ctx.in_shape(0)
+    return None if s is None or len(s) in (3, 4) else f"input rank {len(s)}"
+
+
+def argmax_channels_within_limit(ctx: RuleContext) -> str | None:
+    """ArgMax/ArgMin on the BPU reduce axis 1 with at most {argmax_max_channels} channels"""
+    s = ctx.in_shape(0)
+    axis = int(ctx.node.attr("axis", 0))
+    if s is None:
+        return None
+    axis = axis + len(s) if axis < 0 else axis
+    if axis != 1:
+        return f"axis {axis}"
+    return None if s[1] <= ctx.lim("argmax_max_channels") else f"{s[1]} channels"
+
+
+def clip_bounds_are_constant(ctx: RuleContext) -> str | None:
+    """Clip runs on the BPU with constant bounds"""
+    for k in (1, 2):
+        if k < len(ctx.node.inputs) and ctx.node.inputs[k] and ctx.const(k) is None:
+            return "bounds are feature maps"
+    return None
+
+
+# ------------------------------------------------------- data-movement rules
+def resize_is_spatial(ctx: RuleContext) -> str | None:
+    """Resize on the BPU scales H and W of a 4-D tensor with nearest or linear interpolation"""
+    s, o = ctx.in_shape(0), ctx.out_shape(0)
+    if s is None or o is None:
+        return None
+    if len(s) != 4 or s[:2] != o[:2]:
+        return "scales N or C" if len(s) == 4 else f"rank {len(s)}"
+    mode = ctx.node.attr("mode", "nearest")
+    return None if mode in ("nearest", "linear") else f"mode {mode}"
+
+
+def gather_indices_are_constant(ctx: RuleContext) -> str | None:
+    """Gather runs on the BPU as data movement only with constant indices; a lookup by run-time indices (token embedding) runs on the CPU"""
+    return None if ctx.const(1) is not None else f"indices '{ctx.node.inputs[1]}' come at run time"
+
+
+def pad_is_constant_mode(ctx: RuleContext) -> str | None:
+    """Pad on the BPU pads with a constant value or by edge replication, with constant pad sizes"""
+    mode = ctx.node.attr("mode", "constant")
+    if mode not in ("constant", "edge", "reflect"):
+        return f"mode {mode}"
+    if len(ctx.node.inputs) > 1 and ctx.node.inputs[1] and ctx.const(1) is None:
+        return "pad sizes computed at run time"
+    return None
+
+
+def slice_parameters_are_constant(ctx: RuleContext) -> str | None:
+    """Slice on the BPU needs constant starts, ends, axes and steps"""
+    for k in range(1, len(ctx.node.inputs)):
+        if ctx.node.inputs[k] and ctx.const(k) is None:
+            return "slice bounds computed at run time"
+    return None
+
+
+def reshape_target_is_constant(ctx: RuleContext) -> str | None:
+    """Reshape/Expand/Tile on the BPU need a constant target shape"""
+    for k in range(1, len(ctx.node.inputs)):
+        if ctx.node.inputs[k] and ctx.const(k) is None:
+            return "target shape computed at run time"
+    return None
+
+
+# ---------------------------------------------------------------- the table
+OP_TABLE: dict[str, OpSupport] = {}
+
+
+def _register(op_types: Iterable[str], bpu_type: str, unit: str, *rules: Rule) -> None:
+    for op in op_types:
+        OP_TABLE[op] = OpSupport(bpu_type, unit, tuple(rules))
+
+
+_register(["Conv"], "HzSQuantizedConv", "tensor", weights_are_constant, conv_is_1d_or_2d, conv_kernel_within_limit, conv_channels_within_limit, conv_stride_dilation_pad_within_limit)
+_register(["ConvTranspose"], "HzSQuantizedConvTranspose", "tensor", weights_are_constant, conv_is_1d_or_2d, convtranspose_within_limit)
+_register(["MatMul"], "HzSQuantizedMatmul", "tensor", matmul_sizes_within_limit)
+_register(["Linear"], "HzSQuantizedConv", "tensor", weights_are_constant, matmul_sizes_within_limit)
+_register(["Gemm"], "HzSQuantizedConv", "tensor", gemm_weight_constant_or_transposable)
+
+_register(["Add"], "HzSElementwiseAdd", "vector", elementwise_rank_within_limit, at_most_one_constant_operand)
+_register(["Sub"], "HzSElementwiseSub", "vector", elementwise_rank_within_limit, at_most_one_constant_operand)
+_register(["Mul"], "HzSElementwiseMul", "vector", elementwise_rank_within_limit, at_most_one_constant_operand)
+_register(["Div"], "HzSElementwiseDiv", "vector", elementwise_rank_within_limit, division_by_feature_map_is_lut_then_mul)
+_register(["Max", "Min"], "HzSElementwiseMinMax", "vector", elementwise_rank_within_limit)
+_register(["Relu"], "HzRelu", "vector")
+_register(["LeakyRelu", "PRelu"], "HzPRelu", "vector")
+_register(["Clip"], "HzClip", "vector", clip_bounds_are_constant)
+_register(
+    ["Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Reciprocal", "Erf", "Gelu", "Swish", "HardSwish", "HardSigmoid",
+     "Softplus", "Elu", "Selu", "Abs", "Neg", "Sin", "Cos", "Mish", "Softsign"],
+    "HzLut", "vector",
+)
+_register(["Pow"], "HzLut", "vector", pow_exponent_is_constant)
+_register(["Softmax"], "HzSoftmax", "vector")
+_register(["LogSoftmax"], "HzSoftmax", "vector")
+_register(["LayerNormalization"], "HzLayerNorm", "vector", layernorm_size_within_limit)
+_register(["BatchNormalization", "InstanceNormalization"], "HzSElementwiseMul", "vector")
+_register(["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin"], "HzSQuantizedReduce", "vector", reduce_over_one_axis_or_hw)
+_register(["MaxPool", "AveragePool"], "HzSQuantizedPool", "vector", pool_is_2d, pool_kernel_within_limit)
+_register(["GlobalAveragePool", "GlobalMaxPool"], "HzSQuantizedPool", "vector", pool_is_2d)
+_register(["ArgMax", "ArgMin"], "HzArgMax", "vector", argmax_channels_within_limit)
+
+_register(["Reshape", "Expand", "Tile"], "Reshape", "data_movement", reshape_target_is_constant)
+_register(["Flatten", "Squeeze", "Unsqueeze"], "Reshape", "data_movement", reshape_target_is_constant)
+_register(["Transpose"], "Transpose", "data_movement")
+_register(["Concat"], "Concat", "data_movement")
+_register(["Split"], "Split", "data_movement", reshape_target_is_constant)
+_register(["Slice"], "Slice", "data_movement", slice_parameters_are_constant)
+_register(["Pad"], "HzPad", "data_movement", pad_is_constant_mode)
+_register(["Gather"], "Gather", "data_movement", gather_indices_are_constant)
+_register(["Resize", "Upsample"], "HzResize", "data_movement", resize_is_spatial)
+_register(["DepthToSpace", "SpaceToDepth"], "HzDepthToSpace", "data_movement")
+_register(["WindowPartition"], "HzWindowPartition", "data_movement")
+_register(["WindowReverse"], "HzWindowReverse", "data_movement")
+_register(["Roll"], "HzRoll", "data_movement")
+
+# Ops the BPU can evaluate but that hbtool keeps on the CPU on purpose, with the reason.
+CPU_BY_DESIGN: dict[str, str] = {
+    "Cast": "type conversion between integer and float tensors happens at the CPU boundary",
+    "Where": "selection by a boolean mask runs on the CPU (mask inputs are not quantized feature maps)",
+    "Equal": "comparison produces a boolean tensor, which the BPU does not carry",
+    "Greater": "comparison produces a boolean tensor, which the BPU does not carry",
+    "Less": "comparison produces a boolean tensor, which the BPU does not carry",
+    "Not": "boolean logic runs on the CPU",
+    "And": "boolean logic runs on the CPU",
+    "Or": "boolean logic runs on the CPU",
+    "NonZero": "output size depends on the data; the BPU needs static shapes",
+    "NonMaxSuppression": "post-processing with a data-dependent output size runs on the CPU",
+    "TopK": "sorting runs on the CPU in hbtool",
+    "Shape": "shape computation is folded at import; a remaining Shape node depends on a dynamic dimension",
+    "ConstantOfShape": "shape computation runs on the CPU",
+    "Range": "index generation runs on the CPU",
+    "CumSum": "running sums are not a BPU operation",
+    "Einsum": "Einsum has no BPU lowering; export it as MatMul/Transpose",
+    "ScatterND": "scatter writes run on the CPU",
+    "ScatterElements": "scatter writes run on the CPU",
+    "GatherND": "gather by run-time multi-dimensional index runs on the CPU",
+    "GatherElements": "gather by run-time index runs on the CPU",
+    "If": "control flow runs on the CPU",
+    "Loop": "control flow runs on the CPU",
+}
+
+
+def support_for(op_type: str) -> OpSupport | None:
+    return OP_TABLE.get(op_type)
