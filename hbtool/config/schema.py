@@ -1,0 +1,360 @@
+"""The declarative key table: every YAML key hbtool knows, per group.
+
+This table is the one source of truth. The loader validates and fills defaults from it, and
+``hbtool.config.docs`` renders it into docs/config.md. To add a key, add a ``Key`` here, give
+the typed object in ``types.py`` a field of the same name, and regenerate the docs.
+
+Kinds (how a value is read):
+
+==============  =================================================================
+``bool``        true/false (also Horizon's ``True``/``False`` and the quoted words)
+``int``         an integer (a quoted number is an error)
+``float``       a number
+``str``         a string
+``enum``        one of ``allowed`` (matched case-insensitively, stored canonically)
+``path``        a file or folder, resolved relative to the YAML file's folder
+``names``       node names: a ``;``-separated string or a YAML list
+``enum_list``   values from ``allowed``: a ``;``/``,``-separated string or a YAML list
+``node_info``   per-node placement/precision: a mapping or ``'node:int16;...'``
+``input_source`` per-input data source for the compiled model: a mapping
+``shape``       (per-input only) ``1x3x224x224`` or ``1,3,224,224`` or a YAML list
+``floats``      (per-input only) numbers separated by spaces, one number, or a YAML list
+==============  =================================================================
+
+A ``per_input`` key holds one entry per model input, separated by ``;`` (or a YAML list).
+``broadcast`` keys also accept a single entry that then applies to every input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+HORIZON = "horizon"
+HBTOOL = "hbtool"
+
+
+@dataclass(frozen=True)
+class Key:
+    """One YAML key: how to read it, its default, and the sentence the docs print."""
+
+    name: str
+    kind: str
+    doc: str
+    default: Any = None
+    allowed: tuple[str, ...] | None = None
+    min: float | None = None
+    max: float | None = None
+    min_exclusive: bool = False
+    per_input: bool = False
+    broadcast: bool = False
+    origin: str = HORIZON
+    # When set, the key's default is computed; this text is what the docs show.
+    default_doc: str | None = None
+    # When set, the key is recognised but refused with this problem and fix.
+    unsupported: tuple[str, str] | None = None
+    # Extra note for the "allowed" column when ``allowed`` alone does not say it.
+    allowed_doc: str | None = None
+
+    @property
+    def type_label(self) -> str:
+        base = {
+            "bool": "bool",
+            "int": "int",
+            "float": "float",
+            "str": "string",
+            "enum": "string",
+            "path": "path",
+            "names": "list of names",
+            "enum_list": "list of strings",
+            "node_info": "mapping",
+            "input_source": "mapping",
+            "shape": "shape",
+            "floats": "numbers",
+        }[self.kind]
+        if self.per_input:
+            return f"{base}, per input"
+        return base
+
+
+# ----------------------------------------------------------------------------------------------
+# value sets shared by the loader
+# ----------------------------------------------------------------------------------------------
+
+SUPPORTED_MARCH = ("bayes",)
+# Horizon march names we recognise, to say what chip they are when refusing them.
+OTHER_MARCH = {
+    "bernoulli": "Journey 2 / X2",
+    "bernoulli2": "Journey 3 / X3",
+    "bayes-e": "RDK X5",
+    "nash-e": "Journey 6E",
+    "nash-m": "Journey 6M",
+    "nash-p": "Journey 6P",
+}
+
+IMAGE_TYPES = ("rgb", "bgr", "yuv444", "gray")
+TRAIN_TYPES = ("rgb", "bgr", "yuv444", "gray", "featuremap")
+RT_TYPES = ("rgb", "bgr", "yuv444", "nv12", "gray", "featuremap")
+LAYOUTS = ("NCHW", "NHWC")
+NORM_TYPES = ("no_preprocess", "data_mean", "data_scale", "data_mean_and_scale")
+# Which input_type_rt each input_type_train may be fed as at run time.
+TRAIN_TO_RT = {
+    "rgb": ("nv12", "yuv444", "rgb", "bgr"),
+    "bgr": ("nv12", "yuv444", "rgb", "bgr"),
+    "yuv444": ("nv12", "yuv444"),
+    "gray": ("gray",),
+    "featuremap": ("featuremap",),
+}
+# Channel count implied by an image type.
+TYPE_CHANNELS = {"rgb": 3, "bgr": 3, "yuv444": 3, "gray": 1}
+INPUT_SOURCES = ("ddr", "pyramid", "resizer")
+NODE_INFO_ON = ("BPU", "CPU")
+NODE_INFO_DTYPES = ("int8", "int16")
+CAL_DATA_TYPES = ("float32", "uint8", "int8", "int16", "int32", "int64")
+CALIBRATION_TYPES = ("default", "max", "kl", "mix", "load", "skip", "mse", "percentile")
+# calibration types that read no calibration data
+CALIBRATION_WITHOUT_DATA = ("load", "skip")
+PERCENTILE_DEFAULT = 0.99995
+
+
+def _g(*keys: Key) -> dict[str, Key]:
+    return {k.name: k for k in keys}
+
+
+MODEL = _g(
+    Key("onnx_model", "path",
+        "The float ONNX model to convert. Required, unless the command gets the model on its "
+        "command line.", default_doc="required"),
+    Key("caffe_model", "path", "Caffe weights file.",
+        unsupported=("Caffe models are not supported",
+                     "convert the model to ONNX and give it as model_parameters.onnx_model")),
+    Key("prototxt", "path", "Caffe network description.",
+        unsupported=("Caffe models are not supported",
+                     "convert the model to ONNX and give it as model_parameters.onnx_model")),
+    Key("march", "enum",
+        "Target micro-architecture. `bayes` is the Journey 5 BPU, the only one hbtool targets.",
+        default="bayes", allowed=SUPPORTED_MARCH),
+    Key("working_dir", "path",
+        "Folder for every file the run writes (staged models, artifact, logs). Created if "
+        "missing.", default="model_output"),
+    Key("output_model_file_prefix", "str",
+        "Name prefix of the files written to working_dir, e.g. "
+        "`<prefix>_quantized_model.onnx`.", default_doc="onnx_model file name without extension"),
+    Key("layer_out_dump", "bool",
+        "Also expose every layer's dequantized output as a model output, to compare layer by "
+        "layer. Slows the model; for debugging only.", default=False),
+    Key("log_level", "enum", "How much the log file records.", default="info",
+        allowed=("debug", "info", "warn", "error")),
+    Key("output_nodes", "names",
+        "Use these nodes' outputs as the model outputs instead of the graph's own outputs.",
+        default=[]),
+    Key("remove_node_type", "enum_list",
+        "Remove nodes of these types where they sit directly at a model input or output "
+        "(removed in the order given).", default=[],
+        allowed=("Quantize", "Dequantize", "Transpose", "Cast", "Reshape", "Softmax")),
+    Key("remove_node_name", "names",
+        "Remove these nodes, each of which must sit directly at a model input or output.",
+        default=[]),
+    Key("node_info", "node_info",
+        "Per-node overrides: `{node: {ON: BPU|CPU, InputType: int8|int16, InputType<i>: ..., "
+        "OutputType: int8|int16}}`, or the short form `'node1:int16;node2:int16'` (input and "
+        "output in int16). Overrides run_on_cpu / run_on_bpu.", default={},
+        allowed_doc="`ON`: BPU, CPU; `InputType`, `InputType<i>`, `OutputType`: int8, int16"),
+    Key("set_node_data_type", "node_info",
+        "Older form of node_info (`'node:int16;...'`); merged into node_info.", default={},
+        allowed_doc="as node_info"),
+    Key("debug_mode", "enum_list",
+        "Extra debug output. `dump_calibration_data` saves the preprocessed calibration "
+        "samples as `.npy` files for the debugger.", default=[],
+        allowed=("dump_calibration_data", "dump_all_models", "dump_all_layers_output",
+                 "check_model_output_consistency")),
+)
+
+INPUT = _g(
+    Key("input_name", "str",
+        "Model input names, in the order every other per-input list follows. Required when the "
+        "model has more than one input.", per_input=True,
+        default_doc="the model's only input"),
+    Key("input_type_train", "enum",
+        "What the model was trained on: an image colour space, or `featuremap` for any other "
+        "tensor (any rank and dtype, e.g. int64 token ids).", per_input=True, broadcast=True,
+        default="featuremap", allowed=TRAIN_TYPES),
+    Key("input_type_rt", "enum",
+        "What the deployed model is fed at run time. Must be reachable from input_type_train "
+        "(see below).", per_input=True, broadcast=True, allowed=RT_TYPES,
+        default_doc="input_type_train"),
+    Key("input_layout_train", "enum",
+        "Layout of the model's input. Required for image types; optional for featuremap "
+        "(then it names the channel axis for mean/scale).", per_input=True, broadcast=True,
+        allowed=LAYOUTS, default_doc="none"),
+    Key("input_layout_rt", "enum",
+        "Layout the deployed model is fed in. Not used for nv12.", per_input=True,
+        broadcast=True, allowed=LAYOUTS, default_doc="input_layout_train"),
+    Key("input_space_and_range", "enum",
+        "Value range of nv12 input: `regular` is 0-255, `bt601_video` is 16-235 (Y).",
+        per_input=True, broadcast=True, default="regular", allowed=("regular", "bt601_video")),
+    Key("input_shape", "shape",
+        "Fixed input shape, e.g. `1x3x224x224`; replaces the model's (possibly dynamic) shape. "
+        "Positive integers only.", per_input=True, default_doc="the model's shape"),
+    Key("input_batch", "int",
+        "Batch size of the compiled model. Single-input models whose first dimension is 1 "
+        "only.", default=1, min=1, max=128),
+    Key("separate_batch", "bool",
+        "With input_batch > 1, give the compiled model one input per batch item instead of one "
+        "batched input.", default=False),
+    Key("norm_type", "enum",
+        "Preprocessing built into the model: `data_mean` subtracts mean_value, `data_scale` "
+        "multiplies by scale_value, `data_mean_and_scale` does `(x - mean) * scale`.",
+        per_input=True, broadcast=True, default="no_preprocess", allowed=NORM_TYPES),
+    Key("mean_value", "floats",
+        "Mean to subtract: one number, or one per channel separated by spaces "
+        "(`123.675 116.28 103.53`). `None` for an input without one.", per_input=True,
+        default_doc="none"),
+    Key("scale_value", "floats",
+        "Factor to multiply by after the mean: one number, or one per channel. `None` for an "
+        "input without one.", per_input=True, default_doc="none"),
+)
+
+CALIBRATION = _g(
+    Key("cal_data_dir", "path",
+        "Folder of calibration samples, one folder per input. Not needed for "
+        "calibration_type load or skip.", per_input=True, default_doc="none"),
+    Key("cal_data_type", "enum",
+        "Element type of raw (tofile) calibration files.", per_input=True, broadcast=True,
+        allowed=CAL_DATA_TYPES,
+        default_doc="float32 if the folder name ends in `_f32` or the input is a featuremap, "
+                    "else uint8"),
+    Key("preprocess_on", "bool",
+        "Read calibration images (jpg/png) and resize them to input_shape instead of reading "
+        "preprocessed tensors.", default=False),
+    Key("calibration_type", "enum",
+        "How activation ranges are chosen. `default` tries max, percentile and kl and keeps the "
+        "best on the output; `mix` searches per node; `load` takes scales from a QAT model; "
+        "`skip` uses random data (speed checks only); `mse` and `percentile` are hbtool's.",
+        default="default", allowed=CALIBRATION_TYPES),
+    Key("max_percentile", "float",
+        "Percentile of |x| kept by `max` and `percentile` calibration (1.0 = true max). Other "
+        "methods do not use it.", default=1.0, min=0.0, max=1.0, min_exclusive=True,
+        default_doc=f"1.0 ({PERCENTILE_DEFAULT} with calibration_type percentile)"),
+    Key("per_channel", "bool", "Per-output-channel weight scales.", default=False),
+    Key("run_on_cpu", "names", "Nodes to keep on the CPU (merged into node_info).", default=[]),
+    Key("run_on_bpu", "names", "Nodes to force onto the BPU (merged into node_info).",
+        default=[]),
+    Key("enable_int16", "bool", "Run every BPU node that supports int16 in int16.",
+        default=False),
+    Key("optimization", "enum_list",
+        "Extra switches: `set_model_output_int8` / `set_model_output_int16` set the precision "
+        "of the nodes that produce the model outputs.", default=[],
+        allowed=("set_model_output_int8", "set_model_output_int16")),
+    Key("auto_int16", "bool",
+        "Move the nodes that lose the most accuracy in int8 to int16, as ranked by the "
+        "sensitivity analysis (threshold: debug_parameters.auto_int16_threshold).",
+        default=True, origin=HBTOOL),
+    Key("num_samples", "int", "Use at most this many calibration samples.", default=None,
+        min=1, origin=HBTOOL, default_doc="all samples"),
+    Key("batch_size", "int", "Samples per forward pass during calibration.", default=8, min=1,
+        origin=HBTOOL),
+    Key("weight_clip", "enum",
+        "Weight range: `none` uses the true max; `mse` clips to the range with the least "
+        "squared error.", default="none", allowed=("none", "mse"), origin=HBTOOL),
+    Key("bias_correction", "bool",
+        "Correct each layer's bias for the mean shift that weight quantization causes.",
+        default=False, origin=HBTOOL),
+    Key("adaround", "bool",
+        "Learn the rounding direction of each weight (AdaRound) instead of rounding to "
+        "nearest. Slower.", default=False, origin=HBTOOL),
+)
+
+COMPILER = _g(
+    Key("compile_mode", "enum",
+        "What the compiler optimizes for: `latency`, DDR `bandwidth`, or a `balance` of the two "
+        "set by balance_factor.", default="latency", allowed=("latency", "bandwidth", "balance")),
+    Key("balance_factor", "int",
+        "With compile_mode balance: 0 favours bandwidth, 100 favours latency.", default=50,
+        min=0, max=100),
+    Key("debug", "bool", "Keep per-layer information in the artifact for per-layer perf "
+        "reports.", default=False),
+    Key("core_num", "int", "BPU cores the model runs on.", default=1, min=1, max=2,
+        allowed_doc="1 or 2"),
+    Key("optimize_level", "enum",
+        "Compiler effort: `O0` fastest to compile, `O3` fastest model (use for deployment).",
+        default="O3", allowed=("O0", "O1", "O2", "O3")),
+    Key("input_source", "input_source",
+        "Where each input comes from on the chip: `{input_name: ddr|pyramid|resizer}`; the key "
+        "`_default_value` sets the rest.", default={}, allowed_doc="ddr, pyramid, resizer",
+        default_doc="pyramid for nv12/gray input_type_rt, else ddr"),
+    Key("max_time_per_fc", "int",
+        "Split the model into function calls of at most this many microseconds so that other "
+        "tasks can preempt it. 0 = no split.", default=0, min=0, max=4294967295,
+        allowed_doc="0, or 1000 to 4294967295"),
+    Key("jobs", "int", "Parallel compile jobs.", default=None, min=1,
+        default_doc="number of CPUs"),
+    Key("advice", "int",
+        "Report ops whose estimated time exceeds this many microseconds, with advice. 0 = "
+        "off.", default=0, min=0),
+    Key("abort_on_fail", "bool",
+        "Stop with an error when a node meant for the BPU cannot be compiled for it, instead "
+        "of falling back to the CPU.", default=False, origin=HBTOOL),
+)
+
+QAT = _g(
+    Key("epochs", "int", "Training epochs.", default=3, min=1, origin=HBTOOL),
+    Key("lr", "float", "Learning rate.", default=1e-4, min=0.0, min_exclusive=True,
+        origin=HBTOOL),
+    Key("batch_size", "int", "Training batch size.", default=32, min=1, origin=HBTOOL),
+    Key("optimizer", "enum", "Optimizer.", default="adamw", allowed=("sgd", "adam", "adamw"),
+        origin=HBTOOL),
+    Key("weight_decay", "float", "Weight decay.", default=0.0, min=0.0, origin=HBTOOL),
+    Key("train_data_dir", "path", "Folder of training samples (same format as cal_data_dir).",
+        default=None, origin=HBTOOL, default_doc="the calibration data"),
+    Key("seed", "int", "Random seed.", default=0, min=0, origin=HBTOOL),
+    Key("device", "enum", "Torch device; `auto` uses a GPU when there is one.",
+        default="auto", allowed=("auto", "cpu", "cuda"), origin=HBTOOL),
+)
+
+DEBUG = _g(
+    Key("metric", "enum", "Error metric for the per-node sensitivity ranking.",
+        default="cosine", allowed=("cosine", "mse", "mre", "sqnr", "chebyshev"),
+        origin=HBTOOL),
+    Key("report_dir", "path", "Where the debug report (HTML, PNG, JSON) goes.", default=None,
+        origin=HBTOOL, default_doc="`<working_dir>/debug`"),
+    Key("auto_int16_threshold", "float",
+        "auto_int16 moves a node to int16 when the cosine similarity of its int8 output to the "
+        "float output falls below this.", default=0.999, min=0.0, max=1.0, origin=HBTOOL),
+    Key("top_k", "int", "Nodes listed in the sensitivity ranking.", default=10, min=1,
+        origin=HBTOOL),
+    Key("num_samples", "int", "Samples used by the analysis.", default=8, min=1,
+        origin=HBTOOL),
+)
+
+# Group name -> (key table, one-line description). Order is the order of the docs and of raw.
+GROUPS: dict[str, tuple[dict[str, Key], str]] = {
+    "model_parameters": (MODEL, "The model, the target and where outputs go."),
+    "input_parameters": (INPUT, "One entry per model input: types, layouts, shape and the "
+                                "preprocessing built into the model."),
+    "calibration_parameters": (CALIBRATION, "Post-training quantization (PTQ)."),
+    "compiler_parameters": (COMPILER, "Compiling the quantized model into the BPU artifact."),
+    "qat_parameters": (QAT, "Quantization-aware training (`hbtool qat`); hbtool's own group."),
+    "debug_parameters": (DEBUG, "Accuracy analysis (`hbtool debug`) and auto int16; hbtool's "
+                                "own group."),
+}
+
+# Groups Horizon has that hbtool refuses, with problem and fix.
+UNSUPPORTED_GROUPS = {
+    "custom_op": ("custom CPU operators are not supported",
+                  "remove the custom_op group; replace the custom op in the ONNX model with "
+                  "standard ONNX ops"),
+}
+
+# Per-input keys that live in calibration_parameters but follow the inputs.
+PER_INPUT_KEYS: dict[str, tuple[str, Key]] = {
+    name: (group, key)
+    for group, (table, _) in GROUPS.items()
+    for name, key in table.items()
+    if key.per_input
+}
+
+
+def all_keys() -> list[tuple[str, Key]]:
+    """Every (group, key) pair, in docs order."""
+    return [(group, key) for group, (table, _) in GROUPS.items() for key in table.values()]
