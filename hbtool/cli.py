@@ -84,8 +84,9 @@ def checker(model: Path | None, march: str | None, input_shapes, config_path: Pa
     if config_path is not None:
         from hbtool.config import load_config
 
-        cfg = load_config(config_path, require_model=model is None)
-        model = model or cfg.model.onnx_model
+        overrides = {"model_parameters": {"onnx_model": model.resolve()}} if model is not None else None
+        cfg = load_config(config_path, overrides=overrides)
+        model = cfg.model.onnx_model
         march = march or cfg.model.march
         node_info = cfg.model.node_info
         shapes = {inp.name: inp.shape for inp in cfg.inputs if inp.name and inp.shape}

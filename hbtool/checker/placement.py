@@ -37,10 +37,15 @@ def _integer_derived(graph: Graph) -> set[str]:
         if graph.dtype(name) is not None and not np.issubdtype(graph.dtype(name), np.floating)
     }
     for node in graph.nodes:
+        if node.op_type in _LOOKUPS and graph.is_const(node.inputs[0]):
+            continue  # an embedding lookup yields a feature map, whatever the index type
         data = [i for i in node.inputs if i and not graph.is_const(i)]
         if data and all(i in derived for i in data):
             derived.update(o for o in node.outputs if o)
     return derived
+
+
+_LOOKUPS = {"Gather", "GatherElements", "GatherND"}
 
 
 def place_node(node: Node, graph: Graph, march: March, integer_derived: set[str]) -> Placement:

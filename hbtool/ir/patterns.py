@@ -142,20 +142,6 @@ def sole_consumer(graph: Graph, consumers: dict[str, list[Node]], tensor: str) -
     return first if all(n is first for n in users) else None
 
 
-def internal_outputs_private(graph: Graph, consumers: dict[str, list[Node]], nodes: Sequence[Node], final: Iterable[str]) -> bool:
-    """Every output of ``nodes`` except those in ``final`` is read only inside ``nodes``."""
-    final = set(final)
-    for n in nodes:
-        for o in n.outputs:
-            if not o or o in final:
-                continue
-            if o in graph.outputs:
-                return False
-            if not used_only_by(graph, consumers, o, nodes) and consumers.get(o):
-                return False
-    return True
-
-
 # -------------------------------------------------------------------------------- names
 
 
@@ -214,8 +200,3 @@ def remove_passthrough(graph: Graph, node: Node, src: str | None = None) -> bool
     graph.nodes.remove(node)
     graph.replace_uses(dst, src)
     return True
-
-
-def set_like(graph: Graph, name: str, like: str, shape: Sequence[int] | None = None) -> None:
-    """Give tensor ``name`` the dtype of ``like`` and ``shape`` (default: the shape of ``like``)."""
-    graph.set_value(name, graph.shape(like) if shape is None else shape, graph.dtype(like))

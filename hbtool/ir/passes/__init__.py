@@ -1,1 +1,53 @@
-"""Float graph optimizations: each module one rewrite, listed in run order in ``FLOAT_PASSES``."""
+"""Float graph optimizations: each module one rewrite, listed in run order in ``FLOAT_PASSES``.
+
+Order: pass-through nodes first (they hide patterns), then BatchNorm folding (needs the layer
+right before it), then layout-chain collapsing (it merges the reshapes that window and roll
+patterns are written around), then the pattern fusions, Linear last because BN folding into a
+MatMul leaves a MatMul + Add for it.
+"""
+
+from __future__ import annotations
+
+from hbtool.ir.graph import Graph
+from hbtool.ir.pass_manager import GraphPass, PassResult, run_passes
+from hbtool.ir.passes.collapse_reshape_transpose import collapse_reshape_transpose
+from hbtool.ir.passes.fold_batchnorm import fold_batchnorm
+from hbtool.ir.passes.fuse_activations import fuse_activations
+from hbtool.ir.passes.fuse_gelu import fuse_gelu
+from hbtool.ir.passes.fuse_layernorm import fuse_layernorm
+from hbtool.ir.passes.fuse_linear import fuse_linear
+from hbtool.ir.passes.fuse_roll import fuse_roll
+from hbtool.ir.passes.fuse_window_ops import fuse_window_ops
+from hbtool.ir.passes.remove_identity import remove_identity
+
+FLOAT_PASSES: list[GraphPass] = [
+    GraphPass("remove_identity", remove_identity, "drop Identity and inference Dropout nodes"),
+    GraphPass("fold_batchnorm", fold_batchnorm, "fold BatchNormalization into the preceding layer's weights, else Mul+Add"),
+    GraphPass("collapse_reshape_transpose", collapse_reshape_transpose, "merge Reshape/Transpose/Squeeze/Unsqueeze/Flatten chains"),
+    GraphPass("fuse_roll", fuse_roll, "torch.roll exported as Slice+Concat -> Roll"),
+    GraphPass("fuse_window_ops", fuse_window_ops, "Swin window partition / reverse -> WindowPartition / WindowReverse"),
+    GraphPass("fuse_layernorm", fuse_layernorm, "decomposed LayerNorm -> LayerNormalization"),
+    GraphPass("fuse_gelu", fuse_gelu, "Erf / Tanh GELU decompositions -> Gelu"),
+    GraphPass("fuse_activations", fuse_activations, "HardSigmoid / HardSwish / Swish decompositions -> one op"),
+    GraphPass("fuse_linear", fuse_linear, "MatMul + bias Add with constant weights -> Linear"),
+]
+
+
+def optimize_float(graph: Graph) -> list[PassResult]:
+    """Run every float optimization on ``graph`` in place; returns what each pass changed."""
+    return run_passes(graph, FLOAT_PASSES)
+
+
+__all__ = [
+    "FLOAT_PASSES",
+    "collapse_reshape_transpose",
+    "fold_batchnorm",
+    "fuse_activations",
+    "fuse_gelu",
+    "fuse_layernorm",
+    "fuse_linear",
+    "fuse_roll",
+    "fuse_window_ops",
+    "optimize_float",
+    "remove_identity",
+]

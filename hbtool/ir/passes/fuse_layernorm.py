@@ -14,6 +14,13 @@ Recognised (Paddle2ONNX, torch's legacy exporter below opset 17, hand-written mo
     y    = Mul(y, gamma)?                 # optional, constant, either order
     y    = Add(y, beta)?                  # optional, constant, either order
 
+Also TensorFlow's ``batch_normalization`` arrangement (Keras LayerNorm through tf2onnx)::
+
+    r = 1/sqrt(ReduceMean((x - mean)^2) + eps) [* gamma];  y = x * r + (beta - mean * r)
+
+and the form onnxruntime leaves when it pushes a Transpose into the LayerNorm
+(``ReduceMean(x, axis 1) -> Sub -> Transpose -> ...``, from ``flatten(2).transpose(1, 2)``).
+
 The result is ``LayerNormalization(x, scale, bias, axis=-k, epsilon=eps)`` with ones / zeros
 for a missing gamma / beta. A ``LayerNormalization`` already in the model is left alone.
 """
@@ -148,6 +155,169 @@ def _match(graph: Graph, cm: dict[str, list[Node]], pm: dict[str, Node], rm1: No
     return nodes, x, k, eps, div_like.outputs[0]
 
 
+def _rsqrt_chain(graph: Graph, cm, sq: Node, axes):
+    """From the square: ReduceMean -> Add eps -> 1/sqrt, as (nodes, eps, inverse tensor)."""
+    rm2 = sole_consumer(graph, cm, sq.outputs[0])
+    if not _is(rm2, "ReduceMean") or rm2.inputs[0] != sq.outputs[0] or not _keepdims(rm2) or reduce_axes(graph, rm2) != axes:
+        return None
+    add_eps = sole_consumer(graph, cm, rm2.outputs[0])
+    ca = const_and_other(graph, add_eps) if _is(add_eps, "Add") else None
+    if ca is None or ca[1] != rm2.outputs[0]:
+        return None
+    eps = scalar(graph, ca[0])
+    if eps is None or not 0 < eps <= 1.0:
+        return None
+    ve = add_eps.outputs[0]
+    nxt = sole_consumer(graph, cm, ve)
+    if _is(nxt, "Pow") and nxt.inputs[0] == ve and scalar_is(graph, nxt.inputs[1], -0.5):
+        return [rm2, add_eps, nxt], eps, nxt.outputs[0]
+    if _is(nxt, "Sqrt"):
+        inv = sole_consumer(graph, cm, nxt.outputs[0])
+        if _is(inv, "Reciprocal") or (_is(inv, "Div") and inv.inputs[1] == nxt.outputs[0] and scalar_is(graph, inv.inputs[0], 1.0)):
+            return [rm2, add_eps, nxt, inv], eps, inv.outputs[0]
+    return None
+
+
+def _match_folded(graph: Graph, cm, rm1: Node):
+    """TensorFlow's ``batch_normalization`` form of LayerNorm (Keras, exported by tf2onnx)::
+
+        r = rsqrt(var + eps) [* gamma];  y = x * r + (beta - mean * r)
+
+    Returns (nodes, x, k, eps, y, gamma, beta) or None.
+    """
+    x = rm1.inputs[0]
+    x_shape = graph.shape(x)
+    if x_shape is None or not _keepdims(rm1):
+        return None
+    rank = len(x_shape)
+    axes = reduce_axes(graph, rm1)
+    k = trailing_axes(axes, rank)
+    dtype = graph.dtype(x)
+    if k is None or dtype is None or not np.issubdtype(dtype, np.floating):
+        return None
+    mean = rm1.outputs[0]
+    users = cm.get(mean, [])
+    subs = [u for u in users if _is(u, "Sub") and u.inputs == [x, mean]]
+    mean_muls = [u for u in users if _is(u, "Mul") and mean in u.inputs and u.inputs != [mean, mean]]
+    if mean in graph.outputs or len(users) != 2 or len(subs) != 1 or len(mean_muls) != 1:
+        return None
+    sub, m2 = subs[0], mean_muls[0]
+    d = sub.outputs[0]
+    sq = sole_consumer(graph, cm, d)
+    if not ((_is(sq, "Pow") and sq.inputs[0] == d and scalar_is(graph, sq.inputs[1], 2.0)) or (_is(sq, "Mul") and sq.inputs == [d, d])):
+        return None
+    chain = _rsqrt_chain(graph, cm, sq, axes)
+    if chain is None:
+        return None
+    chain_nodes, eps, r = chain
+    gamma = None
+    nodes = [rm1, sub, sq, *chain_nodes]
+    scale = r
+    gm = sole_consumer(graph, cm, r)
+    if _is(gm, "Mul") and not (other_input(gm, r) in (x, mean)):
+        ca = const_and_other(graph, gm)
+        if ca is None or ca[1] != r:
+            return None
+        gamma = _affine_param(graph, ca[0], x_shape, k)
+        if gamma is None:
+            return None
+        nodes.append(gm)
+        scale = gm.outputs[0]
+    scale_users = cm.get(scale, [])
+    m1s = [u for u in scale_users if _is(u, "Mul") and other_input(u, scale) == x]
+    if len(scale_users) != 2 or len(m1s) != 1 or other_input(m2, mean) != scale or scale in graph.outputs:
+        return None
+    m1 = m1s[0]
+    bsub = sole_consumer(graph, cm, m2.outputs[0])
+    if not _is(bsub, "Sub") or bsub.inputs[1] != m2.outputs[0]:
+        return None
+    beta = _affine_param(graph, bsub.inputs[0], x_shape, k)
+    out_add = sole_consumer(graph, cm, m1.outputs[0])
+    if beta is None or not _is(out_add, "Add") or set(out_add.inputs) != {m1.outputs[0], bsub.outputs[0]}:
+        return None
+    if sole_consumer(graph, cm, bsub.outputs[0]) is not out_add or graph.shape(out_add.outputs[0]) != tuple(x_shape):
+        return None
+    nodes += [m1, m2, bsub, out_add]
+    for n in nodes[:-1]:
+        if not used_only_by(graph, cm, n.outputs[0], nodes):
+            return None
+    return nodes, x, k, eps, out_add.outputs[0], gamma, beta
+
+
+def _set_axes(graph: Graph, node: Node, axes: list[int]) -> None:
+    if "axes" in node.attrs or graph.opset < 18:
+        node.attrs["axes"] = list(axes)
+    else:
+        node.inputs = [node.inputs[0], graph.add_const(np.asarray(axes, dtype=np.int64), hint=f"{node.name}_axes")]
+
+
+def _lift_transpose(graph: Graph, cm, pm, rm1: Node):
+    """Undo onnxruntime's transpose push-down in front of a LayerNorm.
+
+    ``ReduceMean(x, A) -> Sub(x, mean) -> Transpose(p)``, where ``p`` moves the axes ``A`` to the
+    end, is rewritten as ``Transpose(x, p) -> ReduceMean(trailing) -> Sub``, which is the same
+    computation in the canonical LayerNorm order. Returns a function that reverts the rewrite,
+    or ``None`` when the form is not there.
+    """
+    x = rm1.inputs[0]
+    shape = graph.shape(x)
+    axes = reduce_axes(graph, rm1)
+    if shape is None or not axes or not _keepdims(rm1):
+        return None
+    mean = rm1.outputs[0]
+    sub = sole_consumer(graph, cm, mean)
+    if not _is(sub, "Sub") or sub.inputs != [x, mean]:
+        return None
+    tr = sole_consumer(graph, cm, sub.outputs[0])
+    if not _is(tr, "Transpose") or "perm" not in tr.attrs:
+        return None
+    perm = [int(p) for p in tr.attrs["perm"]]
+    rank = len(shape)
+    new_axes = sorted(i for i, p in enumerate(perm) if p in axes)
+    if trailing_axes(new_axes, rank) is None:
+        return None
+    saved = [(n, list(n.inputs), list(n.outputs), dict(n.attrs)) for n in (rm1, sub, tr)]
+    order = list(graph.nodes)
+    mean_shape = graph.shape(mean)
+    xt = graph.unique_name(f"{tr.name}_lifted")
+    t_shape = tuple(shape[p] for p in perm)
+    graph.set_value(xt, t_shape, graph.dtype(x))
+    d = tr.outputs[0]
+    tr.inputs, tr.outputs = [x], [xt]
+    rm1.inputs = [xt] + rm1.inputs[1:]
+    _set_axes(graph, rm1, new_axes)
+    graph.set_value(mean, tuple(1 if i in new_axes else t_shape[i] for i in range(rank)), graph.dtype(x))
+    sub.inputs, sub.outputs = [xt, mean], [d]
+    graph.nodes.remove(tr)
+    graph.nodes.insert(graph.nodes.index(rm1), tr)
+
+    def undo() -> None:
+        for n, ins, outs, attrs in saved:
+            n.inputs, n.outputs, n.attrs = ins, outs, attrs
+        graph.nodes[:] = order
+        graph.set_value(mean, mean_shape, graph.dtype(x))
+        graph.values.pop(xt, None)
+
+    return undo
+
+
+def _replace(graph: Graph, nodes: list[Node], x: str, k: int, eps: float, out: str, gamma: np.ndarray, beta: np.ndarray) -> None:
+    name = fused_name(graph, nodes, "LayerNorm")
+    scale_name = graph.add_const(gamma, hint=f"{name}.scale")
+    bias_name = graph.add_const(beta, hint=f"{name}.bias")
+    nodes = [n for n in graph.nodes if any(n is m for m in nodes)]
+    graph.fuse(
+        nodes,
+        "LayerNormalization",
+        [x, scale_name, bias_name],
+        [out],
+        attrs={"axis": -k, "epsilon": float(eps)},
+        domain="",
+        name=name,
+        keep_body=False,
+    )
+
+
 def fuse_layernorm(graph: Graph) -> int:
     """Replace decomposed LayerNorm sub-graphs by ``LayerNormalization``."""
     count = 0
@@ -156,9 +326,26 @@ def fuse_layernorm(graph: Graph) -> int:
             continue
         cm = graph.consumer_map()
         pm = graph.producer_map()
+        folded = _match_folded(graph, cm, rm1)
+        if folded is not None:
+            nodes, x, k, eps, out, gamma, beta = folded
+            dtype = graph.dtype(x)
+            norm_shape = tuple(graph.shape(x)[-k:])
+            gamma = np.ones(norm_shape, dtype) if gamma is None else gamma.astype(dtype)
+            _replace(graph, nodes, x, k, eps, out, gamma, beta.astype(dtype))
+            count += 1
+            continue
         m = _match(graph, cm, pm, rm1)
         if m is None:
-            continue
+            undo = _lift_transpose(graph, cm, pm, rm1)
+            if undo is None:
+                continue
+            cm = graph.consumer_map()
+            pm = graph.producer_map()
+            m = _match(graph, cm, pm, rm1)
+            if m is None:
+                undo()
+                continue
         nodes, x, k, eps, y = m
         x_shape = graph.shape(x)
         dtype = graph.dtype(x)
@@ -182,19 +369,7 @@ def fuse_layernorm(graph: Graph) -> int:
                 beta = b.astype(dtype)
                 nodes.append(nxt)
                 out = nxt.outputs[0]
-        name = fused_name(graph, nodes, "LayerNorm")
-        scale_name = graph.add_const(gamma, hint=f"{name}.scale")
-        bias_name = graph.add_const(beta, hint=f"{name}.bias")
-        graph.fuse(
-            nodes,
-            "LayerNormalization",
-            [x, scale_name, bias_name],
-            [out],
-            attrs={"axis": -k, "epsilon": float(eps)},
-            domain="",
-            name=name,
-            keep_body=False,
-        )
+        _replace(graph, nodes, x, k, eps, out, gamma, beta)
         count += 1
     if count:
         graph.remove_unused()
