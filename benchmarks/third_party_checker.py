@@ -47,7 +47,18 @@ def export_hf_bert(path: Path) -> tuple[Path, dict, dict]:
 
     torch.manual_seed(0)
     cfg = BertConfig(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
-    model = BertModel(cfg).eval()
+    bert = BertModel(cfg).eval()
+
+    class Encoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, input_ids, attention_mask):
+            out = self.bert(input_ids=input_ids, attention_mask=attention_mask)
+            return out.last_hidden_state, out.pooler_output
+
+    model = Encoder().eval()
     ids = torch.randint(0, 30522, (1, 128))
     mask = torch.ones(1, 128, dtype=torch.int64)
     torch.onnx.export(model, (ids, mask), str(path), input_names=["input_ids", "attention_mask"], output_names=["last_hidden_state", "pooler_output"],

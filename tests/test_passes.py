@@ -1089,3 +1089,36 @@ def test_warts_models(tmp_path, builder):
         else:
             feeds[name] = RNG.standard_normal(g.shape(name)).astype(dt)
     assert_same_as_onnxruntime(path, g, feeds)  # the original, dynamic dims and all
+
+
+def test_nan_guard_around_softmax_is_removed():
+    from onnx import helper as oh
+    from hbtool.ir.passes import remove_nan_guards
+    from tests.helpers import make_model, vinfo, tensor, assert_graph_matches
+
+    nodes = [
+        oh.make_node("Softmax", ["x"], ["s"], name="softmax", axis=-1),
+        oh.make_node("IsNaN", ["s"], ["nan"], name="isnan"),
+        oh.make_node("Where", ["nan", "zero", "s"], ["g"], name="guard"),
+        oh.make_node("Relu", ["g"], ["y"], name="relu"),
+    ]
+    model = make_model(nodes, [vinfo("x", [1, 4, 8])], [vinfo("y", [1, 4, 8])], [tensor("zero", np.array(0.0, np.float32))])
+    g = import_onnx(model)
+    assert remove_nan_guards(g) == 1
+    assert "Where" not in g.op_types() and "IsNaN" not in g.op_types()
+    x = np.random.default_rng(0).standard_normal((1, 4, 8)).astype(np.float32)
+    assert_graph_matches(model, g, {"x": x})
+
+
+def test_where_that_is_not_a_nan_guard_stays():
+    from onnx import TensorProto, helper as oh
+    from hbtool.ir.passes import remove_nan_guards
+    from tests.helpers import make_model, vinfo, tensor
+
+    nodes = [
+        oh.make_node("Greater", ["x", "zero"], ["pos"], name="gt"),
+        oh.make_node("Where", ["pos", "x", "zero"], ["y"], name="relu_where"),
+    ]
+    model = make_model(nodes, [vinfo("x", [1, 4])], [vinfo("y", [1, 4])], [tensor("zero", np.array(0.0, np.float32))])
+    g = import_onnx(model)
+    assert remove_nan_guards(g) == 0

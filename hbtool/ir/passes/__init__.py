@@ -19,9 +19,11 @@ from hbtool.ir.passes.fuse_linear import fuse_linear
 from hbtool.ir.passes.fuse_roll import fuse_roll
 from hbtool.ir.passes.fuse_window_ops import fuse_window_ops
 from hbtool.ir.passes.remove_identity import remove_identity
+from hbtool.ir.passes.remove_nan_guards import remove_nan_guards
 
 FLOAT_PASSES: list[GraphPass] = [
     GraphPass("remove_identity", remove_identity, "drop Identity and inference Dropout nodes"),
+    GraphPass("remove_nan_guards", remove_nan_guards, "drop Where(IsNaN(x), c, x) guards: nothing is NaN in integer arithmetic"),
     GraphPass("fold_batchnorm", fold_batchnorm, "fold BatchNormalization into the preceding layer's weights, else Mul+Add"),
     GraphPass("collapse_reshape_transpose", collapse_reshape_transpose, "merge Reshape/Transpose/Squeeze/Unsqueeze/Flatten chains"),
     GraphPass("fuse_roll", fuse_roll, "torch.roll exported as Slice+Concat -> Roll"),
@@ -50,4 +52,5 @@ __all__ = [
     "fuse_window_ops",
     "optimize_float",
     "remove_identity",
+    "remove_nan_guards",
 ]
