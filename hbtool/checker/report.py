@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from rich.console import Console
 from rich.table import Table
 
@@ -14,7 +16,7 @@ def print_checker_report(result: CheckerResult, console: Console | None = None, 
     With ``max_rows`` the BPU rows are elided past that count, but every CPU row is printed:
     those are the ones a user must act on.
     """
-    console = console or Console()
+    console = console or Console(width=None if sys.stdout.isatty() else 160)
     table = Table(title=f"hbtool checker: {result.model} (march {result.march})", show_lines=False)
     for col in ("Node", "ON", "Subgraph", "Type", "Reason"):
         table.add_column(col, overflow="fold")

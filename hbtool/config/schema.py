@@ -225,8 +225,9 @@ CALIBRATION = _g(
         default_doc="float32 if the folder name ends in `_f32` or the input is a featuremap, "
                     "else uint8"),
     Key("preprocess_on", "bool",
-        "Read calibration images (jpg/png) and resize them to input_shape instead of reading "
-        "preprocessed tensors.", default=False),
+        "Resize calibration images to input_shape. Unset: hbtool resizes images of another "
+        "size; an explicit false makes a wrong size an error.", default=None,
+        default_doc="unset (resize)"),
     Key("calibration_type", "enum",
         "How activation ranges are chosen. `default` tries max, percentile and kl and keeps the "
         "best on the output; `mix` searches per node; `load` takes scales from a QAT model; "

@@ -73,7 +73,7 @@ class ModelParams:
 class CalibrationParams:
     cal_data_dir: list[Path | None]       # per input (empty when no input has one)
     cal_data_type: list[str]              # per input, resolved
-    preprocess_on: bool
+    preprocess_on: bool | None
     calibration_type: str
     max_percentile: float
     per_channel: bool

@@ -1,0 +1,1 @@
+"""Quantization: calibration data, preprocessing folded into the model, observers, PTQ, QDQ export."""
