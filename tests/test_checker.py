@@ -189,3 +189,52 @@ def test_cli_dynamic_input_without_shape_is_exit_2(tmp_path):
     assert not (tmp_path / "o" / "checker.json").exists()
     r = CliRunner().invoke(main, ["checker", "--model", str(path), "--input-shape", "x", "2x4", "--output-dir", str(tmp_path / "o")])
     assert r.exit_code == 0, r.output
+
+
+# ----------------------------------------------------------------- real-export warts
+CORE_OPS = {"Conv", "MatMul", "Gemm", "Linear", "LayerNormalization", "Softmax", "Gelu", "Add"}
+
+
+def _check_wart(tmp_path, name):
+    from samples.warts import WARTS, example_feed
+
+    path = WARTS[name][0](tmp_path / f"{name}.onnx")
+    shapes = {k: v.shape for k, v in example_feed(name).items()}
+    return run_checker(path, input_shapes=shapes, output_dir=tmp_path / "out")
+
+
+@pytest.mark.parametrize("name", ["paddle_style_ln", "swin_block_dynamic", "cnn_warts", "tf_style"])
+def test_wart_models_run_their_core_ops_on_the_bpu(tmp_path, name):
+    res = _check_wart(tmp_path, name)
+    off = [(n.name, n.op_type, n.meta["reason"]) for n in res.graph.nodes if n.op_type in CORE_OPS and n.meta["on"] != "BPU"]
+    assert not off
+    assert res.summary["bpu_mac_fraction"] == 1.0
+    assert not {"Shape", "Mod", "ConstantOfShape"} & set(res.graph.op_types())
+    assert all(res.graph.is_const(n.inputs[1]) for n in res.graph.nodes if n.op_type == "Gather")
+
+
+def test_bert_style_puts_embedding_and_mask_on_cpu_with_reasons(tmp_path):
+    res = _check_wart(tmp_path, "bert_style")
+    cpu = [n for n in res.graph.nodes if n.meta["on"] == "CPU"]
+    assert cpu and all(n.meta["reason"] for n in cpu)
+    assert any(n.op_type == "Gather" and "run time" in n.meta["reason"] for n in cpu)
+    bpu_core = [n for n in res.graph.nodes if n.op_type in {"MatMul", "Gemm", "Linear", "Softmax", "LayerNormalization"}]
+    assert bpu_core and all(n.meta["on"] == "BPU" for n in bpu_core)
+    assert res.summary["subgraphs"] == 1
+
+
+def test_unsupported_standard_op_falls_back_with_reason(tmp_path):
+    res = _check_wart(tmp_path, "unsupported_op")
+    cumsum = [n for n in res.graph.nodes if n.op_type == "CumSum"]
+    assert cumsum and cumsum[0].meta["on"] == "CPU" and "running sums" in cumsum[0].meta["reason"]
+    assert res.deployable
+
+
+def test_custom_domain_op_is_a_clear_cli_error(tmp_path):
+    from samples.warts import build_custom_op
+
+    path = build_custom_op(tmp_path / "custom.onnx", with_function=False)
+    r = CliRunner().invoke(main, ["checker", "--model", str(path), "--output-dir", str(tmp_path / "o")])
+    assert r.exit_code == 2
+    assert "custom domain 'com.example'" in r.output and "fix:" in r.output
+    assert not (tmp_path / "o").exists()

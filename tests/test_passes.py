@@ -1008,6 +1008,8 @@ def test_float_passes_order_and_names():
         "collapse_reshape_transpose",
         "fuse_window_ops",
         "fuse_roll",
+        "remove_nan_guards",
+        "mask_where_to_bias",
     }
     assert all(p.purpose for p in FLOAT_PASSES)
 
@@ -1036,58 +1038,29 @@ def test_fused_names_are_unique_per_scope():
 # ---------------------------------------------------------------------- samples/warts.py
 
 _WART_EXPECT = {
-    "build_paddle_style_ln": {"LayerNormalization"},
-    "build_bert_style": {"LayerNormalization", "Gelu"},
-    "build_swin_block_dynamic": {"WindowPartition", "WindowReverse"},
-    "build_cnn_warts": set(),
-    "build_tf_style": set(),
+    "paddle_style_ln": {"LayerNormalization", "Gelu"},
+    "bert_style": {"LayerNormalization", "Gelu"},
+    "swin_block_dynamic": {"WindowPartition", "WindowReverse", "Roll", "LayerNormalization"},
+    "cnn_warts": {"HardSwish", "HardSigmoid", "Swish"},
+    "tf_style": set(),
+    "unsupported_op": set(),
 }
 
 
-def _warts_module():
-    try:
-        return importlib.import_module("samples.warts")
-    except ImportError:
-        return None
+@pytest.mark.parametrize("name", sorted(_WART_EXPECT))
+def test_warts_models(tmp_path, name):
+    """Each real-export wart model imports at its example shapes, fuses, and still matches onnxruntime."""
+    from samples.warts import WARTS, example_feed
 
-
-def _shape_from_doc(fn, name: str) -> list[int] | None:
-    """The shape a builder's docstring gives for input ``name`` (``x: 1x3x32x32``, ``x (1, 3, 32, 32)``)."""
-    doc = inspect.getdoc(fn) or ""
-    m = re.search(r"(?<![\w.])" + re.escape(name) + r"(?![\w])[^\d\n]{0,40}?(\d+(?:\s*[x×,]\s*\d+)+)", doc)
-    return [int(d) for d in re.split(r"\s*[x×,]\s*", m.group(1))] if m else None
-
-
-@pytest.mark.parametrize("builder", sorted(_WART_EXPECT))
-def test_warts_models(tmp_path, builder):
-    mod = _warts_module()
-    if mod is None or not hasattr(mod, builder):
-        pytest.skip("samples/warts.py does not provide this builder")
-    fn = getattr(mod, builder)
-    path = Path(fn(tmp_path / f"{builder}.onnx"))
-    model = onnx.load(str(path))
-    init = {i.name for i in model.graph.initializer}
-    shapes = {}
-    for inp in model.graph.input:
-        if inp.name in init:
-            continue
-        dims = [d.dim_value if d.HasField("dim_value") else 0 for d in inp.type.tensor_type.shape.dim]
-        if any(d <= 0 for d in dims):
-            dims = _shape_from_doc(fn, inp.name)
-            assert dims is not None, f"{builder}: no shape for input {inp.name} in the docstring"
-        shapes[inp.name] = dims
-    g = import_onnx(path, input_shapes=shapes)
+    builder = WARTS[name][0]
+    path = Path(builder(tmp_path / f"{name}.onnx"))
+    feeds = example_feed(name)
+    g = import_onnx(path, input_shapes={k: v.shape for k, v in feeds.items()})
     optimize_float(g)
     ops = _ops(g)
-    missing = _WART_EXPECT[builder] - set(ops)
-    assert not missing, f"{builder}: expected fused ops {missing} not in {ops}"
-    feeds = {}
-    for name in g.inputs:
-        dt = g.dtype(name)
-        if np.issubdtype(dt, np.integer):
-            feeds[name] = RNG.integers(0, 4, g.shape(name)).astype(dt)
-        else:
-            feeds[name] = RNG.standard_normal(g.shape(name)).astype(dt)
+    assert not {"Shape", "Constant", "Identity", "Dropout", "BatchNormalization"} & set(ops), ops
+    missing = _WART_EXPECT[name] - set(ops)
+    assert not missing, f"{name}: expected fused ops {missing} not in {ops}"
     assert_same_as_onnxruntime(path, g, feeds)  # the original, dynamic dims and all
 
 
@@ -1122,3 +1095,39 @@ def test_where_that_is_not_a_nan_guard_stays():
     model = make_model(nodes, [vinfo("x", [1, 4])], [vinfo("y", [1, 4])], [tensor("zero", np.array(0.0, np.float32))])
     g = import_onnx(model)
     assert remove_nan_guards(g) == 0
+
+
+def test_where_mask_before_softmax_becomes_additive_bias():
+    from onnx import TensorProto, helper as oh
+    from hbtool.ir.passes import mask_where_to_bias
+    from tests.helpers import make_model, vinfo, tensor, assert_graph_matches
+
+    nodes = [
+        oh.make_node("Equal", ["m", "zero_i"], ["masked"], name="eq"),
+        oh.make_node("Where", ["masked", "ninf", "x"], ["s"], name="where"),
+        oh.make_node("Softmax", ["s"], ["y"], name="softmax", axis=-1),
+    ]
+    inits = [tensor("zero_i", np.array(0, np.int64)), tensor("ninf", np.array(-np.inf, np.float32))]
+    model = make_model(nodes, [vinfo("x", [1, 2, 4, 4]), vinfo("m", [1, 1, 1, 4], TensorProto.INT64)], [vinfo("y", [1, 2, 4, 4])], inits)
+    g = import_onnx(model)
+    assert mask_where_to_bias(g) == 1
+    add = g.node("where")
+    assert add.op_type == "Add" and "x" in add.inputs
+    feeds = {"x": RNG.standard_normal((1, 2, 4, 4)).astype(np.float32), "m": np.array([[[[1, 1, 0, 1]]]], np.int64)}
+    assert_graph_matches(model, g, feeds)
+
+
+def test_where_with_a_data_constant_is_not_a_mask():
+    from onnx import TensorProto, helper as oh
+    from hbtool.ir.passes import mask_where_to_bias
+    from tests.helpers import make_model, vinfo, tensor
+
+    nodes = [
+        oh.make_node("Equal", ["m", "zero_i"], ["masked"], name="eq"),
+        oh.make_node("Where", ["masked", "c", "x"], ["s"], name="where"),
+        oh.make_node("Softmax", ["s"], ["y"], name="softmax", axis=-1),
+    ]
+    inits = [tensor("zero_i", np.array(0, np.int64)), tensor("c", np.array(-5.0, np.float32))]
+    model = make_model(nodes, [vinfo("x", [1, 4]), vinfo("m", [1, 4], TensorProto.INT64)], [vinfo("y", [1, 4])], inits)
+    g = import_onnx(model)
+    assert mask_where_to_bias(g) == 0

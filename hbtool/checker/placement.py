@@ -25,7 +25,7 @@ class Placement:
     reason: str | None
 
 
-def _integer_derived(graph: Graph) -> set[str]:
+def integer_derived_tensors(graph: Graph) -> set[str]:
     """Tensors computed only from integer/boolean model inputs and constants (ids, masks).
 
     Arithmetic on such tensors (an attention mask turned into additive -inf/-1e4 biases) is
@@ -72,7 +72,7 @@ def place_node(node: Node, graph: Graph, march: March, integer_derived: set[str]
 
 def place_graph(graph: Graph, march: March, node_info: Mapping[str, Mapping[str, str | None]] | None = None) -> None:
     """Annotate every node with its placement, honouring ``node_info`` ``ON`` overrides."""
-    integer_derived = _integer_derived(graph)
+    integer_derived = integer_derived_tensors(graph)
     node_info = node_info or {}
     for node in graph.nodes:
         p = place_node(node, graph, march, integer_derived)

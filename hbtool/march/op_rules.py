@@ -357,6 +357,7 @@ _register(
     "HzLut", "vector",
 )
 _register(["Pow"], "HzLut", "vector", pow_exponent_is_constant)
+_register(["HzPreprocess"], "HzSQuantizedPreprocess", "vector")
 _register(["Softmax"], "HzSoftmax", "vector")
 _register(["LogSoftmax"], "HzSoftmax", "vector")
 _register(["LayerNormalization"], "HzLayerNorm", "vector", layernorm_size_within_limit)

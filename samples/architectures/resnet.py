@@ -65,13 +65,18 @@ class ResNet(nn.Module):
     def _init(self) -> None:
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+                nn.init.kaiming_normal_(m.weight, mode="fan_in", nonlinearity="relu")
             elif isinstance(m, nn.BatchNorm2d):
                 nn.init.ones_(m.weight)
                 nn.init.zeros_(m.bias)
             elif isinstance(m, nn.Linear):
                 nn.init.normal_(m.weight, std=0.01)
                 nn.init.zeros_(m.bias)
+        # Random weights with eval-mode BN (identity statistics): damp each residual branch so
+        # activations stay in a trained-network-like range through the 16 residual additions.
+        for m in self.modules():
+            if isinstance(m, Bottleneck):
+                nn.init.constant_(m.expand[1].weight, 0.2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.stages(self.stem(x))

@@ -19,11 +19,13 @@ from hbtool.ir.passes.fuse_linear import fuse_linear
 from hbtool.ir.passes.fuse_roll import fuse_roll
 from hbtool.ir.passes.fuse_window_ops import fuse_window_ops
 from hbtool.ir.passes.remove_identity import remove_identity
+from hbtool.ir.passes.mask_where_to_bias import mask_where_to_bias
 from hbtool.ir.passes.remove_nan_guards import remove_nan_guards
 
 FLOAT_PASSES: list[GraphPass] = [
     GraphPass("remove_identity", remove_identity, "drop Identity and inference Dropout nodes"),
     GraphPass("remove_nan_guards", remove_nan_guards, "drop Where(IsNaN(x), c, x) guards: nothing is NaN in integer arithmetic"),
+    GraphPass("mask_where_to_bias", mask_where_to_bias, "Where(mask, -inf, scores) before Softmax -> scores + additive mask bias"),
     GraphPass("fold_batchnorm", fold_batchnorm, "fold BatchNormalization into the preceding layer's weights, else Mul+Add"),
     GraphPass("collapse_reshape_transpose", collapse_reshape_transpose, "merge Reshape/Transpose/Squeeze/Unsqueeze/Flatten chains"),
     GraphPass("fuse_roll", fuse_roll, "torch.roll exported as Slice+Concat -> Roll"),
@@ -50,6 +52,7 @@ __all__ = [
     "fuse_linear",
     "fuse_roll",
     "fuse_window_ops",
+    "mask_where_to_bias",
     "optimize_float",
     "remove_identity",
     "remove_nan_guards",
