@@ -98,5 +98,40 @@ def checker(model: Path | None, march: str | None, input_shapes, config_path: Pa
     result.require_deployable()
 
 
+def _progress_callback(progress):
+    """A (stage, done, total) callback drawing one rich progress bar per stage."""
+    tasks: dict[str, int] = {}
+
+    def update(stage: str, done: int, total: int) -> None:
+        if stage not in tasks:
+            tasks[stage] = progress.add_task(stage, total=total)
+        progress.update(tasks[stage], completed=done, total=total)
+
+    return update
+
+
+@main.command()
+@click.option("-c", "--config", "config_path", required=True, type=click.Path(path_type=Path), help="Horizon-style YAML config.")
+@click.option("--model", "-m", "model", type=click.Path(path_type=Path), help="Override model_parameters.onnx_model.")
+@click.option("--max-rows", type=int, default=30, show_default=True, help="Node rows printed (least similar first); the log has all.")
+def calibrate(config_path: Path, model: Path | None, max_rows: int) -> None:
+    """Quantize the model (PTQ) and write the calibrated/quantized models, quant_info.json and the log."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from hbtool.config import load_config
+    from hbtool.quant.calibrate import run_calibration, write_outputs
+    from hbtool.quant.report import print_report, render_report
+
+    overrides = {"model_parameters": {"onnx_model": model.resolve()}} if model is not None else None
+    cfg = load_config(config_path, overrides=overrides)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True) as progress:
+        result = run_calibration(cfg, progress=_progress_callback(progress))
+    text = render_report(result).export_text()
+    files = write_outputs(cfg, result, text)
+    print_report(result, max_rows=max_rows)
+    for path in files.values():
+        click.echo(f"wrote {path}")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

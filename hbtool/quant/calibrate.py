@@ -1,0 +1,216 @@
+"""``hbtool calibrate``: post-training quantization driven by the YAML config.
+
+Order of work: import with the config's input shapes and fold the preprocessing (norm_type)
+into the model; float optimizations; placement; mask clamping; statistics over the
+calibration data; a plan per candidate method; pick the plan whose model output is closest
+to float; per-node error table. Every output file is written at the very end, each atomically,
+so a failure leaves the working directory as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from hbtool.checker.placement import place_graph
+from hbtool.config import HbConfig
+from hbtool.errors import InputError
+from hbtool.ir.graph import Graph
+from hbtool.ir.onnx_export import to_onnx
+from hbtool.ir.onnx_import import import_onnx
+from hbtool.march.description import load_march
+from hbtool.quant.calibrated_model import build_calibrated_graph
+from hbtool.quant.collect import collect_stats, float_session
+from hbtool.quant.data import CalibrationSet, load_calibration_data
+from hbtool.quant.masks import clamp_masks
+from hbtool.quant.metrics import RunningErrors
+from hbtool.quant.observers import TensorStats
+from hbtool.quant.plan import QuantPlan, bpu_activation_tensors, build_plan
+from hbtool.quant.preprocess import insert_preprocess
+from hbtool.quant.weights import plan_weights
+from hbtool.utils.atomic import atomic_write_bytes, atomic_write_text
+
+log = logging.getLogger(__name__)
+
+CANDIDATES = ("max", "percentile", "kl", "mse")
+EVAL_SAMPLES = 16
+
+
+@dataclass
+class CalibrationResult:
+    graph: Graph                    # optimized float graph with placement
+    plan: QuantPlan
+    weight_scales: dict[str, tuple[np.ndarray, int]]
+    method: str
+    candidates: dict[str, float]    # method -> output cosine
+    node_errors: dict[str, dict[str, float]]
+    output_errors: dict[str, dict[str, float]]
+    files: dict[str, Path] = field(default_factory=dict)
+    seconds: float = 0.0
+    num_samples: int = 0
+
+
+def _tensor_names_for_eval(graph: Graph, plan: QuantPlan) -> list[str]:
+    return [t for t in plan.tensors]
+
+
+def prepare_float_graph(cfg: HbConfig) -> tuple[Graph, Graph]:
+    """(original float graph with preprocessing, optimized and placed float graph)."""
+    from hbtool.ir.passes import optimize_float
+
+    cfg.require_model()
+    shapes = {inp.name: inp.shape for inp in cfg.inputs if inp.name and inp.shape}
+    graph = import_onnx(cfg.model.onnx_model, shapes)
+    insert_preprocess(graph, cfg.inputs)
+    original = graph.copy()
+    optimize_float(graph)
+    place_graph(graph, load_march(cfg.model.march), cfg.model.node_info)
+    _check_node_info_names(cfg, original, graph)
+    return original, graph
+
+
+def _check_node_info_names(cfg: HbConfig, original: Graph, graph: Graph) -> None:
+    known = {n.name for n in original.nodes} | {n.name for n in graph.nodes}
+    for name in (cfg.model.node_info or {}):
+        if name not in known:
+            raise InputError(
+                f"model_parameters.node_info names node '{name}', which is not in the model",
+                "use a node name from the checker table (hbtool checker -c cfg.yaml)",
+            )
+
+
+def evaluate_outputs(
+    float_graph: Graph,
+    test_graph: Graph,
+    batches: list[dict[str, np.ndarray]],
+    tensor_map: dict[str, str] | None = None,
+    node_tensors: list[str] | None = None,
+) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+    """Errors of ``test_graph`` against ``float_graph`` on the given feeds.
+
+    Returns (per model output, per tensor in ``node_tensors``) metrics; ``tensor_map`` maps a
+    float tensor name to its name in ``test_graph``.
+    """
+    tensor_map = tensor_map or {}
+    node_tensors = node_tensors or []
+    f_sess = float_session(float_graph, node_tensors)
+    t_sess = float_session(test_graph, [tensor_map.get(t, t) for t in node_tensors])
+    outs = list(float_graph.outputs)
+    f_names = outs + [t for t in node_tensors if t not in outs]
+    t_names = [tensor_map.get(t, t) for t in f_names]
+    acc = {t: RunningErrors() for t in f_names}
+    for feeds in batches:
+        f_vals = f_sess.run(f_names, feeds)
+        t_vals = t_sess.run(t_names, feeds)
+        for name, a, b in zip(f_names, f_vals, t_vals):
+            acc[name].update(a, b)
+    out_err = {o: acc[o].result() for o in outs}
+    node_err = {t: acc[t].result() for t in node_tensors}
+    return out_err, node_err
+
+
+def _mean_cosine(errs: dict[str, dict[str, float]]) -> float:
+    return float(np.mean([e["cosine"] for e in errs.values()])) if errs else 1.0
+
+
+def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | None = None) -> CalibrationResult:
+    """Quantize the model of ``cfg``; returns the plan and its measured errors (writes nothing)."""
+    t0 = time.perf_counter()
+    original, graph = prepare_float_graph(cfg)
+    clamp_masks(graph)
+    cal = cfg.calibration
+    ctype = cal.calibration_type
+    if ctype == "load":
+        raise InputError("calibration_parameters.calibration_type: load needs a QAT result, which this version does not produce yet", "use default, max, kl, mse, percentile or skip")
+    data: CalibrationSet = load_calibration_data(cfg, graph)
+    tensors = bpu_activation_tensors(graph)
+    total = data.num_samples
+    done = [0]
+
+    def tick(n: int) -> None:
+        done[0] += n
+        if progress:
+            progress("statistics", done[0], total)
+
+    stats: dict[str, TensorStats] = collect_stats(graph, tensors, data.iter_batches(1), tick)
+    eval_batches = [b for _, b in zip(range(EVAL_SAMPLES), data.iter_batches(1))]
+    wclip = getattr(cal, "weight_clip", "none") or "none"
+    weights = plan_weights(graph, per_channel=cal.per_channel, clip=wclip)
+    node_info = cfg.model.node_info
+    output16 = "set_model_output_int16" in (cal.optimization or [])
+    auto16 = bool(getattr(cal, "auto_int16", True))
+
+    def plan_for(method: str) -> QuantPlan:
+        return build_plan(graph, stats, method, auto16, node_info, output16, cal.max_percentile)
+
+    if ctype in ("default", "mix"):
+        candidates = {}
+        best = None
+        for k, method in enumerate(CANDIDATES):
+            plan = plan_for(method)
+            cgraph, _ = build_calibrated_graph(graph, plan, weights)
+            out_err, _ = evaluate_outputs(graph, cgraph, eval_batches)
+            candidates[method] = _mean_cosine(out_err)
+            log.info("calibration candidate %s: output cosine %.6f", method, candidates[method])
+            if progress:
+                progress("candidates", k + 1, len(CANDIDATES))
+            if best is None or candidates[method] > candidates[best]:
+                best = method
+        method = best
+    else:
+        method = {"skip": "max"}.get(ctype, ctype)
+        candidates = {}
+    plan = plan_for(method)
+    cgraph, names = build_calibrated_graph(graph, plan, weights)
+    out_err, node_err = evaluate_outputs(graph, cgraph, eval_batches, names, list(plan.tensors))
+    if not candidates:
+        candidates = {method: _mean_cosine(out_err)}
+    result = CalibrationResult(graph, plan, weights, method, candidates, node_err, out_err, num_samples=total)
+    result.seconds = time.perf_counter() - t0
+    result._original = original  # type: ignore[attr-defined]
+    result._calibrated = cgraph  # type: ignore[attr-defined]
+    return result
+
+
+def write_outputs(cfg: HbConfig, result: CalibrationResult, report_text: str) -> dict[str, Path]:
+    """Write every calibrate output into working_dir (each file atomically)."""
+    wd = Path(cfg.model.working_dir)
+    prefix = cfg.model.output_model_file_prefix
+    files = {
+        "original_float_model": wd / f"{prefix}_original_float_model.onnx",
+        "optimized_float_model": wd / f"{prefix}_optimized_float_model.onnx",
+        "calibrated_model": wd / f"{prefix}_calibrated_model.onnx",
+        "quant_info": wd / f"{prefix}_quant_info.json",
+        "log": wd / "hb_calibrate.log",
+    }
+    payloads: dict[str, bytes] = {
+        "original_float_model": to_onnx(result._original, stage="original_float").SerializeToString(),  # type: ignore[attr-defined]
+        "optimized_float_model": to_onnx(result.graph, stage="optimized_float").SerializeToString(),
+        "calibrated_model": to_onnx(result._calibrated, stage="calibrated").SerializeToString(),  # type: ignore[attr-defined]
+        "quant_info": (json.dumps(quant_info(result), indent=1) + "\n").encode(),
+        "log": report_text.encode(),
+    }
+    for key, path in files.items():
+        atomic_write_bytes(path, payloads[key])
+    result.files = files
+    return files
+
+
+def quant_info(result: CalibrationResult) -> dict[str, Any]:
+    return {
+        "method": result.method,
+        "candidates": result.candidates,
+        "num_samples": result.num_samples,
+        "tensors": {name: tq.to_json() for name, tq in result.plan.tensors.items()},
+        "weights": {
+            name: {"dtype": "int8", "axis": axis, "scales": [float(s) for s in scales]}
+            for name, (scales, axis) in result.weight_scales.items()
+        },
+        "outputs": result.output_errors,
+    }

@@ -1,0 +1,121 @@
+"""``*_calibrated_model.onnx``: the float graph plus the chosen quantization parameters.
+
+Every quantized tensor is followed by one ``HzCalibration`` node (hbtool domain) carrying its
+bits, scale, threshold and method; its body fake-quantizes (``clip(round(x/s)) * s``), so the
+model runs in onnxruntime and shows the accuracy of the plan in float arithmetic. Weights of
+the tensor unit get an ``HzCalibration`` node with per-channel scales. ``compile`` reads the
+plan back with :func:`extract_plan`; nothing else is needed to lower the model.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node
+from hbtool.quant.plan import QMAX, QuantPlan, TensorQuant
+
+CALIBRATION_OP = "HzCalibration"
+
+
+def _fake_quant_body(opset: int, bits: int, scale: np.ndarray, axis: int | None, rank: int) -> Graph:
+    body = Graph("HzCalibration_body", opset)
+    body.inputs, body.outputs = ["x"], ["y"]
+    qmax = QMAX[bits]
+    s = np.asarray(scale, dtype=np.float32)
+    if axis is not None and s.size > 1:
+        shape = [1] * rank
+        shape[axis] = s.size
+        s = s.reshape(shape)
+    body.add_const(s, name="scale")
+    body.add_const(np.array(-qmax - 1 if bits == 16 else -128, np.float32), name="qmin")
+    body.add_const(np.array(qmax, np.float32), name="qmax")
+    body.add_node("Div", ["x", "scale"], ["xs"], name="div")
+    body.add_node("Round", ["xs"], ["xr"], name="round")
+    body.add_node("Clip", ["xr", "qmin", "qmax"], ["xq"], name="clip")
+    body.add_node("Mul", ["xq", "scale"], ["y"], name="mul")
+    return body
+
+
+def _insert_after(graph: Graph, tensor: str, attrs: dict[str, Any], body: Graph, consumers: list[Node]) -> str:
+    out = graph.unique_name(f"{tensor}_calibrated")
+    v = graph.values.get(tensor)
+    graph.set_value(out, v.shape if v else None, v.dtype if v and v.dtype is not None else np.float32)
+    node = graph.add_node(CALIBRATION_OP, [tensor], [out], attrs, name=f"{tensor}_HzCalibration", domain=HBTOOL_DOMAIN, body=body)
+    node.meta["on"] = "BPU"
+    for c in consumers:
+        c.inputs = [out if i == tensor else i for i in c.inputs]
+    return out
+
+
+def build_calibrated_graph(graph: Graph, plan: QuantPlan, weight_scales: dict[str, tuple[np.ndarray, int]]) -> tuple[Graph, dict[str, str]]:
+    """A copy of ``graph`` with ``HzCalibration`` nodes after every planned tensor.
+
+    ``weight_scales`` maps a weight tensor to (per-channel scales, channel axis). Returns the
+    graph and ``{tensor: name of its fake-quantized value}``.
+    """
+    g = graph.copy()
+    names: dict[str, str] = {}
+    consumers = g.consumer_map()
+    for name, tq in plan.tensors.items():
+        attrs = {"bits": tq.bits, "scale": float(tq.scale), "threshold": float(tq.threshold), "method": tq.method, "group": tq.group}
+        body = _fake_quant_body(g.opset, tq.bits, np.array(tq.scale), None, len(g.shape(name) or ()))
+        if name in g.outputs and g.producer(name) is not None:
+            # keep the model's output names: the float value is renamed, the fake-quantized one keeps the name
+            float_name = g.unique_name(f"{name}_float")
+            v = g.values[name]
+            g.set_value(float_name, v.shape, v.dtype)
+            prod = g.producer(name)
+            prod.outputs = [float_name if o == name else o for o in prod.outputs]
+            for c in consumers.get(name, []):
+                c.inputs = [float_name if i == name else i for i in c.inputs]
+            node = g.add_node(CALIBRATION_OP, [float_name], [name], attrs, name=f"{name}_HzCalibration", domain=HBTOOL_DOMAIN, body=body)
+            node.meta["on"] = "BPU"
+            consumers = g.consumer_map()
+            names[name] = name
+            continue
+        names[name] = _insert_after(g, name, attrs, body, consumers.get(name, []))
+    for wname, (scales, axis) in weight_scales.items():
+        users = consumers.get(wname, [])
+        shape = g.shape(wname) or ()
+        attrs = {"bits": 8, "scales": [float(s) for s in np.asarray(scales).reshape(-1)], "axis": int(axis), "method": "weight"}
+        body = _fake_quant_body(g.opset, 8, np.asarray(scales, np.float32), axis, len(shape))
+        _insert_after(g, wname, attrs, body, users)
+    g.toposort()
+    g.metadata["hbtool.quant_plan"] = json.dumps({"method": plan.method, "tensors": len(plan.tensors)})
+    return g, names
+
+
+def extract_plan(graph: Graph) -> tuple[Graph, QuantPlan, dict[str, tuple[np.ndarray, int]]]:
+    """Remove ``HzCalibration`` nodes from a calibrated graph and return the plan they carried."""
+    g = graph.copy()
+    plan = QuantPlan()
+    weights: dict[str, tuple[np.ndarray, int]] = {}
+    for node in [n for n in g.nodes if n.op_type == CALIBRATION_OP]:
+        src, dst = node.inputs[0], node.outputs[0]
+        a = node.attrs
+        if dst in g.outputs:
+            # an output kept its name: give it back to the producer of the float value
+            prod = g.producer(src)
+            g.nodes.remove(node)
+            if prod is not None:
+                prod.outputs = [dst if o == src else o for o in prod.outputs]
+            for c in g.nodes:
+                c.inputs = [dst if i == src else i for i in c.inputs]
+            src = dst
+            tq = TensorQuant(src, int(a["bits"]), float(a["scale"]), float(a["threshold"]), str(a["method"]), int(a.get("group", -1)))
+            plan.tensors[src] = tq
+            plan.groups.setdefault(tq.group, []).append(src)
+            continue
+        if a.get("method") == "weight":
+            weights[src] = (np.asarray(a["scales"], np.float32), int(a["axis"]))
+        else:
+            tq = TensorQuant(src, int(a["bits"]), float(a["scale"]), float(a["threshold"]), str(a["method"]), int(a.get("group", -1)))
+            plan.tensors[src] = tq
+            plan.groups.setdefault(tq.group, []).append(src)
+        g.nodes.remove(node)
+        g.replace_uses(dst, src)
+    g.remove_unused()
+    return g, plan, weights

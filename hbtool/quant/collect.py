@@ -1,0 +1,85 @@
+"""Run the float graph over calibration data and observe chosen tensors.
+
+The float IR is exported once with the observed tensors added as graph outputs and run in
+onnxruntime, sample batch by sample batch; each output updates its :class:`TensorStats`.
+Only the statistics stay in memory.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Iterator, Mapping
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from hbtool.errors import InputError
+from hbtool.ir.graph import Graph
+from hbtool.ir.onnx_export import to_onnx
+from hbtool.quant.observers import MAX_HIST_SAMPLES, TensorStats
+
+
+def float_session(graph: Graph, extra_outputs: Iterable[str] = (), threads: int = 0):
+    """An onnxruntime session of the float IR that also returns ``extra_outputs``."""
+    import onnxruntime as ort
+
+    model = to_onnx(graph)
+    have = {o.name for o in model.graph.output}
+    vis = {v.name: v for v in model.graph.value_info}
+    for name in extra_outputs:
+        if name in have:
+            continue
+        model.graph.output.append(vis[name] if name in vis else helper.make_empty_tensor_value_info(name))
+        have.add(name)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if threads:
+        so.intra_op_num_threads = threads
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def _split_batch(batch: Mapping[str, np.ndarray], batch_dims: Mapping[str, int]) -> Iterator[dict[str, np.ndarray]]:
+    """Cut a batch of N samples into pieces of the model's own batch size."""
+    first = next(iter(batch.values()))
+    name0 = next(iter(batch))
+    per = batch_dims[name0]
+    n = first.shape[0]
+    for k in range(0, n, per):
+        yield {name: arr[k : k + batch_dims[name]] for name, arr in batch.items()}
+
+
+def collect_stats(
+    graph: Graph,
+    tensors: list[str],
+    batches: Iterable[Mapping[str, np.ndarray]],
+    progress=None,
+) -> dict[str, TensorStats]:
+    """Observe ``tensors`` while running the float graph on every batch.
+
+    ``progress`` (optional) is called with the number of samples done after each run.
+    """
+    sess = float_session(graph, tensors)
+    out_names = [o.name for o in sess.get_outputs()]
+    stats = {t: TensorStats(t) for t in tensors}
+    batch_dims = {name: (graph.shape(name) or (1,))[0] for name in graph.inputs}
+    rng = np.random.default_rng(0)
+    subsets: dict[int, np.ndarray] = {}
+    for batch in batches:
+        for feeds in _split_batch(batch, batch_dims):
+            outs = sess.run(out_names, feeds)
+            for name, arr in zip(out_names, outs):
+                st = stats.get(name)
+                if st is None:
+                    continue
+                if arr.size > MAX_HIST_SAMPLES and arr.size not in subsets:
+                    subsets[arr.size] = np.sort(rng.choice(arr.size, MAX_HIST_SAMPLES, replace=False))
+                st.update(arr, subsets.get(arr.size))
+            if progress is not None:
+                progress(next(iter(feeds.values())).shape[0])
+    for st in stats.values():
+        if st.nonfinite:
+            raise InputError(
+                f"tensor '{st.name}' became NaN/Inf {st.nonfinite} times while running the float model on the calibration data",
+                "check the calibration data and preprocessing (mean_value/scale_value), or the model itself",
+            )
+    return stats

@@ -1,0 +1,99 @@
+"""Streaming statistics of activations, so memory does not grow with the number of samples.
+
+Per tensor we keep the exact absolute maximum and a histogram of |x| with a fixed number of
+bins over a range that doubles when a larger value arrives: doubling merges pairs of bins
+exactly, so no re-binning error accumulates. Large tensors feed the histogram a fixed random
+subset of their elements (the maximum still sees every element): percentile, KL and MSE
+thresholds are statistics of the distribution's shape, and 64k samples per batch resolve it
+far below one quantization step, while the cost stays flat as models grow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+DEFAULT_BINS = 2048
+MAX_HIST_SAMPLES = 1 << 16
+
+
+@dataclass
+class TensorStats:
+    """What calibration remembers about one tensor."""
+
+    name: str
+    bins: int = DEFAULT_BINS
+    absmax: float = 0.0
+    minimum: float = np.inf
+    maximum: float = -np.inf
+    count: int = 0
+    hist: np.ndarray = field(default_factory=lambda: np.zeros(DEFAULT_BINS, np.int64))
+    hist_range: float = 0.0  # upper edge of the histogram; 0 until the first non-zero value
+    nonfinite: int = 0
+
+    @property
+    def bin_width(self) -> float:
+        return self.hist_range / self.bins if self.hist_range > 0 else 0.0
+
+    def update(self, x: np.ndarray, sample_index: np.ndarray | None = None) -> None:
+        x = np.asarray(x)
+        if x.size == 0:
+            return
+        if not np.issubdtype(x.dtype, np.floating):
+            x = x.astype(np.float32)
+        flat = x.reshape(-1)
+        finite = np.isfinite(flat)
+        if not finite.all():
+            self.nonfinite += int((~finite).sum())
+            flat = flat[finite]
+            if flat.size == 0:
+                return
+        lo, hi = float(flat.min()), float(flat.max())
+        self.minimum = min(self.minimum, lo)
+        self.maximum = max(self.maximum, hi)
+        amax = max(abs(lo), abs(hi))
+        self.absmax = max(self.absmax, amax)
+        self.count += flat.size
+        if amax == 0.0:
+            self.hist[0] += flat.size
+            return
+        if sample_index is not None and flat.size > sample_index.size:
+            flat = flat[sample_index]
+        elif flat.size > MAX_HIST_SAMPLES:
+            flat = flat[:: int(np.ceil(flat.size / MAX_HIST_SAMPLES))]
+        self._grow_to(amax)
+        idx = np.minimum((np.abs(flat) * (self.bins / self.hist_range)).astype(np.int64), self.bins - 1)
+        self.hist += np.bincount(idx, minlength=self.bins)
+
+    def _grow_to(self, amax: float) -> None:
+        if self.hist_range == 0.0:
+            # leave head-room so that typical later batches do not force a doubling at once
+            self.hist_range = amax * 1.25
+            return
+        while amax > self.hist_range:
+            merged = self.hist.reshape(-1, 2).sum(axis=1)
+            self.hist = np.concatenate([merged, np.zeros(self.bins - merged.size, np.int64)])
+            self.hist_range *= 2.0
+
+    def merge(self, other: "TensorStats") -> None:
+        """Fold another observer of the same tensor into this one (parallel collection)."""
+        if other.count == 0:
+            return
+        self.minimum = min(self.minimum, other.minimum)
+        self.maximum = max(self.maximum, other.maximum)
+        self.count += other.count
+        self.nonfinite += other.nonfinite
+        if self.hist_range == 0.0:
+            self.hist, self.hist_range, self.absmax = other.hist.copy(), other.hist_range, other.absmax
+            return
+        target = max(self.hist_range, other.hist_range)
+        self._grow_to(target)
+        theirs = TensorStats(other.name, other.bins, hist=other.hist.copy(), hist_range=other.hist_range)
+        if theirs.hist_range > 0:
+            # express both on a common doubling ladder; ranges may differ by a non-power of two,
+            # so re-bin the other histogram by bin centres (a rare path: merges of partial runs)
+            centres = (np.arange(theirs.bins) + 0.5) * theirs.bin_width
+            idx = np.minimum((centres * (self.bins / self.hist_range)).astype(np.int64), self.bins - 1)
+            np.add.at(self.hist, idx, theirs.hist)
+        self.absmax = max(self.absmax, other.absmax)

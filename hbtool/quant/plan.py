@@ -1,0 +1,176 @@
+"""The quantization plan: which tensors are quantized, to int8 or int16, with which scale.
+
+Tensors that a data-movement op only rearranges (Reshape, Transpose, Slice, Concat, MaxPool,
+window partition/reverse, roll, ReLU...) share one scale with their input: the BPU moves the
+integers and requantizes nothing. Such tensors are grouped with a union-find; a group's
+threshold is the largest of its members' thresholds, and it is int16 when any member must be.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from hbtool.ir.graph import Graph, Node
+from hbtool.quant.observers import TensorStats
+from hbtool.quant.thresholds import threshold
+
+QMAX = {8: 127, 16: 32767}
+
+# ops that keep their input's integers: the output shares the input's scale
+SCALE_PRESERVING = {
+    "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Slice", "Split", "Concat", "Gather",
+    "Expand", "Tile", "Pad", "MaxPool", "GlobalMaxPool", "ReduceMax", "ReduceMin", "WindowPartition",
+    "WindowReverse", "Roll", "DepthToSpace", "SpaceToDepth", "Resize", "Upsample", "Identity",
+}
+
+# ops whose output scale is fixed by the integer kernel
+FIXED_OUTPUT_SCALE = {"Softmax": {8: 2.0**-7, 16: 2.0**-15}}
+
+# ops whose inputs/outputs want int16 when auto_int16 is on (the J5 talk: LayerNorm, Softmax;
+# LUT ops keep their resolution with int16 in and out)
+INT16_OUTPUTS = {"Softmax", "LayerNormalization"}
+INT16_INPUTS = {"HzPreprocess", "Softmax", "LayerNormalization", "Gelu", "Erf", "Sigmoid", "Tanh", "Exp", "Swish", "HardSwish", "Sqrt", "Reciprocal", "Div", "Log", "Pow"}
+
+
+@dataclass
+class TensorQuant:
+    """The quantization of one activation tensor."""
+
+    name: str
+    bits: int
+    scale: float
+    threshold: float
+    method: str
+    group: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dtype": f"int{self.bits}", "scale": self.scale, "threshold": self.threshold, "method": self.method, "group": self.group}
+
+
+@dataclass
+class QuantPlan:
+    tensors: dict[str, TensorQuant] = field(default_factory=dict)
+    groups: dict[int, list[str]] = field(default_factory=dict)
+    method: str = "max"
+
+    def bits(self, tensor: str) -> int | None:
+        t = self.tensors.get(tensor)
+        return None if t is None else t.bits
+
+    def scale(self, tensor: str) -> float | None:
+        t = self.tensors.get(tensor)
+        return None if t is None else t.scale
+
+
+class _UnionFind:
+    def __init__(self) -> None:
+        self.parent: dict[str, str] = {}
+
+    def add(self, x: str) -> None:
+        self.parent.setdefault(x, x)
+
+    def find(self, x: str) -> str:
+        self.add(x)
+        while self.parent[x] != x:
+            self.parent[x] = self.parent[self.parent[x]]
+            x = self.parent[x]
+        return x
+
+    def union(self, a: str, b: str) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[ra] = rb
+
+
+def bpu_activation_tensors(graph: Graph) -> list[str]:
+    """Every non-constant tensor read or written by a BPU node (these get quantized)."""
+    seen: dict[str, None] = {}
+    for node in graph.nodes:
+        if node.meta.get("on") != "BPU":
+            continue
+        for t in node.inputs + node.outputs:
+            if t and not graph.is_const(t):
+                seen.setdefault(t, None)
+    return list(seen)
+
+
+def _data_inputs(graph: Graph, node: Node) -> list[str]:
+    return [i for i in node.inputs if i and not graph.is_const(i)]
+
+
+def build_plan(
+    graph: Graph,
+    stats: Mapping[str, TensorStats],
+    method: str | Mapping[str, str] = "max",
+    auto_int16: bool = True,
+    node_info: Mapping[str, Mapping[str, Any]] | None = None,
+    output_int16: bool = False,
+    percentile: float = 0.99995,
+) -> QuantPlan:
+    """Choose bits and scale for every BPU activation tensor.
+
+    ``method`` is one method for all tensors or a per-tensor mapping (``mix``). ``node_info``
+    entries with ``InputType``/``OutputType`` ``int16`` force those tensors to int16.
+    """
+    node_info = node_info or {}
+    tensors = bpu_activation_tensors(graph)
+    uf = _UnionFind()
+    for t in tensors:
+        uf.add(t)
+    want16: set[str] = set()
+    fixed: dict[str, tuple[str, str]] = {}
+    for node in graph.nodes:
+        if node.meta.get("on") != "BPU":
+            continue
+        data = _data_inputs(graph, node)
+        if node.op_type in SCALE_PRESERVING and data:
+            for o in node.outputs:
+                if o:
+                    for i in (data if node.op_type == "Concat" else data[:1]):
+                        uf.union(i, o)
+        if auto_int16:
+            if node.op_type in INT16_INPUTS:
+                want16.update(data)
+            if node.op_type in INT16_OUTPUTS:
+                want16.update(o for o in node.outputs if o)
+        info = node_info.get(node.name) or {}
+        if str(info.get("InputType", "")).lower() == "int16":
+            want16.update(data)
+        if str(info.get("OutputType", "")).lower() == "int16":
+            want16.update(o for o in node.outputs if o)
+        if node.op_type in FIXED_OUTPUT_SCALE:
+            fixed[node.outputs[0]] = (node.op_type, node.name)
+    if output_int16:
+        want16.update(o for o in graph.outputs if o in uf.parent)
+
+    groups: dict[str, list[str]] = {}
+    for t in tensors:
+        groups.setdefault(uf.find(t), []).append(t)
+    plan = QuantPlan(method=method if isinstance(method, str) else "mix")
+    for gid, (root, members) in enumerate(sorted(groups.items(), key=lambda kv: tensors.index(kv[1][0]))):
+        bits = 16 if any(m in want16 for m in members) else 8
+        qmax = QMAX[bits]
+        fixed_members = [m for m in members if m in fixed]
+        if fixed_members:
+            op_type = fixed[fixed_members[0]][0]
+            scale = FIXED_OUTPUT_SCALE[op_type][bits]
+            thr = scale * qmax
+            used = f"fixed:{op_type}"
+        else:
+            thr = 0.0
+            used = method if isinstance(method, str) else "mix"
+            for m in members:
+                st = stats.get(m)
+                if st is None:
+                    continue
+                mm = method if isinstance(method, str) else method.get(m, "max")
+                thr = max(thr, threshold(st, mm, qmax, percentile))
+            thr = thr if thr > 0 else 1e-8
+            scale = float(np.float32(thr / qmax))
+        plan.groups[gid] = members
+        for m in members:
+            plan.tensors[m] = TensorQuant(m, bits, scale, float(thr), used, gid)
+    return plan

@@ -1,0 +1,76 @@
+"""The calibrate report: per-node table and per-output errors, for the console and the log."""
+
+from __future__ import annotations
+
+import io
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from hbtool.quant.calibrate import CalibrationResult
+
+
+def _node_rows(result: CalibrationResult):
+    g = result.graph
+    for node in g.nodes:
+        out = node.outputs[0] if node.outputs else None
+        tq = result.plan.tensors.get(out) if out else None
+        err = result.node_errors.get(out) if out else None
+        sub = node.meta.get("subgraph")
+        yield (
+            node.name,
+            node.meta.get("on", "?"),
+            f"id({sub})" if sub is not None else "--",
+            node.meta.get("bpu_type") or node.op_type,
+            f"{err['cosine']:.6f}" if err else "--",
+            f"{tq.threshold:.6g}" if tq else "--",
+            f"int{tq.bits}" if tq else ("float32" if node.meta.get("on") != "BPU" else "--"),
+        )
+
+
+def render_report(result: CalibrationResult, width: int = 160) -> Console:
+    """Build the report on a recording console (print it, or export its text for the log)."""
+    console = Console(record=True, width=width, file=io.StringIO())
+    table = Table(title="calibration: per-node output similarity (float vs quantized, calibration data)")
+    for col in ("Node", "ON", "Subgraph", "Type", "Cosine Similarity", "Threshold", "DataType"):
+        table.add_column(col, overflow="fold")
+    for row in _node_rows(result):
+        table.add_row(*row)
+    console.print(table)
+    out = Table(title="model outputs")
+    for col in ("Output", "Cosine", "L1", "L2", "Chebyshev"):
+        out.add_column(col)
+    for name, e in result.output_errors.items():
+        out.add_row(name, f"{e['cosine']:.6f}", f"{e['l1']:.6g}", f"{e['l2']:.6g}", f"{e['chebyshev']:.6g}")
+    console.print(out)
+    cands = ", ".join(f"{k} {v:.6f}" for k, v in result.candidates.items())
+    console.print(f"calibration method: {result.method} (output cosine per candidate: {cands})")
+    console.print(f"samples: {result.num_samples}  time: {result.seconds:.1f}s")
+    return console
+
+
+def print_report(result: CalibrationResult, max_rows: int | None = None) -> str:
+    """Print the report (node rows elided past ``max_rows``, worst first kept) and return the full text."""
+    full = render_report(result)
+    text = full.export_text()
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    if max_rows is None:
+        console.print(text, end="", markup=False, highlight=False)
+        return text
+    rows = sorted(_node_rows(result), key=lambda r: float(r[4]) if r[4] != "--" else 2.0)
+    table = Table(title=f"calibration: the {max_rows} least similar node outputs (full table in hb_calibrate.log)")
+    for col in ("Node", "ON", "Subgraph", "Type", "Cosine Similarity", "Threshold", "DataType"):
+        table.add_column(col, overflow="fold")
+    for row in rows[:max_rows]:
+        table.add_row(*row)
+    console.print(table)
+    out = Table(title="model outputs")
+    for col in ("Output", "Cosine", "L1", "L2", "Chebyshev"):
+        out.add_column(col)
+    for name, e in result.output_errors.items():
+        out.add_row(name, f"{e['cosine']:.6f}", f"{e['l1']:.6g}", f"{e['l2']:.6g}", f"{e['chebyshev']:.6g}")
+    console.print(out)
+    cands = ", ".join(f"{k} {v:.6f}" for k, v in result.candidates.items())
+    console.print(f"calibration method: {result.method} (output cosine per candidate: {cands}); samples {result.num_samples}; {result.seconds:.1f}s")
+    return text

@@ -1,0 +1,85 @@
+"""Weight quantization of the tensor unit's ops: int8 symmetric, per output channel.
+
+The chip takes int8 weights only ([-127, 127], zero point 0), so weight rounding alone can
+cost accuracy; per-channel scales are the default and an MSE search of each channel's clipping
+threshold is offered (``weight_clip: mse``), which helps channels with a few outlier weights.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hbtool.ir.graph import Graph, Node
+
+WEIGHT_QMAX = 127
+
+
+def weight_input_and_axis(node: Node, graph: Graph) -> tuple[str, int] | None:
+    """The constant weight a tensor-unit node reads and its output-channel axis."""
+    op = node.op_type
+    if op == "Conv" and graph.is_const(node.inputs[1]):
+        return node.inputs[1], 0
+    if op == "ConvTranspose" and graph.is_const(node.inputs[1]):
+        return node.inputs[1], 1
+    if op in ("MatMul", "Linear") and len(node.inputs) > 1 and graph.is_const(node.inputs[1]):
+        w = graph.const(node.inputs[1])
+        return node.inputs[1], w.ndim - 1
+    if op == "Gemm" and graph.is_const(node.inputs[1]):
+        return node.inputs[1], 0 if node.attr("transB", 0) else 1
+    return None
+
+
+def channel_absmax(w: np.ndarray, axis: int) -> np.ndarray:
+    moved = np.moveaxis(np.abs(w.astype(np.float64)), axis, 0).reshape(w.shape[axis], -1)
+    return moved.max(axis=1)
+
+
+def _mse_threshold(rows: np.ndarray, amax: np.ndarray, steps: int = 64) -> np.ndarray:
+    """Per row, the clipping threshold in [0.5, 1] x max that minimises the squared error."""
+    best = amax.copy()
+    best_err = np.full(amax.shape, np.inf)
+    for frac in np.linspace(0.5, 1.0, steps):
+        t = np.maximum(amax * frac, 1e-12)
+        s = (t / WEIGHT_QMAX)[:, None]
+        q = np.clip(np.round(rows / s), -WEIGHT_QMAX, WEIGHT_QMAX) * s
+        err = ((rows - q) ** 2).sum(axis=1)
+        better = err < best_err
+        best[better] = t[better]
+        best_err[better] = err[better]
+    return best
+
+
+def weight_scales(w: np.ndarray, axis: int, per_channel: bool = True, clip: str = "none") -> np.ndarray:
+    """Scales (one per output channel, or one repeated) for an int8 symmetric weight."""
+    amax = channel_absmax(w, axis)
+    if not per_channel:
+        amax = np.full_like(amax, amax.max())
+    if clip == "mse":
+        rows = np.moveaxis(w.astype(np.float64), axis, 0).reshape(w.shape[axis], -1)
+        if not per_channel:
+            flat = rows.reshape(1, -1)
+            amax = np.full_like(amax, _mse_threshold(flat, amax[:1])[0])
+        else:
+            amax = _mse_threshold(rows, amax)
+    amax = np.where(amax > 0, amax, 1.0)
+    return (amax / WEIGHT_QMAX).astype(np.float32)
+
+
+def quantize_weight(w: np.ndarray, scales: np.ndarray, axis: int) -> np.ndarray:
+    shape = [1] * w.ndim
+    shape[axis] = scales.size
+    return np.clip(np.round(w / scales.reshape(shape)), -WEIGHT_QMAX, WEIGHT_QMAX).astype(np.int8)
+
+
+def plan_weights(graph: Graph, per_channel: bool = True, clip: str = "none") -> dict[str, tuple[np.ndarray, int]]:
+    """Scales of every BPU weight: ``{weight tensor: (scales, axis)}``."""
+    out: dict[str, tuple[np.ndarray, int]] = {}
+    for node in graph.nodes:
+        if node.meta.get("on") != "BPU":
+            continue
+        wa = weight_input_and_axis(node, graph)
+        if wa is None or wa[0] in out:
+            continue
+        name, axis = wa
+        out[name] = (weight_scales(graph.const(name), axis, per_channel, clip), axis)
+    return out
