@@ -57,7 +57,8 @@ def place_node(node: Node, graph: Graph, march: March, integer_derived: set[str]
         why = CPU_BY_DESIGN.get(node.op_type, f"{node.op_type} has no BPU implementation on march {march.name}")
         return Placement("CPU", None, None, why)
     data = [i for i in node.inputs if i and not graph.is_const(i)]
-    if data and all(i in integer_derived for i in data) and node.op_type != "Gather":
+    is_lookup = node.op_type in _LOOKUPS and graph.is_const(node.inputs[0])
+    if data and all(i in integer_derived for i in data) and not is_lookup:
         return Placement(
             "CPU", None, None,
             "computes on values derived only from integer model inputs (ids, masks): exact and cheap in float on the CPU, and its extreme values cannot be quantized",

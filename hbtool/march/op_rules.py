@@ -68,9 +68,13 @@ def reason_of(rule: Rule, march: March, detail: str | None) -> str:
 
 
 # ------------------------------------------------------------------ generic rules
+INDEX_OUTPUT_OPS = {"ArgMax", "ArgMin"}
+
+
 def tensors_are_floating_point(ctx: RuleContext) -> str | None:
     """The BPU computes on quantized floating-point feature maps; integer and boolean tensors (token ids, masks, indices) are handled on the CPU"""
-    for t in ctx.node.inputs[:1] + ctx.node.outputs:
+    outputs = [] if ctx.node.op_type in INDEX_OUTPUT_OPS else ctx.node.outputs
+    for t in ctx.node.inputs[:1] + outputs:
         if not t:
             continue
         dt = ctx.graph.dtype(t)
@@ -186,7 +190,7 @@ def matmul_sizes_within_limit(ctx: RuleContext) -> str | None:
     return None
 
 
-def gemm_weight_constant_or_transposable(ctx: RuleContext) -> str | None:
+def gemm_weight_is_constant(ctx: RuleContext) -> str | None:
     """Gemm runs on the tensor unit as a linear layer when its B operand is a constant"""
     return None if ctx.const(1) is not None else "B is computed at run time"
 
@@ -201,20 +205,12 @@ def elementwise_rank_within_limit(ctx: RuleContext) -> str | None:
     return None
 
 
-def at_most_one_constant_operand(ctx: RuleContext) -> str | None:
-    """A binary elementwise op needs at least one feature-map operand"""
-    return None if len(ctx.data_inputs()) >= 1 else "both operands constant"
-
-
 def pow_exponent_is_constant(ctx: RuleContext) -> str | None:
     """Pow runs as a lookup table only with a constant scalar exponent"""
     e = ctx.const(1)
-    return None if e is not None and e.size == 1 else "exponent is a feature map"
-
-
-def division_by_feature_map_is_lut_then_mul(ctx: RuleContext) -> str | None:
-    """Div runs on the BPU as a reciprocal lookup table and a multiply"""
-    return None
+    if e is None:
+        return "exponent is a feature map"
+    return None if e.size == 1 else f"exponent has {e.size} values"
 
 
 def layernorm_size_within_limit(ctx: RuleContext) -> str | None:
@@ -303,12 +299,13 @@ def gather_indices_are_constant(ctx: RuleContext) -> str | None:
 
 
 def pad_is_constant_mode(ctx: RuleContext) -> str | None:
-    """Pad on the BPU pads with a constant value or by edge replication, with constant pad sizes"""
+    """Pad on the BPU pads with a constant value, by edge replication or by reflection, with constant pad sizes and value"""
     mode = ctx.node.attr("mode", "constant")
     if mode not in ("constant", "edge", "reflect"):
         return f"mode {mode}"
-    if len(ctx.node.inputs) > 1 and ctx.node.inputs[1] and ctx.const(1) is None:
-        return "pad sizes computed at run time"
+    for k, what in ((1, "pad sizes"), (2, "pad value"), (3, "pad axes")):
+        if len(ctx.node.inputs) > k and ctx.node.inputs[k] and ctx.const(k) is None:
+            return f"{what} computed at run time"
     return None
 
 
@@ -321,10 +318,17 @@ def slice_parameters_are_constant(ctx: RuleContext) -> str | None:
 
 
 def reshape_target_is_constant(ctx: RuleContext) -> str | None:
-    """Reshape/Expand/Tile on the BPU need a constant target shape"""
+    """Reshape/Expand/Tile/Squeeze/Unsqueeze on the BPU need a constant target shape or axes"""
     for k in range(1, len(ctx.node.inputs)):
         if ctx.node.inputs[k] and ctx.const(k) is None:
             return "target shape computed at run time"
+    return None
+
+
+def split_sizes_are_constant(ctx: RuleContext) -> str | None:
+    """Split on the BPU needs constant split sizes"""
+    if len(ctx.node.inputs) > 1 and ctx.node.inputs[1] and ctx.const(1) is None:
+        return "split sizes computed at run time"
     return None
 
 
@@ -341,12 +345,12 @@ _register(["Conv"], "HzSQuantizedConv", "tensor", weights_are_constant, conv_is_
 _register(["ConvTranspose"], "HzSQuantizedConvTranspose", "tensor", weights_are_constant, conv_is_1d_or_2d, convtranspose_within_limit)
 _register(["MatMul"], "HzSQuantizedMatmul", "tensor", matmul_sizes_within_limit)
 _register(["Linear"], "HzSQuantizedConv", "tensor", weights_are_constant, matmul_sizes_within_limit)
-_register(["Gemm"], "HzSQuantizedConv", "tensor", gemm_weight_constant_or_transposable)
+_register(["Gemm"], "HzSQuantizedConv", "tensor", gemm_weight_is_constant)
 
-_register(["Add"], "HzSElementwiseAdd", "vector", elementwise_rank_within_limit, at_most_one_constant_operand)
-_register(["Sub"], "HzSElementwiseSub", "vector", elementwise_rank_within_limit, at_most_one_constant_operand)
-_register(["Mul"], "HzSElementwiseMul", "vector", elementwise_rank_within_limit, at_most_one_constant_operand)
-_register(["Div"], "HzSElementwiseDiv", "vector", elementwise_rank_within_limit, division_by_feature_map_is_lut_then_mul)
+_register(["Add"], "HzSElementwiseAdd", "vector", elementwise_rank_within_limit)
+_register(["Sub"], "HzSElementwiseSub", "vector", elementwise_rank_within_limit)
+_register(["Mul"], "HzSElementwiseMul", "vector", elementwise_rank_within_limit)
+_register(["Div"], "HzSElementwiseDiv", "vector", elementwise_rank_within_limit)
 _register(["Max", "Min"], "HzSElementwiseMinMax", "vector", elementwise_rank_within_limit)
 _register(["Relu"], "HzRelu", "vector")
 _register(["LeakyRelu", "PRelu"], "HzPRelu", "vector")
@@ -368,10 +372,11 @@ _register(["GlobalAveragePool", "GlobalMaxPool"], "HzSQuantizedPool", "vector", 
 _register(["ArgMax", "ArgMin"], "HzArgMax", "vector", argmax_channels_within_limit)
 
 _register(["Reshape", "Expand", "Tile"], "Reshape", "data_movement", reshape_target_is_constant)
-_register(["Flatten", "Squeeze", "Unsqueeze"], "Reshape", "data_movement", reshape_target_is_constant)
+_register(["Squeeze", "Unsqueeze"], "Reshape", "data_movement", reshape_target_is_constant)
+_register(["Flatten"], "Reshape", "data_movement")
 _register(["Transpose"], "Transpose", "data_movement")
 _register(["Concat"], "Concat", "data_movement")
-_register(["Split"], "Split", "data_movement", reshape_target_is_constant)
+_register(["Split"], "Split", "data_movement", split_sizes_are_constant)
 _register(["Slice"], "Slice", "data_movement", slice_parameters_are_constant)
 _register(["Pad"], "HzPad", "data_movement", pad_is_constant_mode)
 _register(["Gather"], "Gather", "data_movement", gather_indices_are_constant)
