@@ -1,0 +1,117 @@
+"""The uniform kernel interface.
+
+Every integer kernel is a frozen dataclass holding only integer parameters (plus the
+few float facts kept for reports, such as output scales). It is made by a ``build``
+classmethod that does the float work once (scales -> multipliers, shifts, tables) and
+then offers two executable forms of one definition:
+
+``apply_numpy(*q) -> np.ndarray``
+    integer numpy arrays in (any integer dtype), int64 out. int64 arithmetic only; float
+    appears only where a float64 / float32 matrix product is provably exact.
+``emit(builder, *input_names) -> str``
+    appends the ONNX form to an :class:`~hbtool.kernels.builder.OnnxBuilder`; inputs and
+    output are DOUBLE tensors holding integers (Quantize takes FLOAT, Dequantize returns FLOAT).
+
+and three wrappers around ``emit`` shared by all kernels: :meth:`Kernel.onnx_nodes`,
+:meth:`Kernel.onnx_function` and :meth:`Kernel.onnx_model`.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from hbtool.kernels.builder import DEFAULT_OPSET, OnnxBuilder
+
+
+class Kernel:
+    """Base class of the integer kernels (see the module docstring)."""
+
+    #: number of tensor inputs ``apply_numpy`` / ``emit`` take
+    n_inputs: int = 1
+    #: ONNX element type of the inputs / output of the emitted subgraph
+    onnx_input_type: int = TensorProto.DOUBLE
+    onnx_output_type: int = TensorProto.DOUBLE
+
+    def apply_numpy(self, *inputs: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def emit(self, b: OnnxBuilder, *inputs: str) -> str:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ wrappers
+    def onnx_nodes(
+        self,
+        input_names: str | Sequence[str],
+        output_name: str,
+        name_prefix: str,
+        constants: str = "node",
+        opset: int = DEFAULT_OPSET,
+    ) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+        """The kernel as ONNX nodes reading ``input_names`` and writing ``output_name``.
+
+        Returns ``(nodes, initializers)``; ``initializers`` is empty when
+        ``constants == "node"`` (the default), which keeps the nodes usable as a function body.
+        All intermediate names start with ``name_prefix``.
+        """
+        names = [input_names] if isinstance(input_names, str) else list(input_names)
+        if len(names) != self.n_inputs:
+            raise ValueError(f"{type(self).__name__} takes {self.n_inputs} inputs, got {len(names)}")
+        b = OnnxBuilder(name_prefix, opset=opset, constants=constants)
+        out = self.emit(b, *names)
+        b.bind_output(out, output_name)
+        return b.nodes, b.initializers
+
+    def onnx_function(self, domain: str, name: str, opset: int = DEFAULT_OPSET) -> onnx.FunctionProto:
+        """The kernel as a model-local function ``domain::name`` (inputs x0.., output y)."""
+        ins = [f"x{i}" for i in range(self.n_inputs)]
+        nodes, _ = self.onnx_nodes(ins, "y", name, constants="node", opset=opset)
+        return helper.make_function(domain, name, ins, ["y"], nodes, [helper.make_opsetid("", opset)])
+
+    def onnx_model(
+        self,
+        input_shapes: Sequence[Sequence[int | str | None]] | None = None,
+        opset: int = DEFAULT_OPSET,
+        constants: str = "node",
+    ) -> onnx.ModelProto:
+        """A standalone model running this kernel: inputs x0.., output y (for tests, debugging)."""
+        ins = [f"x{i}" for i in range(self.n_inputs)]
+        shapes = list(input_shapes) if input_shapes is not None else [None] * self.n_inputs
+        nodes, inits = self.onnx_nodes(ins, "y", "k", constants=constants, opset=opset)
+        graph = helper.make_graph(
+            nodes,
+            type(self).__name__,
+            [helper.make_tensor_value_info(n, self.onnx_input_type, s) for n, s in zip(ins, shapes)],
+            [helper.make_tensor_value_info("y", self.onnx_output_type, None)],
+            initializer=inits,
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="hbtool.kernels")
+        model.ir_version = 8
+        if input_shapes is not None:  # fills the output's type for onnx.checker's full check
+            model = onnx.shape_inference.infer_shapes(model)
+        return model
+
+
+class RangeError(ValueError):
+    """An integer intermediate would leave the range where both forms are exact."""
+
+
+def check(cond: bool, message: str) -> None:
+    """Raise :class:`RangeError` unless ``cond`` (kept under ``python -O``, unlike assert)."""
+    if not cond:
+        raise RangeError(message)
+
+
+def as_int(q: np.ndarray, name: str = "input") -> np.ndarray:
+    """An integer array as int64; integer-valued float arrays are accepted too."""
+    q = np.asarray(q)
+    if q.dtype.kind in "iub":
+        return q.astype(np.int64, copy=False)
+    if q.dtype.kind == "f":
+        r = q.astype(np.int64)
+        check(bool(np.all(r == q)), f"{name} holds non-integer values")
+        return r
+    raise TypeError(f"{name} must be an integer array, not {q.dtype}")

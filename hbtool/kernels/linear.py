@@ -1,0 +1,159 @@
+"""Matrix products: Linear (activation x constant weight) and MatMul (activation x activation).
+
+``Linear``: ``y = requantize(x_q @ W_q + b_q)`` with ``W_q`` an integer ``[K, N]`` matrix (the
+MatMul layout; pass ``W.T`` for a Gemm with ``transB=1``), ``b_q`` an int32 ``[N]`` bias at
+scale ``s_x * s_w[n]``, and a per-output-channel (last axis) or per-tensor multiplier for
+the ratio ``s_x * s_w[n] / s_out``.
+
+``MatMul``: ``y = requantize(A_q @ B_q)`` with numpy-style batch broadcasting
+(attention ``Q K^T`` and ``A V``), one multiplier for ``s_a * s_b / s_out``.
+
+Exactness: ``|acc| <= 2**(in_bits-1) * max_n sum_k |W[k, n]| + max |b|`` (Linear) and
+``|acc| <= K * 2**(a_bits-1) * 2**(b_bits-1)`` (MatMul) are checked at build to be below
+``2**52``; every partial sum of the products is then an integer below ``2**53``, so the
+float64 matrix product (numpy, and the ONNX DOUBLE MatMul) is exact in any summation
+order. numpy switches to float32 (twice as fast) when the data bound is below ``2**24``.
+Int16 x int16 MatMul with ``K > 4`` can exceed the requantizer's direct range; the
+requantizer then clamps/pre-shifts (see :mod:`hbtool.kernels.requantize`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hbtool.kernels.base import Kernel, as_int, check
+from hbtool.kernels.builder import OnnxBuilder
+from hbtool.kernels.fixedpoint import DEFAULT_ROUNDING, EXACT_LIMIT, int_range
+from hbtool.kernels.requantize import Requantize
+
+F32_EXACT = 2**24
+
+
+def check_activation(q: np.ndarray, bits: int, name: str = "input") -> np.ndarray:
+    """int64 view of an activation, checked to lie in its ``bits``-bit range."""
+    q = as_int(q, name)
+    if q.size:
+        lo, hi = int_range(bits)
+        check(int(q.min()) >= lo and int(q.max()) <= hi, f"{name} outside the int{bits} range")
+    return q
+
+
+def exact_matmul(a: np.ndarray, b: np.ndarray, bound: int) -> np.ndarray:
+    """Integer ``a @ b`` through a float BLAS product, exact because ``|every partial sum| <= bound``."""
+    check(bound < 2**53, "matrix product bound reaches 2**53")
+    dt = np.float32 if bound <= F32_EXACT else np.float64
+    return np.matmul(a.astype(dt), b.astype(dt)).astype(np.int64)
+
+
+@dataclass(frozen=True, eq=False)
+class Linear(Kernel):
+    """``requantize(x @ W + b)`` with a constant integer weight ``[K, N]``."""
+
+    weight: np.ndarray  # int64 [K, N]
+    bias: np.ndarray | None  # int64 [N]
+    in_bits: int
+    requant: Requantize
+    acc_bound: int
+    wsum: int  # max over output channels of sum |W[:, n]|
+
+    @classmethod
+    def build(
+        cls,
+        weight_q: Any,
+        bias_q: Any,
+        scale_in: float,
+        scale_w: Any,
+        scale_out: float,
+        in_bits: int = 8,
+        out_bits: int = 8,
+        relu: bool = False,
+        lo: int | None = None,
+        hi: int | None = None,
+        rounding: str = DEFAULT_ROUNDING,
+    ) -> "Linear":
+        w = as_int(weight_q, "weight")
+        if w.ndim != 2:
+            raise ValueError("Linear weight must be [K, N]")
+        check(w.size == 0 or (int(w.min()) >= -128 and int(w.max()) <= 127), "weights must be int8")
+        b = None if bias_q is None else as_int(bias_q, "bias").reshape(-1)
+        if b is not None and b.size != w.shape[1]:
+            raise ValueError("bias length must equal the weight's N")
+        int_range(in_bits)
+        wsum = int(np.abs(w).sum(axis=0).max(initial=0))
+        bound = 2 ** (in_bits - 1) * wsum + (int(np.abs(b).max(initial=0)) if b is not None else 0)
+        if bound >= EXACT_LIMIT:
+            raise ValueError("Linear accumulator bound reaches 2**52")
+        ratio = float(scale_in) * np.asarray(scale_w, np.float64) / float(scale_out)
+        rq = Requantize.build(ratio, out_bits, axis=-1 if ratio.ndim else None, acc_bound=bound,
+                              relu=relu, lo=lo, hi=hi, rounding=rounding)
+        return cls(weight=w, bias=b, in_bits=in_bits, requant=rq, acc_bound=bound, wsum=wsum)
+
+    def accumulate_numpy(self, x: np.ndarray) -> np.ndarray:
+        """The int64 accumulator ``x @ W + b`` (before requantization)."""
+        x = check_activation(x, self.in_bits)
+        xmax = int(np.abs(x).max(initial=0))
+        acc = exact_matmul(x, self.weight, xmax * self.wsum)
+        return acc + self.bias if self.bias is not None else acc
+
+    def apply_numpy(self, x: np.ndarray) -> np.ndarray:
+        return self.requant.apply_trusted(self.accumulate_numpy(x))
+
+    def emit(self, b: OnnxBuilder, x: str) -> str:
+        acc = b.op("MatMul", x, b.int_const(self.weight, np.float64, "weight"))
+        if self.bias is not None:
+            acc = b.add(acc, b.int_const(self.bias, np.float64, "bias"))
+        return self.requant.emit(b, acc)
+
+
+@dataclass(frozen=True, eq=False)
+class MatMul(Kernel):
+    """``requantize(A @ B)`` of two activations (batched, broadcasting), scalar multiplier."""
+
+    k: int
+    a_bits: int
+    b_bits: int
+    requant: Requantize
+    acc_bound: int
+    n_inputs = 2
+
+    @classmethod
+    def build(
+        cls,
+        scale_a: float,
+        scale_b: float,
+        scale_out: float,
+        k: int,
+        a_bits: int = 8,
+        b_bits: int = 8,
+        out_bits: int = 8,
+        relu: bool = False,
+        lo: int | None = None,
+        hi: int | None = None,
+        rounding: str = DEFAULT_ROUNDING,
+    ) -> "MatMul":
+        """``k`` is the contracted length (last dim of A), needed for the exactness bound."""
+        int_range(a_bits)
+        int_range(b_bits)
+        bound = int(k) * 2 ** (a_bits - 1) * 2 ** (b_bits - 1)
+        if bound >= EXACT_LIMIT:
+            raise ValueError(f"MatMul with K={k} at int{a_bits} x int{b_bits} can reach 2**52")
+        rq = Requantize.build(float(scale_a) * float(scale_b) / float(scale_out), out_bits, acc_bound=bound,
+                              relu=relu, lo=lo, hi=hi, rounding=rounding)
+        return cls(k=int(k), a_bits=a_bits, b_bits=b_bits, requant=rq, acc_bound=bound)
+
+    def accumulate_numpy(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        a = check_activation(a, self.a_bits, "A")
+        b = check_activation(b, self.b_bits, "B")
+        check(a.shape[-1] == self.k, f"A's last dimension is {a.shape[-1]}, built for K={self.k}")
+        amax = int(np.abs(a).max(initial=0))
+        bmax = int(np.abs(b).max(initial=0))
+        return exact_matmul(a, b, self.k * amax * bmax)
+
+    def apply_numpy(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return self.requant.apply_trusted(self.accumulate_numpy(a, b))
+
+    def emit(self, bld: OnnxBuilder, a: str, b: str) -> str:
+        return self.requant.emit(bld, bld.op("MatMul", a, b))

@@ -1,0 +1,180 @@
+"""Pooling and mean reductions.
+
+* ``AvgPool``: integer window sums, then :class:`Requantize` with ``M 2**-n ~ s_in / (s_out count)``.
+  With ``count_include_pad=0`` and padding, the count differs at the borders: the
+  multiplier becomes a map over the output positions (``spatial_shape`` is then needed at
+  build). ONNX: window sums are a depthwise FLOAT Conv with all-one weights, split into
+  digits like :mod:`hbtool.kernels.conv` when ``2**(in_bits-1) * area > 2**24`` (int16 with
+  windows over 512 elements), recombined in DOUBLE.
+* ``ReduceMean`` (and GlobalAveragePool as ``ReduceMean`` over the spatial axes):
+  ``ReduceSum`` in DOUBLE (exact: ``count 2**(in_bits-1) < 2**52``), then the requantizer.
+* ``MaxPool``: a plain integer max (same scale in and out); ONNX MaxPool runs on DOUBLE.
+  Padding never wins the max. ``ceil_mode`` follows the ONNX rule, where a last window that
+  would start in the end padding is dropped.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from hbtool.kernels.base import Kernel, check
+from hbtool.kernels.builder import OnnxBuilder
+from hbtool.kernels.conv import conv_geometry, emit_float_conv, pad_numpy, plan_float_conv, windows_numpy
+from hbtool.kernels.fixedpoint import DEFAULT_ROUNDING, int_range
+from hbtool.kernels.linear import check_activation
+from hbtool.kernels.requantize import Requantize
+
+
+def pool_output_shape(spatial: Sequence[int], kshape: Sequence[int], strides: Sequence[int], pads: Sequence[int],
+                      dilations: Sequence[int], ceil_mode: bool) -> list[int]:
+    """ONNX pooling output size (with the drop of a last window starting in the end padding)."""
+    nd = len(kshape)
+    out = []
+    for i in range(nd):
+        span = spatial[i] + pads[i] + pads[i + nd] - dilations[i] * (kshape[i] - 1) - 1
+        o = (math.ceil(span / strides[i]) if ceil_mode else span // strides[i]) + 1
+        if ceil_mode and (o - 1) * strides[i] >= spatial[i] + pads[i]:
+            o -= 1
+        out.append(int(o))
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class AvgPool(Kernel):
+    """``requantize(window_sum(x))`` with ``M 2**-n ~ s_in / (s_out count)``."""
+
+    kernel_shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    pads: tuple[int, ...]
+    channels: int
+    in_bits: int
+    requant: Requantize
+
+    @classmethod
+    def build(
+        cls,
+        kernel_shape: Sequence[int],
+        scale_in: float,
+        scale_out: float,
+        channels: int,
+        strides: Sequence[int] | None = None,
+        pads: Sequence[int] | None = None,
+        count_include_pad: bool = False,
+        spatial_shape: Sequence[int] | None = None,
+        in_bits: int = 8,
+        out_bits: int = 8,
+        relu: bool = False,
+        rounding: str = DEFAULT_ROUNDING,
+    ) -> "AvgPool":
+        """``channels`` sizes the depthwise ONNX Conv; ``spatial_shape`` is needed for border counts."""
+        k = tuple(int(v) for v in kernel_shape)
+        s, p, _ = conv_geometry(len(k), strides, pads, None)
+        int_range(in_bits)
+        area = int(np.prod(k))
+        if any(p) and not count_include_pad:
+            if spatial_shape is None:
+                raise ValueError("AvgPool with padding and count_include_pad=0 needs spatial_shape")
+            ones = np.ones((1, 1) + tuple(int(v) for v in spatial_shape), np.int64)
+            counts = windows_numpy(pad_numpy(ones, p), k, s, (1,) * len(k)).sum(axis=tuple(range(-len(k), 0)))[0, 0]
+            ratio = float(scale_in) / (float(scale_out) * counts.astype(np.float64))
+        else:
+            ratio = float(scale_in) / (float(scale_out) * area)
+        rq = Requantize.build(ratio, out_bits, acc_bound=2 ** (in_bits - 1) * area, relu=relu, rounding=rounding)
+        plan_float_conv(np.ones((int(channels), 1) + k, np.int64), in_bits)
+        return cls(kernel_shape=k, strides=s, pads=p, channels=int(channels), in_bits=in_bits, requant=rq)
+
+    def apply_numpy(self, x: np.ndarray) -> np.ndarray:
+        x = check_activation(x, self.in_bits)
+        nd = len(self.kernel_shape)
+        win = windows_numpy(pad_numpy(x, self.pads), self.kernel_shape, self.strides, (1,) * nd)
+        return self.requant.apply_trusted(win.sum(axis=tuple(range(-nd, 0))))
+
+    def emit(self, b: OnnxBuilder, x: str) -> str:
+        w = np.ones((self.channels, 1) + self.kernel_shape, np.int64)
+        attrs = dict(kernel_shape=list(self.kernel_shape), strides=list(self.strides), pads=list(self.pads),
+                     group=self.channels)
+        return self.requant.emit(b, emit_float_conv(b, x, w, attrs, self.in_bits))
+
+
+@dataclass(frozen=True, eq=False)
+class ReduceMean(Kernel):
+    """Mean over ``axes`` = ``requantize(sum)`` with ``M 2**-n ~ s_in / (s_out count)``."""
+
+    axes: tuple[int, ...]
+    keepdims: bool
+    count: int
+    in_bits: int
+    requant: Requantize
+
+    @classmethod
+    def build(
+        cls,
+        axes: Sequence[int],
+        count: int,
+        scale_in: float,
+        scale_out: float,
+        keepdims: bool = True,
+        in_bits: int = 8,
+        out_bits: int = 8,
+        relu: bool = False,
+        rounding: str = DEFAULT_ROUNDING,
+    ) -> "ReduceMean":
+        """``count``: the number of elements averaged (product of the reduced dimensions)."""
+        int_range(in_bits)
+        rq = Requantize.build(float(scale_in) / (float(scale_out) * int(count)), out_bits,
+                              acc_bound=2 ** (in_bits - 1) * int(count), relu=relu, rounding=rounding)
+        return cls(axes=tuple(int(a) for a in axes), keepdims=bool(keepdims), count=int(count), in_bits=in_bits,
+                   requant=rq)
+
+    @classmethod
+    def global_avgpool(cls, rank: int, count: int, scale_in: float, scale_out: float, **kw: Any) -> "ReduceMean":
+        """GlobalAveragePool of a ``[N, C, *spatial]`` tensor of ``rank`` dims (count = prod(spatial))."""
+        return cls.build(tuple(range(2, rank)), count, scale_in, scale_out, keepdims=True, **kw)
+
+    def apply_numpy(self, x: np.ndarray) -> np.ndarray:
+        x = check_activation(x, self.in_bits)
+        check(int(np.prod([x.shape[a] for a in self.axes])) == self.count, "reduced element count differs from build")
+        return self.requant.apply_trusted(x.sum(axis=self.axes, keepdims=self.keepdims))
+
+    def emit(self, b: OnnxBuilder, x: str) -> str:
+        return self.requant.emit(b, b.reduce("ReduceSum", x, self.axes, self.keepdims))
+
+
+@dataclass(frozen=True, eq=False)
+class MaxPool(Kernel):
+    """Integer max over windows (input and output share the scale)."""
+
+    kernel_shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    pads: tuple[int, ...]
+    dilations: tuple[int, ...]
+    ceil_mode: bool = False
+
+    @classmethod
+    def build(cls, kernel_shape: Sequence[int], strides: Sequence[int] | None = None,
+              pads: Sequence[int] | None = None, dilations: Sequence[int] | None = None,
+              ceil_mode: bool = False) -> "MaxPool":
+        k = tuple(int(v) for v in kernel_shape)
+        s, p, d = conv_geometry(len(k), strides, pads, dilations)
+        return cls(kernel_shape=k, strides=s, pads=p, dilations=d, ceil_mode=bool(ceil_mode))
+
+    def apply_numpy(self, x: np.ndarray) -> np.ndarray:
+        x = check_activation(x, 16)
+        nd = len(self.kernel_shape)
+        spatial = x.shape[2:]
+        out = pool_output_shape(spatial, self.kernel_shape, self.strides, self.pads, self.dilations, self.ceil_mode)
+        pads = list(self.pads)
+        for i in range(nd):  # extra end padding so the last (partial) windows exist
+            need = (out[i] - 1) * self.strides[i] + self.dilations[i] * (self.kernel_shape[i] - 1) + 1
+            pads[i + nd] = max(pads[i + nd], need - spatial[i] - pads[i])
+        win = windows_numpy(pad_numpy(x, pads, -(2**40)), self.kernel_shape, self.strides, self.dilations)
+        win = win[(slice(None), slice(None)) + tuple(slice(0, o) for o in out)]
+        return win.max(axis=tuple(range(-nd, 0)))
+
+    def emit(self, b: OnnxBuilder, x: str) -> str:
+        return b.op("MaxPool", x, kernel_shape=list(self.kernel_shape), strides=list(self.strides),
+                    pads=list(self.pads), dilations=list(self.dilations), ceil_mode=int(self.ceil_mode))
