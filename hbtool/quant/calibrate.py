@@ -32,7 +32,9 @@ from hbtool.quant.masks import clamp_masks
 from hbtool.quant.metrics import RunningErrors
 from hbtool.quant.observers import TensorStats
 from hbtool.quant.plan import QuantPlan, bpu_activation_tensors, build_plan
+from hbtool.quant.lower import lower_to_integer
 from hbtool.quant.preprocess import insert_preprocess
+from hbtool.quant.quantized_model import build_quantized_graph
 from hbtool.quant.weights import plan_weights
 from hbtool.utils.atomic import atomic_write_bytes, atomic_write_text
 
@@ -54,6 +56,10 @@ class CalibrationResult:
     files: dict[str, Path] = field(default_factory=dict)
     seconds: float = 0.0
     num_samples: int = 0
+    original: Graph | None = None   # float graph with preprocessing, before optimizations
+    calibrated: Graph | None = None  # float graph with HzCalibration nodes
+    program: Graph | None = None     # the integer program (kernels in node.meta)
+    quantized: Graph | None = None   # the program with ONNX bodies
 
 
 def _tensor_names_for_eval(graph: Graph, plan: QuantPlan) -> list[str]:
@@ -91,14 +97,17 @@ def evaluate_outputs(
     batches: list[dict[str, np.ndarray]],
     tensor_map: dict[str, str] | None = None,
     node_tensors: list[str] | None = None,
+    scales: dict[str, float] | None = None,
 ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
     """Errors of ``test_graph`` against ``float_graph`` on the given feeds.
 
     Returns (per model output, per tensor in ``node_tensors``) metrics; ``tensor_map`` maps a
-    float tensor name to its name in ``test_graph``.
+    float tensor name to its name in ``test_graph``; ``scales`` multiplies the test graph's
+    value of a tensor (integer tensors of the quantized model) before comparing.
     """
     tensor_map = tensor_map or {}
     node_tensors = node_tensors or []
+    scales = scales or {}
     f_sess = float_session(float_graph, node_tensors)
     t_sess = float_session(test_graph, [tensor_map.get(t, t) for t in node_tensors])
     outs = list(float_graph.outputs)
@@ -109,6 +118,8 @@ def evaluate_outputs(
         f_vals = f_sess.run(f_names, feeds)
         t_vals = t_sess.run(t_names, feeds)
         for name, a, b in zip(f_names, f_vals, t_vals):
+            if name in scales and name not in outs:
+                b = b * scales[name]
             acc[name].update(a, b)
     out_err = {o: acc[o].result() for o in outs}
     node_err = {t: acc[t].result() for t in node_tensors}
@@ -149,13 +160,17 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     def plan_for(method: str) -> QuantPlan:
         return build_plan(graph, stats, method, auto16, node_info, output16, cal.max_percentile)
 
+    def quantized(plan: QuantPlan) -> tuple[Graph, Graph]:
+        program, _ = lower_to_integer(graph, plan, weights)
+        return program, build_quantized_graph(program)
+
     if ctype in ("default", "mix"):
         candidates = {}
         best = None
         for k, method in enumerate(CANDIDATES):
             plan = plan_for(method)
-            cgraph, _ = build_calibrated_graph(graph, plan, weights)
-            out_err, _ = evaluate_outputs(graph, cgraph, eval_batches)
+            _, qgraph = quantized(plan)
+            out_err, _ = evaluate_outputs(graph, qgraph, eval_batches)
             candidates[method] = _mean_cosine(out_err)
             log.info("calibration candidate %s: output cosine %.6f", method, candidates[method])
             if progress:
@@ -167,14 +182,19 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
         method = {"skip": "max"}.get(ctype, ctype)
         candidates = {}
     plan = plan_for(method)
-    cgraph, names = build_calibrated_graph(graph, plan, weights)
-    out_err, node_err = evaluate_outputs(graph, cgraph, eval_batches, names, list(plan.tensors))
+    cgraph, _ = build_calibrated_graph(graph, plan, weights)
+    program, qgraph = quantized(plan)
+    present = {o for n in program.nodes for o in n.outputs}
+    node_tensors = [t for t in plan.tensors if t in present and t not in graph.outputs]
+    out_err, node_err = evaluate_outputs(graph, qgraph, eval_batches, None, node_tensors, {t: plan.tensors[t].scale for t in node_tensors})
     if not candidates:
         candidates = {method: _mean_cosine(out_err)}
     result = CalibrationResult(graph, plan, weights, method, candidates, node_err, out_err, num_samples=total)
     result.seconds = time.perf_counter() - t0
-    result._original = original  # type: ignore[attr-defined]
-    result._calibrated = cgraph  # type: ignore[attr-defined]
+    result.original = original
+    result.calibrated = cgraph
+    result.program = program
+    result.quantized = qgraph
     return result
 
 
@@ -186,13 +206,15 @@ def write_outputs(cfg: HbConfig, result: CalibrationResult, report_text: str) ->
         "original_float_model": wd / f"{prefix}_original_float_model.onnx",
         "optimized_float_model": wd / f"{prefix}_optimized_float_model.onnx",
         "calibrated_model": wd / f"{prefix}_calibrated_model.onnx",
+        "quantized_model": wd / f"{prefix}_quantized_model.onnx",
         "quant_info": wd / f"{prefix}_quant_info.json",
         "log": wd / "hb_calibrate.log",
     }
     payloads: dict[str, bytes] = {
-        "original_float_model": to_onnx(result._original, stage="original_float").SerializeToString(),  # type: ignore[attr-defined]
+        "original_float_model": to_onnx(result.original, stage="original_float").SerializeToString(),
         "optimized_float_model": to_onnx(result.graph, stage="optimized_float").SerializeToString(),
-        "calibrated_model": to_onnx(result._calibrated, stage="calibrated").SerializeToString(),  # type: ignore[attr-defined]
+        "calibrated_model": to_onnx(result.calibrated, stage="calibrated").SerializeToString(),
+        "quantized_model": to_onnx(result.quantized, stage="quantized").SerializeToString(),
         "quant_info": (json.dumps(quant_info(result), indent=1) + "\n").encode(),
         "log": report_text.encode(),
     }

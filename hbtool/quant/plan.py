@@ -122,10 +122,15 @@ def build_plan(
         uf.add(t)
     want16: set[str] = set()
     fixed: dict[str, tuple[str, str]] = {}
+    const_absmax: dict[str, float] = {}
     for node in graph.nodes:
         if node.meta.get("on") != "BPU":
             continue
         data = _data_inputs(graph, node)
+        if node.op_type == "Concat":
+            consts = [i for i in node.inputs if i and graph.is_const(i)]
+            if consts and node.outputs[0] in uf.parent:
+                const_absmax[node.outputs[0]] = max(float(np.abs(graph.const(c)).max()) for c in consts)
         if node.op_type in SCALE_PRESERVING and data:
             for o in node.outputs:
                 if o:
@@ -168,6 +173,8 @@ def build_plan(
                     continue
                 mm = method if isinstance(method, str) else method.get(m, "max")
                 thr = max(thr, threshold(st, mm, qmax, percentile))
+            for m in members:
+                thr = max(thr, const_absmax.get(m, 0.0))
             thr = thr if thr > 0 else 1e-8
             scale = float(np.float32(thr / qmax))
         plan.groups[gid] = members

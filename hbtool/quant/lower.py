@@ -1,0 +1,537 @@
+"""Lower the placed float graph and its quantization plan to the integer program of the BPU.
+
+The result is again an IR :class:`~hbtool.ir.graph.Graph`. Every BPU node becomes an
+hbtool-domain ``Hz*`` node whose ``meta["kernel"]`` is an integer kernel from
+:mod:`hbtool.kernels` (its numpy form is what ``simulate`` runs, its ONNX form is the node's
+body in ``*_quantized_model.onnx``); data-movement nodes stay as they are and move integers.
+Integer tensors keep their float names, so a float tensor and its integer counterpart line up
+for error analysis; they carry float64 values in ONNX (exact integers). Where a BPU region meets
+the float world (model inputs, CPU nodes, model outputs) ``HzQuantize`` / ``HzDequantize``
+nodes convert, on the CPU side.
+
+A BPU node that has no integer lowering yet runs in float between a dequantize and a quantize,
+and is reported (``meta["fallback"]``) rather than silently mis-computed.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node
+from hbtool.kernels import Add, Conv, LayerNorm, Linear, Lut, MatMul, Mul
+from hbtool.kernels.pool import AvgPool, MaxPool, ReduceMean
+from hbtool.kernels.quantize import Dequantize, Quantize
+from hbtool.kernels.softmax import Softmax
+from hbtool.quant.plan import QuantPlan
+from hbtool.quant.weights import WEIGHT_QMAX, quantize_weight, weight_scales
+
+log = logging.getLogger(__name__)
+
+# data movement: the node is copied and moves integers unchanged
+MOVE_OPS = {
+    "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Slice", "Split", "Concat", "Gather", "Expand",
+    "Tile", "Pad", "ReduceMax", "ReduceMin", "WindowPartition", "WindowReverse", "Roll", "DepthToSpace",
+    "SpaceToDepth", "Identity", "GlobalMaxPool",
+}
+# onnxruntime has no double kernel for these: the quantized model runs them on float32 (exact for int16)
+NEEDS_FLOAT_CARRIER = {"Pad", "Resize", "DepthToSpace", "SpaceToDepth", "GlobalMaxPool"}
+
+LUT_OF = {
+    "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Reciprocal": "reciprocal",
+    "Erf": "erf", "Swish": "swish", "HardSwish": "hardswish", "Softplus": "softplus", "Abs": "abs", "Neg": "neg",
+    "Mish": "mish", "Relu": "relu",
+}
+
+
+@dataclass
+class IntTensor:
+    name: str
+    scale: float
+    bits: int
+
+
+@dataclass
+class LoweringReport:
+    fallbacks: list[tuple[str, str, str]] = field(default_factory=list)  # (node, op, why)
+
+
+class _Lowerer:
+    def __init__(self, graph: Graph, plan: QuantPlan, weights: dict[str, tuple[np.ndarray, int]], rounding: str):
+        self.src = graph
+        self.plan = plan
+        self.weights = weights
+        self.rounding = rounding
+        self.out = Graph(graph.name, graph.opset)
+        self.out.metadata = dict(graph.metadata)
+        self.ints: dict[str, IntTensor] = {}      # float tensor -> its integer version
+        self.floats: set[str] = set()             # float tensors available in the program
+        self.report = LoweringReport()
+        self.consumers = graph.consumer_map()
+
+    # ------------------------------------------------------------ helpers
+    def copy_value(self, name: str, as_int: bool = False, new_name: str | None = None) -> str:
+        v = self.src.values.get(name)
+        target = new_name or name
+        self.out.set_value(target, v.shape if v else None, np.float64 if as_int else (v.dtype if v else None))
+        return target
+
+    def tq(self, tensor: str):
+        t = self.plan.tensors.get(tensor)
+        if t is None:
+            raise KeyError(tensor)
+        return t
+
+    def int_input(self, tensor: str) -> IntTensor:
+        """The integer version of ``tensor``, quantizing a float one at the boundary if needed."""
+        if tensor in self.ints:
+            return self.ints[tensor]
+        tq = self.plan.tensors.get(tensor)
+        if tq is None:
+            raise KeyError(f"tensor {tensor!r} has no quantization parameters")
+        name = self.out.unique_name(f"{tensor}_q")
+        self.out.set_value(name, self.src.shape(tensor), np.float64)
+        node = self.out.add_node("HzQuantize", [tensor], [name], {"scale": tq.scale, "bits": tq.bits},
+                                 name=f"{tensor}_HzQuantize", domain=HBTOOL_DOMAIN)
+        node.meta.update(kernel=Quantize.build(tq.scale, tq.bits), on="CPU", boundary=True)
+        it = IntTensor(name, tq.scale, tq.bits)
+        self.ints[tensor] = it
+        return it
+
+    def float_input(self, tensor: str) -> str:
+        """The float version of ``tensor``, dequantizing an integer one at the boundary if needed."""
+        if tensor in self.floats or self.src.is_const(tensor) or tensor in self.src.inputs or not tensor:
+            return tensor
+        it = self.ints[tensor]
+        name = self.out.unique_name(f"{tensor}_deq")
+        self.out.set_value(name, self.src.shape(tensor), np.float32)
+        node = self.out.add_node("HzDequantize", [it.name], [name], {"scale": it.scale}, name=f"{tensor}_HzDequantize", domain=HBTOOL_DOMAIN)
+        node.meta.update(kernel=Dequantize.build(it.scale), on="CPU", boundary=True)
+        self.floats.add(name)
+        return name
+
+    def const_int(self, tensor: str, bits: int = 16) -> IntTensor:
+        """A float constant operand quantized to its own symmetric scale."""
+        data = np.asarray(self.src.const(tensor), np.float64)
+        qmax = 32767 if bits == 16 else 127
+        amax = float(np.abs(data).max()) if data.size else 0.0
+        scale = float(np.float32(amax / qmax)) if amax > 0 else 1.0
+        q = np.clip(np.round(data / scale), -qmax - 1, qmax).astype(np.float64)
+        name = self.out.add_const(q, hint=f"{tensor}_q")
+        return IntTensor(name, scale, bits)
+
+    def emit_kernel(self, node: Node, op_type: str, kernel, inputs: list[str], out_tensor: str, attrs: dict | None = None) -> None:
+        tq = self.tq(out_tensor)
+        out_name = self.copy_value(out_tensor, as_int=True)
+        new = self.out.add_node(op_type, inputs, [out_name], attrs or {}, name=node.name, domain=HBTOOL_DOMAIN)
+        new.meta.update(kernel=kernel, on="BPU", subgraph=node.meta.get("subgraph"), source_op=node.op_type)
+        self.ints[out_tensor] = IntTensor(out_name, tq.scale, tq.bits)
+
+    def fused_activation(self, node: Node) -> tuple[str, dict[str, Any], Node | None]:
+        """A Relu/Clip(0, x) right after ``node`` that the kernel can apply as a clamp."""
+        out = node.outputs[0]
+        users = self.consumers.get(out, [])
+        if len(users) != 1 or out in self.src.outputs or out not in self.plan.tensors:
+            return out, {}, None
+        act = users[0]
+        if act.meta.get("on") != "BPU" or act.outputs[0] not in self.plan.tensors:
+            return out, {}, None
+        if act.op_type == "Relu":
+            return act.outputs[0], {"relu": True}, act
+        if act.op_type == "Clip":
+            lo = self.src.const(act.inputs[1]) if len(act.inputs) > 1 and act.inputs[1] else None
+            hi = self.src.const(act.inputs[2]) if len(act.inputs) > 2 and act.inputs[2] else None
+            if lo is not None and float(lo) == 0.0:
+                s = self.tq(act.outputs[0]).scale
+                extra: dict[str, Any] = {"relu": True}
+                if hi is not None:
+                    extra["hi"] = int(np.floor(float(hi) / s + 0.5))
+                return act.outputs[0], extra, act
+        return out, {}, None
+
+    # ------------------------------------------------------------ per op
+    def lower_node(self, node: Node) -> bool:
+        op = node.op_type
+        fn: Callable[[Node], bool] | None = getattr(self, f"_lower_{op}", None)
+        if op in MOVE_OPS:
+            return self._move(node)
+        if op in LUT_OF:
+            return self._lut(node, LUT_OF[op])
+        if fn is None:
+            return False
+        return fn(node)
+
+    def _move(self, node: Node) -> bool:
+        data = [i for i in node.inputs if i and not self.src.is_const(i)]
+        if not data:
+            return False
+        ints = [self.int_input(i) for i in data]
+        mapping = {i: it.name for i, it in zip(data, ints)}
+        if node.op_type == "Concat" and len({it.scale for it in ints}) > 1:
+            return False
+        if node.op_type == "Pad" and len(node.inputs) > 2 and node.inputs[2]:
+            value = float(np.asarray(self.src.const(node.inputs[2])).reshape(-1)[0]) if self.src.const(node.inputs[2]) is not None else 0.0
+            if value != 0.0:
+                return False
+        for k, i in enumerate(node.inputs):
+            if i and self.src.is_const(i):
+                if node.op_type == "Concat":
+                    # a constant piece of the concatenated data (a class token): same integers as the rest
+                    it = ints[0]
+                    qmax = 32767 if it.bits == 16 else 127
+                    q = np.clip(np.round(np.asarray(self.src.const(i), np.float64) / it.scale), -qmax - 1, qmax)
+                    mapping[i] = self.out.add_const(q.astype(np.float64), hint=f"{i}_q")
+                else:
+                    self.out.values[i] = self.src.values[i]
+        outs = []
+        for o in node.outputs:
+            if not o:
+                outs.append(o)
+                continue
+            outs.append(self.copy_value(o, as_int=True))
+        new = self.out.add_node(node.op_type, [mapping.get(i, i) for i in node.inputs], outs, dict(node.attrs), name=node.name, domain=node.domain, body=node.body)
+        new.meta.update(on="BPU", subgraph=node.meta.get("subgraph"), float_carrier=node.op_type in NEEDS_FLOAT_CARRIER)
+        for o in node.outputs:
+            if o:
+                tq = self.plan.tensors.get(o)
+                scale = tq.scale if tq else ints[0].scale
+                bits = tq.bits if tq else ints[0].bits
+                self.ints[o] = IntTensor(o, scale, bits)
+        return True
+
+    def _lut(self, node: Node, fname: str, f=None) -> bool:
+        x = self.int_input(node.inputs[0])
+        out = node.outputs[0]
+        tq = self.tq(out)
+        kernel = Lut.build(f or fname, x.scale, x.bits, tq.scale, tq.bits, rounding=self.rounding)
+        self.emit_kernel(node, "HzLut", kernel, [x.name], out, {"function": fname})
+        return True
+
+    def _lower_Gelu(self, node: Node) -> bool:
+        return self._lut(node, "gelu_tanh" if node.attr("approximate", "none") == "tanh" else "gelu")
+
+    def _lower_HardSigmoid(self, node: Node) -> bool:
+        from hbtool.kernels.lut import hardsigmoid_fn
+
+        return self._lut(node, "hardsigmoid", hardsigmoid_fn(float(node.attr("alpha", 0.2)), float(node.attr("beta", 0.5))))
+
+    def _lower_LeakyRelu(self, node: Node) -> bool:
+        from hbtool.kernels.lut import leaky_relu_fn
+
+        return self._lut(node, "leaky_relu", leaky_relu_fn(float(node.attr("alpha", 0.01))))
+
+    def _lower_Elu(self, node: Node) -> bool:
+        from hbtool.kernels.lut import elu_fn
+
+        return self._lut(node, "elu", elu_fn(float(node.attr("alpha", 1.0))))
+
+    def _lower_Pow(self, node: Node) -> bool:
+        from hbtool.kernels.lut import pow_fn
+
+        e = self.src.const(node.inputs[1])
+        if e is None or e.size != 1:
+            return False
+        return self._lut(node, f"pow{float(e.reshape(-1)[0]):g}", pow_fn(float(e.reshape(-1)[0])))
+
+    def _lower_Clip(self, node: Node) -> bool:
+        lo = self.src.const(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] else None
+        hi = self.src.const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+        lo_v = -np.inf if lo is None else float(lo)
+        hi_v = np.inf if hi is None else float(hi)
+        return self._lut(node, f"clip[{lo_v:g},{hi_v:g}]", (lambda x, a=lo_v, b=hi_v: np.clip(x, a, b), None))
+
+    def _linear_like(self, node: Node, x_tensor: str, w: np.ndarray, b: np.ndarray | None, axis: int) -> bool:
+        """x @ W (+ b) with W [K, N] constant."""
+        x = self.int_input(x_tensor)
+        out, extra, act = self.fused_activation(node)
+        tq = self.tq(out)
+        wname = node.inputs[1]
+        scales, _ = self.weights.get(wname, (None, None))
+        if scales is None or scales.size != w.shape[1]:
+            scales = weight_scales(w, 1)
+        wq = quantize_weight(w, scales, 1).astype(np.int64)
+        bias = np.zeros(w.shape[1]) if b is None else np.asarray(b, np.float64).reshape(-1)
+        bq = np.round(bias / (x.scale * scales.astype(np.float64))).astype(np.int64)
+        kernel = Linear.build(wq, bq, x.scale, scales, tq.scale, in_bits=x.bits, out_bits=tq.bits, rounding=self.rounding, **extra)
+        self.emit_kernel(node, "HzLinear", kernel, [x.name], out)
+        if act is not None:
+            self.skip.add(act.name)
+        return True
+
+    def _lower_Linear(self, node: Node) -> bool:
+        w = self.src.const(node.inputs[1])
+        b = self.src.const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+        return w is not None and w.ndim == 2 and self._linear_like(node, node.inputs[0], w, b, 1)
+
+    def _lower_Gemm(self, node: Node) -> bool:
+        w = self.src.const(node.inputs[1])
+        if w is None or node.attr("transA", 0):
+            return False
+        w = w.T if node.attr("transB", 0) else w
+        w = w * float(node.attr("alpha", 1.0))
+        b = self.src.const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+        if b is not None:
+            b = np.broadcast_to(np.asarray(b) * float(node.attr("beta", 1.0)), (w.shape[1],))
+        return self._linear_like(node, node.inputs[0], w, b, 1)
+
+    def _lower_MatMul(self, node: Node) -> bool:
+        w = self.src.const(node.inputs[1])
+        if w is not None:
+            return w.ndim == 2 and self._linear_like(node, node.inputs[0], w, None, 1)
+        if self.src.is_const(node.inputs[0]):
+            return False
+        a, b = self.int_input(node.inputs[0]), self.int_input(node.inputs[1])
+        out, extra, act = self.fused_activation(node)
+        tq = self.tq(out)
+        k = int(self.src.shape(node.inputs[0])[-1])
+        kernel = MatMul.build(a.scale, b.scale, tq.scale, k, a.bits, b.bits, tq.bits, rounding=self.rounding, **extra)
+        self.emit_kernel(node, "HzMatMul", kernel, [a.name, b.name], out)
+        if act is not None:
+            self.skip.add(act.name)
+        return True
+
+    def _lower_Conv(self, node: Node) -> bool:
+        w = self.src.const(node.inputs[1])
+        if w is None:
+            return False
+        x = self.int_input(node.inputs[0])
+        out, extra, act = self.fused_activation(node)
+        tq = self.tq(out)
+        scales, _ = self.weights.get(node.inputs[1], (None, None))
+        if scales is None:
+            scales = weight_scales(w, 0)
+        wq = quantize_weight(w, scales, 0).astype(np.int64)
+        b = self.src.const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+        bias = np.zeros(w.shape[0]) if b is None else np.asarray(b, np.float64)
+        bq = np.round(bias / (x.scale * scales.astype(np.float64))).astype(np.int64)
+        nd = w.ndim - 2
+        pads = node.attr("pads") or [0] * (2 * nd)
+        if node.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+            return False
+        kernel = Conv.build(
+            wq, bq, x.scale, scales, tq.scale, strides=node.attr("strides") or [1] * nd, pads=pads,
+            dilations=node.attr("dilations") or [1] * nd, group=int(node.attr("group", 1)),
+            in_bits=x.bits, out_bits=tq.bits, rounding=self.rounding, **extra,
+        )
+        self.emit_kernel(node, "HzConv", kernel, [x.name], out)
+        if act is not None:
+            self.skip.add(act.name)
+        return True
+
+    def _binary(self, node: Node, cls) -> bool:
+        a_t, b_t = node.inputs[0], node.inputs[1]
+        ints = []
+        for t in (a_t, b_t):
+            if self.src.is_const(t):
+                ints.append(self.const_int(t))
+            else:
+                ints.append(self.int_input(t))
+        out, extra, act = self.fused_activation(node)
+        tq = self.tq(out)
+        a, b = ints
+        if cls is Add:
+            kernel = Add.build(a.scale, b.scale, tq.scale, a.bits, b.bits, tq.bits, sub=node.op_type == "Sub", rounding=self.rounding, **extra)
+            op = "HzAdd"
+        else:
+            kernel = Mul.build(a.scale, b.scale, tq.scale, a.bits, b.bits, tq.bits, rounding=self.rounding, **extra)
+            op = "HzMul"
+        self.emit_kernel(node, op, kernel, [a.name, b.name], out)
+        if act is not None:
+            self.skip.add(act.name)
+        return True
+
+    def _lower_Add(self, node: Node) -> bool:
+        return self._binary(node, Add)
+
+    def _lower_Sub(self, node: Node) -> bool:
+        return self._binary(node, Add)
+
+    def _lower_Mul(self, node: Node) -> bool:
+        return self._binary(node, Mul)
+
+    def _lower_Div(self, node: Node) -> bool:
+        d = self.src.const(node.inputs[1])
+        if d is None or np.any(d == 0):
+            return False
+        recip = self.src.unique_name(f"{node.inputs[1]}_reciprocal")
+        self.src.add_const((1.0 / np.asarray(d, np.float64)).astype(np.float32), name=recip)
+        shadow = Node(node.name, "Mul", [node.inputs[0], recip], list(node.outputs), {}, "", None, dict(node.meta))
+        return self._binary(shadow, Mul)
+
+    def _lower_Softmax(self, node: Node) -> bool:
+        shape = self.src.shape(node.inputs[0])
+        axis = int(node.attr("axis", -1))
+        if shape is None or axis not in (-1, len(shape) - 1):
+            return False
+        x = self.int_input(node.inputs[0])
+        tq = self.tq(node.outputs[0])
+        kernel = Softmax.build(x.scale, x.bits, tq.bits, rounding=self.rounding)
+        self.emit_kernel(node, "HzSoftmax", kernel, [x.name], node.outputs[0])
+        return True
+
+    def _lower_LayerNormalization(self, node: Node) -> bool:
+        shape = self.src.shape(node.inputs[0])
+        axis = int(node.attr("axis", -1))
+        if shape is None or axis not in (-1, len(shape) - 1):
+            return False
+        x = self.int_input(node.inputs[0])
+        tq = self.tq(node.outputs[0])
+        gamma = self.src.const(node.inputs[1])
+        beta = self.src.const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+        if gamma is None or (len(node.inputs) > 2 and node.inputs[2] and beta is None):
+            return False
+        kernel = LayerNorm.build(x.scale, gamma, beta, float(node.attr("epsilon", 1e-5)), tq.scale, x.bits, tq.bits, n=int(shape[-1]), rounding=self.rounding)
+        self.emit_kernel(node, "HzLayerNorm", kernel, [x.name], node.outputs[0])
+        return True
+
+    def _lower_HzPreprocess(self, node: Node) -> bool:
+        shape = self.src.shape(node.inputs[0])
+        layout = node.attr("layout", "NCHW")
+        mean = np.asarray(node.attr("mean"), np.float64)
+        scale = np.asarray(node.attr("scale"), np.float64)
+        if shape is None or len(shape) != 4 or node.attr("input_type") not in (None, node.attr("train_type", node.attr("input_type"))):
+            return False
+        c = shape[1] if layout == "NCHW" else shape[3]
+        mean = np.broadcast_to(mean, (c,)) if mean.size in (1, c) else None
+        scale = np.broadcast_to(scale, (c,)) if scale.size in (1, c) else None
+        if mean is None or scale is None:
+            return False
+        if layout == "NCHW":
+            w = scale.reshape(c, 1, 1, 1).astype(np.float32)
+            fake = Node(node.name, "Conv", [node.inputs[0], "__w", "__b"], list(node.outputs), {"group": c}, "", None, dict(node.meta))
+            self.src.values["__w"] = self.src.values.get("__w") or type(self.src.value(node.inputs[0]))("__w")
+            self.src.values["__w"].data, self.src.values["__w"].shape = w, w.shape
+            self.src.values["__b"] = type(self.src.value(node.inputs[0]))("__b", (c,), np.dtype(np.float32), (-mean * scale).astype(np.float32))
+            try:
+                return self._lower_Conv(fake)
+            finally:
+                del self.src.values["__w"], self.src.values["__b"]
+        w = np.diag(scale).astype(np.float32)
+        fake = Node(node.name, "Linear", [node.inputs[0], "__w"], list(node.outputs), {}, "", None, dict(node.meta))
+        return self._linear_like(fake, node.inputs[0], w, -mean * scale, 1)
+
+    def _lower_MaxPool(self, node: Node) -> bool:
+        if node.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID") or len(node.outputs) > 1 and node.outputs[1]:
+            return False
+        x = self.int_input(node.inputs[0])
+        kshape = list(node.attr("kernel_shape"))
+        kernel = MaxPool.build(kshape, node.attr("strides") or [1] * len(kshape), node.attr("pads") or [0] * (2 * len(kshape)),
+                               node.attr("dilations"), bool(node.attr("ceil_mode", 0)))
+        out = node.outputs[0]
+        name = self.copy_value(out, as_int=True)
+        new = self.out.add_node("HzMaxPool", [x.name], [name], {}, name=node.name, domain=HBTOOL_DOMAIN)
+        new.meta.update(kernel=kernel, on="BPU", subgraph=node.meta.get("subgraph"), source_op=node.op_type)
+        self.ints[out] = IntTensor(name, x.scale, x.bits)
+        return True
+
+    def _lower_AveragePool(self, node: Node) -> bool:
+        if node.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID") or node.attr("ceil_mode", 0):
+            return False
+        x = self.int_input(node.inputs[0])
+        out, extra, act = self.fused_activation(node)
+        tq = self.tq(out)
+        shape = self.src.shape(node.inputs[0])
+        kshape = list(node.attr("kernel_shape"))
+        kernel = AvgPool.build(kshape, x.scale, tq.scale, shape[1], node.attr("strides") or [1] * len(kshape),
+                               node.attr("pads") or [0] * (2 * len(kshape)), bool(node.attr("count_include_pad", 0)),
+                               spatial_shape=shape[2:], in_bits=x.bits, out_bits=tq.bits, rounding=self.rounding, **extra)
+        self.emit_kernel(node, "HzAvgPool", kernel, [x.name], out)
+        if act is not None:
+            self.skip.add(act.name)
+        return True
+
+    def _reduce_mean(self, node: Node, axes: list[int], keepdims: bool) -> bool:
+        x = self.int_input(node.inputs[0])
+        tq = self.tq(node.outputs[0])
+        shape = self.src.shape(node.inputs[0])
+        axes = sorted(a + len(shape) if a < 0 else a for a in axes)
+        count = int(np.prod([shape[a] for a in axes]))
+        kernel = ReduceMean.build(axes, count, x.scale, tq.scale, keepdims, x.bits, tq.bits, rounding=self.rounding)
+        self.emit_kernel(node, "HzReduceMean", kernel, [x.name], node.outputs[0])
+        return True
+
+    def _lower_GlobalAveragePool(self, node: Node) -> bool:
+        shape = self.src.shape(node.inputs[0])
+        return self._reduce_mean(node, list(range(2, len(shape))), True)
+
+    def _lower_ReduceMean(self, node: Node) -> bool:
+        from hbtool.ir.patterns import reduce_axes
+
+        axes = reduce_axes(self.src, node)
+        if axes is None:
+            return False
+        return self._reduce_mean(node, axes, bool(node.attr("keepdims", 1)))
+
+    # ------------------------------------------------------------ driver
+    def float_node(self, node: Node, reason: str | None = None) -> None:
+        """Copy a node that runs in float (CPU nodes, and BPU nodes without a lowering)."""
+        inputs = [self.float_input(i) if i else i for i in node.inputs]
+        for i in node.inputs:
+            if i and (self.src.is_const(i)):
+                v = self.src.values[i]
+                self.out.values[i] = v
+            elif i in self.src.inputs and i not in self.out.values:
+                self.copy_value(i)
+        outs = [self.copy_value(o) if o else o for o in node.outputs]
+        new = self.out.add_node(node.op_type, inputs, outs, dict(node.attrs), name=node.name, domain=node.domain, body=node.body)
+        new.meta.update(on="CPU" if reason is None else "CPU", subgraph=None)
+        if reason:
+            new.meta["fallback"] = reason
+        self.floats.update(o for o in outs if o)
+
+    def run(self) -> Graph:
+        self.skip: set[str] = set()
+        for name in self.src.inputs:
+            self.copy_value(name)
+            self.floats.add(name)
+        self.out.inputs = list(self.src.inputs)
+        for node in list(self.src.nodes):
+            if node.name in self.skip:
+                continue
+            if node.meta.get("on") == "BPU" and all(o in self.plan.tensors or not o for o in node.outputs):
+                try:
+                    ok = self.lower_node(node)
+                except (KeyError, ValueError) as exc:
+                    log.debug("lowering %s failed: %s", node.name, exc)
+                    ok = False
+                if ok:
+                    continue
+                self.report.fallbacks.append((node.name, node.op_type, "no integer lowering for this form yet"))
+                self.float_node(node, reason="no integer lowering for this form yet")
+                continue
+            self.float_node(node)
+        outputs = []
+        for o in self.src.outputs:
+            if o in self.floats:
+                outputs.append(o)
+                continue
+            it = self.ints[o]
+            # the integer tensor gives up the output's name to the dequantized one
+            int_name = self.out.unique_name(f"{o}_int")
+            self._rename(it.name, int_name)
+            it.name = int_name
+            self.out.set_value(o, self.src.shape(o), np.float32)
+            node = self.out.add_node("HzDequantize", [int_name], [o], {"scale": it.scale}, name=f"{o}_HzDequantize", domain=HBTOOL_DOMAIN)
+            node.meta.update(kernel=Dequantize.build(it.scale), on="CPU", boundary=True)
+            outputs.append(o)
+        self.out.outputs = outputs
+        self.out.remove_unused()
+        return self.out
+
+    def _rename(self, old: str, new: str) -> None:
+        v = self.out.values.pop(old)
+        v.name = new
+        self.out.values[new] = v
+        for n in self.out.nodes:
+            n.inputs = [new if i == old else i for i in n.inputs]
+            n.outputs = [new if o == old else o for o in n.outputs]
+
+
+def lower_to_integer(graph: Graph, plan: QuantPlan, weights: dict[str, tuple[np.ndarray, int]], rounding: str = "half_up") -> tuple[Graph, LoweringReport]:
+    """The integer program of ``graph`` under ``plan`` (see the module docstring)."""
+    low = _Lowerer(graph.copy(), plan, weights, rounding)
+    prog = low.run()
+    return prog, low.report
