@@ -237,7 +237,7 @@ CALIBRATION = _g(
         "Percentile of |x| kept by `max` and `percentile` calibration (1.0 = true max). Other "
         "methods do not use it.", default=1.0, min=0.0, max=1.0, min_exclusive=True,
         default_doc=f"1.0 ({PERCENTILE_DEFAULT} with calibration_type percentile)"),
-    Key("per_channel", "bool", "Per-output-channel weight scales.", default=False),
+    Key("per_channel", "bool", "Per-output-channel weight scales.", default=True),
     Key("run_on_cpu", "names", "Nodes to keep on the CPU (merged into node_info).", default=[]),
     Key("run_on_bpu", "names", "Nodes to force onto the BPU (merged into node_info).",
         default=[]),

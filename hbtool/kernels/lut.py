@@ -122,11 +122,12 @@ def make_table(f: Callable, x: np.ndarray, scale_out: float, out_bits: int,
 class Lut(Kernel):
     """Elementwise ``f`` by table lookup (int8 input) or interpolated table (int16 input)."""
 
-    table: np.ndarray  # int64: 256 entries (int8 in) or 257 knots (int16 in)
+    table: np.ndarray  # int64: 256 entries (int8 in) or 2**(16 - knot_bits) + 1 knots (int16 in)
     in_bits: int
     out_bits: int
     rounding: str = DEFAULT_ROUNDING
     name: str = "f"
+    knot_bits: int = 8  # int16 input: knots every 2**knot_bits codes
 
     @classmethod
     def build(
@@ -138,6 +139,7 @@ class Lut(Kernel):
         out_bits: int,
         domain: tuple[float, float] | None = None,
         rounding: str = DEFAULT_ROUNDING,
+        knot_bits: int = 8,
     ) -> "Lut":
         """``f``: a name in :data:`LUT_FUNCTIONS`, a float64 array function, or a ``(function, domain)``
         pair such as ``pow_fn(1.5)``; ``domain`` (lo, hi) clamps the function's input."""
@@ -156,27 +158,32 @@ class Lut(Kernel):
         if in_bits == 8:
             codes = np.arange(-128, 128, dtype=np.float64)
         else:
-            codes = -32768.0 + 256.0 * np.arange(257, dtype=np.float64)
+            if not 4 <= knot_bits <= 8:
+                raise ValueError("knot_bits must be within 4..8")
+            codes = -32768.0 + float(1 << knot_bits) * np.arange((1 << (16 - knot_bits)) + 1, dtype=np.float64)
         table = make_table(f, codes * float(scale_in), scale_out, out_bits, domain)
-        return cls(table=table, in_bits=in_bits, out_bits=out_bits, rounding=rounding, name=name)
+        return cls(table=table, in_bits=in_bits, out_bits=out_bits, rounding=rounding, name=name, knot_bits=knot_bits)
 
     def apply_numpy(self, q: np.ndarray) -> np.ndarray:
         q = check_activation(q, self.in_bits)
         if self.in_bits == 8:
             return self.table[q + 128]
+        kb = self.knot_bits
         u = q + 32768
-        i = u >> 8
+        i = u >> kb
         t0 = self.table[i]
-        return t0 + rounding_shift_numpy((self.table[i + 1] - t0) * (u & 255), 8, self.rounding)
+        return t0 + rounding_shift_numpy((self.table[i + 1] - t0) * (u & ((1 << kb) - 1)), kb, self.rounding)
 
     def emit(self, b: OnnxBuilder, q: str) -> str:
         if self.in_bits == 8:
             idx = b.cast(b.add(q, b.const(128.0)), np.int64)
             return b.op("Gather", b.const(self.table.astype(np.float64), hint="table"), idx)
+        kb = self.knot_bits
+        step = float(1 << kb)
         u = b.add(q, b.const(32768.0))
-        i = b.floor(b.mul(u, b.const(1.0 / 256)))
-        r = b.sub(u, b.mul(i, b.const(256.0)))
+        i = b.floor(b.mul(u, b.const(1.0 / step)))
+        r = b.sub(u, b.mul(i, b.const(step)))
         idx = b.cast(i, np.int64)
-        t0 = b.op("Gather", b.const(self.table[:256].astype(np.float64), hint="table"), idx)
+        t0 = b.op("Gather", b.const(self.table[:-1].astype(np.float64), hint="table"), idx)
         dt = b.op("Gather", b.const(np.diff(self.table).astype(np.float64), hint="slope"), idx)
-        return b.add(t0, rounding_shift_onnx(b, b.mul(dt, r), 8, self.rounding))
+        return b.add(t0, rounding_shift_onnx(b, b.mul(dt, r), kb, self.rounding))

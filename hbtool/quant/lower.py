@@ -40,6 +40,10 @@ MOVE_OPS = {
 # onnxruntime has no double kernel for these: the quantized model runs them on float32 (exact for int16)
 NEEDS_FLOAT_CARRIER = {"Pad", "Resize", "DepthToSpace", "SpaceToDepth", "GlobalMaxPool"}
 
+# int16-input tables: a knot every 64 codes (1025 entries) keeps interpolation error of GELU-like
+# functions a fraction of an int8 LSB of the output, where 256-code spacing cost several int16 LSB
+LUT_KNOT_BITS = 6
+
 LUT_OF = {
     "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Reciprocal": "reciprocal",
     "Erf": "erf", "Swish": "swish", "HardSwish": "hardswish", "Softplus": "softplus", "Abs": "abs", "Neg": "neg",
@@ -206,7 +210,7 @@ class _Lowerer:
         x = self.int_input(node.inputs[0])
         out = node.outputs[0]
         tq = self.tq(out)
-        kernel = Lut.build(f or fname, x.scale, x.bits, tq.scale, tq.bits, rounding=self.rounding)
+        kernel = Lut.build(f or fname, x.scale, x.bits, tq.scale, tq.bits, rounding=self.rounding, knot_bits=LUT_KNOT_BITS)
         self.emit_kernel(node, "HzLut", kernel, [x.name], out, {"function": fname})
         return True
 

@@ -15,7 +15,10 @@ import numpy as np
 
 from hbtool.ir.graph import Graph, Node
 from hbtool.quant.observers import TensorStats
-from hbtool.quant.thresholds import threshold
+from hbtool.quant.thresholds import sqnr_db, threshold
+
+# a tensor whose int8 version would have a lower signal-to-noise ratio goes to int16 (auto_int16)
+INT8_MIN_SQNR_DB = 30.0
 
 QMAX = {8: 127, 16: 32767}
 
@@ -97,6 +100,39 @@ def bpu_activation_tensors(graph: Graph) -> list[str]:
     return list(seen)
 
 
+# ops between an attention MatMul and its Softmax (scaling, masking, reshaping)
+_LOGIT_PATH_OPS = {"Add", "Sub", "Mul", "Div", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Where", "Slice", "Concat"}
+
+
+def _logit_paths(graph: Graph) -> set[str]:
+    """Tensors from the producing MatMul up to each Softmax input.
+
+    Softmax turns an absolute logit error into a relative probability error (exp), so the
+    logits need int16 resolution all the way from the MatMul that computes them: an int8
+    score tensor quantizes a range of ~100 in steps of ~0.8 and flattens the attention.
+    """
+    producers = graph.producer_map()
+    marked: set[str] = set()
+    for node in graph.nodes:
+        if node.op_type != "Softmax" or node.meta.get("on") != "BPU":
+            continue
+        frontier = [node.inputs[0]]
+        for _ in range(16):
+            nxt = []
+            for t in frontier:
+                if t in marked or graph.is_const(t):
+                    continue
+                marked.add(t)
+                p = producers.get(t)
+                if p is None or p.meta.get("on") != "BPU" or p.op_type not in _LOGIT_PATH_OPS:
+                    continue
+                nxt.extend(i for i in p.inputs if i and not graph.is_const(i))
+            frontier = nxt
+            if not frontier:
+                break
+    return marked
+
+
 def _data_inputs(graph: Graph, node: Node) -> list[str]:
     return [i for i in node.inputs if i and not graph.is_const(i)]
 
@@ -109,6 +145,7 @@ def build_plan(
     node_info: Mapping[str, Mapping[str, Any]] | None = None,
     output_int16: bool = False,
     percentile: float = 0.99995,
+    min_sqnr_db: float = INT8_MIN_SQNR_DB,
 ) -> QuantPlan:
     """Choose bits and scale for every BPU activation tensor.
 
@@ -148,6 +185,8 @@ def build_plan(
             want16.update(o for o in node.outputs if o)
         if node.op_type in FIXED_OUTPUT_SCALE:
             fixed[node.outputs[0]] = (node.op_type, node.name)
+    if auto_int16:
+        want16.update(_logit_paths(graph))
     if output_int16:
         want16.update(o for o in graph.outputs if o in uf.parent)
 
@@ -165,17 +204,25 @@ def build_plan(
             thr = scale * qmax
             used = f"fixed:{op_type}"
         else:
-            thr = 0.0
             used = method if isinstance(method, str) else "mix"
-            for m in members:
-                st = stats.get(m)
-                if st is None:
-                    continue
-                mm = method if isinstance(method, str) else method.get(m, "max")
-                thr = max(thr, threshold(st, mm, qmax, percentile))
-            for m in members:
-                thr = max(thr, const_absmax.get(m, 0.0))
-            thr = thr if thr > 0 else 1e-8
+
+            def group_threshold(q: int) -> float:
+                t = 0.0
+                for m in members:
+                    st = stats.get(m)
+                    if st is not None:
+                        t = max(t, threshold(st, method if isinstance(method, str) else method.get(m, "max"), q, percentile))
+                for m in members:
+                    t = max(t, const_absmax.get(m, 0.0))
+                return t if t > 0 else 1e-8
+
+            thr = group_threshold(qmax)
+            if bits == 8 and auto_int16:
+                worst = min((sqnr_db(stats[m], thr, qmax) for m in members if m in stats), default=float("inf"))
+                if worst < min_sqnr_db:
+                    bits, qmax = 16, QMAX[16]
+                    thr = group_threshold(qmax)
+                    used = f"{used}+sqnr"
             scale = float(np.float32(thr / qmax))
         plan.groups[gid] = members
         for m in members:
