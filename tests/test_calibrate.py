@@ -1,0 +1,251 @@
+"""calibrate: statistics, thresholds, the plan, lowering, outputs, and bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from hbtool.cli import main
+from hbtool.config import config_from_dict, load_config
+from hbtool.quant.observers import TensorStats
+from hbtool.quant.thresholds import sqnr_db, threshold
+
+from tests.helpers import run_ort
+
+ROOT = Path(__file__).resolve().parents[1]
+HELDOUT = ROOT / "samples" / "data" / "digits_heldout.npz"
+
+
+def _tiny_config(tmp_path: Path, name: str, **calibration) -> Path:
+    """The bundled tiny config with absolute paths and a temporary working_dir."""
+    data = yaml.safe_load((ROOT / "configs" / f"{name}.yaml").read_text())
+    data["model_parameters"]["onnx_model"] = str(ROOT / "samples" / "tiny" / f"{name}.onnx")
+    data["model_parameters"]["working_dir"] = str(tmp_path / "wd")
+    data["calibration_parameters"]["cal_data_dir"] = str(calibration.pop("cal_data_dir", ROOT / "samples" / "data" / "digits_cal"))
+    data["calibration_parameters"].update(calibration)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _top1(model_path: Path, n: int = 120) -> float:
+    d = np.load(HELDOUT)
+    x, y = d["images"][:n].astype(np.float32), d["labels"][:n]
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+    return float(np.mean([np.argmax(sess.run(None, {name: x[i : i + 1]})[0]) == y[i] for i in range(n)]))
+
+
+# ------------------------------------------------------------------ statistics and thresholds
+def test_streaming_histogram_keeps_exact_max_and_mass():
+    rng = np.random.default_rng(0)
+    st = TensorStats("t")
+    chunks = [rng.standard_normal(5000) * s for s in (1.0, 3.0, 0.5, 8.0)]
+    for c in chunks:
+        st.update(c)
+    allx = np.concatenate(chunks)
+    assert st.absmax == pytest.approx(np.abs(allx).max())
+    assert st.hist.sum() == allx.size
+    assert st.hist_range >= st.absmax
+
+
+def test_thresholds_order_on_a_heavy_tailed_distribution():
+    rng = np.random.default_rng(1)
+    st = TensorStats("t")
+    st.update(np.concatenate([rng.standard_normal(200_000), [60.0, -55.0]]))
+    t_max = threshold(st, "max", 127)
+    t_pct = threshold(st, "percentile", 127, 0.9999)
+    t_mse = threshold(st, "mse", 127)
+    t_kl = threshold(st, "kl", 127)
+    assert t_max == pytest.approx(60.0)
+    assert t_pct < 10
+    assert t_mse < t_max and t_kl < t_max
+    # MSE minimises the expected error, so no other candidate beats it on the histogram
+    for t in (t_max, t_pct, t_kl):
+        assert sqnr_db(st, t_mse, 127) >= sqnr_db(st, t, 127) - 0.05
+
+
+def test_sqnr_tells_int8_from_int16():
+    rng = np.random.default_rng(2)
+    st = TensorStats("t")
+    st.update(rng.standard_normal(100_000))
+    t = threshold(st, "max", 127)
+    assert 20 < sqnr_db(st, t, 127) < 45
+    assert sqnr_db(st, threshold(st, "max", 32767), 32767) > sqnr_db(st, t, 127) + 40
+
+
+# ------------------------------------------------------------------ end to end on the samples
+@pytest.fixture(scope="module")
+def cnn_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cnn")
+    cfg_path = _tiny_config(tmp, "tiny_cnn")
+    r = CliRunner().invoke(main, ["calibrate", "-c", str(cfg_path), "--max-rows", "3"])
+    assert r.exit_code == 0, r.output
+    return tmp / "wd", r.output
+
+
+def test_calibrate_writes_every_output(cnn_run):
+    wd, out = cnn_run
+    for suffix in ("original_float_model.onnx", "optimized_float_model.onnx", "calibrated_model.onnx", "quantized_model.onnx", "quant_info.json"):
+        assert (wd / f"tiny_cnn_{suffix}").exists(), suffix
+    assert (wd / "hb_calibrate.log").exists()
+    log = (wd / "hb_calibrate.log").read_text()
+    for col in ("Node", "ON", "Subgraph", "Type", "Cosine Similarity", "Threshold", "DataType", "Chebyshev"):
+        assert col in log
+    assert "Cosine" in out and "calibration method" in out
+    assert not list(wd.glob(".*.tmp"))
+
+
+def test_quantized_model_takes_raw_pixels_and_keeps_accuracy(cnn_run):
+    wd, _ = cnn_run
+    q = wd / "tiny_cnn_quantized_model.onnx"
+    f = wd / "tiny_cnn_original_float_model.onnx"
+    model = onnx.load(str(q))
+    assert [i.name for i in model.graph.input] == ["input"]
+    acc_f, acc_q = _top1(f), _top1(q)
+    assert acc_f > 0.95
+    assert acc_q >= acc_f - 0.02
+
+
+def test_quant_info_describes_every_tensor(cnn_run):
+    wd, _ = cnn_run
+    info = json.loads((wd / "tiny_cnn_quant_info.json").read_text())
+    assert info["method"] in ("max", "percentile", "kl", "mse")
+    assert set(info["candidates"]) == {"max", "percentile", "kl", "mse"}
+    assert info["tensors"] and all(t["dtype"] in ("int8", "int16") and t["scale"] > 0 for t in info["tensors"].values())
+    assert info["weights"] and all(w["dtype"] == "int8" for w in info["weights"].values())
+    # the preprocessing input is pixels 0..255: int16 keeps every pixel value distinct
+    assert info["tensors"]["input"]["dtype"] == "int16"
+
+
+def test_transformer_sample_is_fully_integer_and_accurate(tmp_path):
+    from hbtool.quant.calibrate import run_calibration
+
+    cfg = load_config(_tiny_config(tmp_path, "tiny_vit", calibration_type="max"))
+    r = run_calibration(cfg)
+    assert not [n.name for n in r.program.nodes if n.meta.get("fallback")]
+    kinds = {n.op_type for n in r.program.nodes}
+    assert {"HzSoftmax", "HzLayerNorm", "HzLut", "HzMatMul", "HzLinear"} <= kinds
+    assert all(n.meta.get("on") == "BPU" or n.meta.get("boundary") for n in r.program.nodes)
+    assert r.output_errors["logits"]["cosine"] > 0.999
+    softmax_out = [n.outputs[0] for n in r.graph.nodes if n.op_type == "Softmax"]
+    assert all(r.plan.tensors[t].bits == 16 and r.plan.tensors[t].scale == 2.0**-15 for t in softmax_out)
+
+
+def test_auto_int16_off_keeps_int8_except_fixed_ones(tmp_path):
+    from hbtool.quant.calibrate import run_calibration
+
+    cfg = load_config(_tiny_config(tmp_path, "tiny_cnn", calibration_type="max", auto_int16=False))
+    r = run_calibration(cfg)
+    assert {t.bits for t in r.plan.tensors.values()} == {8}
+
+
+# ------------------------------------------------------------------ bad input: clear error, nothing written
+def _invoke(cfg_path: Path):
+    return CliRunner().invoke(main, ["calibrate", "-c", str(cfg_path)])
+
+
+def _assert_clean_failure(r, wd: Path, *needles: str):
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output
+    for n in needles:
+        assert n in r.output, r.output
+    assert not wd.exists() or not any(wd.iterdir())
+
+
+def test_empty_calibration_dir(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = _invoke(_tiny_config(tmp_path, "tiny_cnn", cal_data_dir=empty))
+    _assert_clean_failure(r, tmp_path / "wd", "empty")
+
+
+def test_missing_calibration_dir(tmp_path):
+    r = _invoke(_tiny_config(tmp_path, "tiny_cnn", cal_data_dir=tmp_path / "nope"))
+    _assert_clean_failure(r, tmp_path / "wd", "cal_data_dir")
+
+
+def test_nan_in_calibration_data(tmp_path):
+    d = tmp_path / "npy"
+    d.mkdir()
+    for k in range(3):
+        x = np.full((1, 3, 32, 32), 100.0, np.float32)
+        if k == 1:
+            x[0, 0, 0, 0] = np.nan
+        np.save(d / f"{k}.npy", x)
+    r = _invoke(_tiny_config(tmp_path, "tiny_cnn", cal_data_dir=d))
+    _assert_clean_failure(r, tmp_path / "wd", "NaN", "1.npy")
+
+
+def test_npy_of_the_wrong_shape(tmp_path):
+    d = tmp_path / "npy"
+    d.mkdir()
+    np.save(d / "0.npy", np.zeros((1, 3, 16, 16), np.float32))
+    r = _invoke(_tiny_config(tmp_path, "tiny_cnn", cal_data_dir=d))
+    _assert_clean_failure(r, tmp_path / "wd", "0.npy")
+
+
+def test_node_info_naming_an_unknown_node(tmp_path):
+    path = _tiny_config(tmp_path, "tiny_cnn")
+    data = yaml.safe_load(path.read_text())
+    data["model_parameters"]["node_info"] = {"no_such_node": {"ON": "CPU"}}
+    path.write_text(yaml.safe_dump(data))
+    r = _invoke(path)
+    _assert_clean_failure(r, tmp_path / "wd", "no_such_node")
+
+
+def test_rerun_replaces_outputs_and_never_touches_the_model(tmp_path):
+    model_copy = tmp_path / "m.onnx"
+    shutil.copy(ROOT / "samples" / "tiny" / "tiny_cnn.onnx", model_copy)
+    before = model_copy.read_bytes()
+    path = _tiny_config(tmp_path, "tiny_cnn", calibration_type="max")
+    data = yaml.safe_load(path.read_text())
+    data["model_parameters"]["onnx_model"] = str(model_copy)
+    path.write_text(yaml.safe_dump(data))
+    assert _invoke(path).exit_code == 0
+    first = (tmp_path / "wd" / "tiny_cnn_quantized_model.onnx").read_bytes()
+    assert _invoke(path).exit_code == 0
+    assert (tmp_path / "wd" / "tiny_cnn_quantized_model.onnx").read_bytes() == first
+    assert model_copy.read_bytes() == before
+
+
+# ------------------------------------------------------------------ masks
+def test_bert_style_masks_do_not_poison_ranges(tmp_path):
+    from samples.warts import WARTS, example_feed
+    from hbtool.quant.calibrate import run_calibration
+
+    path = WARTS["bert_style"][0](tmp_path / "bert.onnx")
+    feed = example_feed("bert_style")
+    dirs = []
+    for name, arr in feed.items():
+        d = tmp_path / name
+        d.mkdir()
+        rng = np.random.default_rng(0)
+        for k in range(8):
+            sample = arr[:1].copy()
+            if name == "attention_mask":
+                sample[:, rng.integers(2, sample.shape[1]) :] = 0
+            else:
+                sample = rng.integers(0, 1000, sample.shape).astype(arr.dtype)
+            np.save(d / f"{k:02d}.npy", sample)
+        dirs.append(d)
+    shapes = ";".join("x".join(str(s) for s in (1,) + arr.shape[1:]) for arr in feed.values())
+    cfg = config_from_dict({
+        "model_parameters": {"onnx_model": str(path), "working_dir": str(tmp_path / "wd"), "output_model_file_prefix": "bert"},
+        "input_parameters": {"input_name": ";".join(feed), "input_shape": shapes, "input_type_train": "featuremap;featuremap", "norm_type": "no_preprocess;no_preprocess"},
+        "calibration_parameters": {"cal_data_dir": ";".join(str(d) for d in dirs), "cal_data_type": "int64;int64", "calibration_type": "max"},
+    })
+    r = run_calibration(cfg)
+    assert max(t.threshold for t in r.plan.tensors.values()) < 1e4
+    assert min(e["cosine"] for e in r.output_errors.values()) > 0.99
