@@ -41,7 +41,28 @@ from hbtool.utils.atomic import atomic_write_bytes, atomic_write_text
 log = logging.getLogger(__name__)
 
 CANDIDATES = ("max", "percentile", "kl", "mse")
-EVAL_SAMPLES = 16
+EVAL_SAMPLES = 8
+
+# ops whose output holds exactly the input's values, rearranged: their statistics are the input's
+_PERMUTATIONS = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "WindowPartition", "WindowReverse", "Roll", "Identity"}
+
+
+def stat_representatives(graph: Graph, tensors: list[str]) -> dict[str, str]:
+    """``{tensor: tensor whose statistics it shares}``: observing one of each permutation chain is enough."""
+    rep: dict[str, str] = {}
+    producers = graph.producer_map()
+    wanted = set(tensors)
+    for t in tensors:
+        root = t
+        for _ in range(64):
+            p = producers.get(root)
+            if p is None or p.op_type not in _PERMUTATIONS or p.meta.get("on") != "BPU" or not p.inputs or graph.is_const(p.inputs[0]):
+                break
+            if p.inputs[0] not in wanted:
+                break
+            root = p.inputs[0]
+        rep[t] = root
+    return rep
 
 
 @dataclass
@@ -108,8 +129,8 @@ def evaluate_outputs(
     tensor_map = tensor_map or {}
     node_tensors = node_tensors or []
     scales = scales or {}
-    f_sess = float_session(float_graph, node_tensors)
-    t_sess = float_session(test_graph, [tensor_map.get(t, t) for t in node_tensors])
+    f_sess = float_session(float_graph, node_tensors, basic=True)
+    t_sess = float_session(test_graph, [tensor_map.get(t, t) for t in node_tensors], basic=True)
     outs = list(float_graph.outputs)
     f_names = outs + [t for t in node_tensors if t not in outs]
     t_names = [tensor_map.get(t, t) for t in f_names]
@@ -124,6 +145,12 @@ def evaluate_outputs(
     out_err = {o: acc[o].result() for o in outs}
     node_err = {t: acc[t].result() for t in node_tensors}
     return out_err, node_err
+
+
+def _total_macs(graph: Graph) -> int:
+    from hbtool.ir.macs import node_macs
+
+    return sum(node_macs(n, graph) for n in graph.nodes)
 
 
 def _mean_cosine(errs: dict[str, dict[str, float]]) -> float:
@@ -149,8 +176,14 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
         if progress:
             progress("statistics", done[0], total)
 
-    stats: dict[str, TensorStats] = collect_stats(graph, tensors, data.iter_batches(1), tick)
-    eval_batches = [b for _, b in zip(range(EVAL_SAMPLES), data.iter_batches(1))]
+    reps = stat_representatives(graph, tensors)
+    observed = sorted(set(reps.values()), key=tensors.index)
+    root_stats: dict[str, TensorStats] = collect_stats(graph, observed, data.iter_batches(1), tick)
+    stats = {t: root_stats[reps[t]] for t in tensors}
+    n_eval = EVAL_SAMPLES if _total_macs(graph) < 1e9 else EVAL_SAMPLES // 2
+    eval_batches = [b for _, b in zip(range(n_eval), data.iter_batches(1))]
+    f_sess = float_session(graph)
+    f_refs = [f_sess.run(list(graph.outputs), b) for b in eval_batches]
     wclip = getattr(cal, "weight_clip", "none") or "none"
     weights = plan_weights(graph, per_channel=cal.per_channel, clip=wclip)
     node_info = cfg.model.node_info
@@ -164,14 +197,28 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
         program, _ = lower_to_integer(graph, plan, weights)
         return program, build_quantized_graph(program)
 
+    def output_cosine(test: Graph) -> float:
+        sess = float_session(test, basic=True)
+        acc = {o: RunningErrors() for o in graph.outputs}
+        for b, refs in zip(eval_batches, f_refs):
+            for o, r, v in zip(graph.outputs, refs, sess.run(list(graph.outputs), b)):
+                acc[o].update(r, v)
+        return _mean_cosine({o: a.result() for o, a in acc.items()})
+
     if ctype in ("default", "mix"):
         candidates = {}
         best = None
+        seen: dict[tuple, str] = {}
         for k, method in enumerate(CANDIDATES):
             plan = plan_for(method)
-            _, qgraph = quantized(plan)
-            out_err, _ = evaluate_outputs(graph, qgraph, eval_batches)
-            candidates[method] = _mean_cosine(out_err)
+            key = tuple(sorted((t, q.bits, q.scale) for t, q in plan.tensors.items()))
+            if key in seen:  # the same scales as an earlier method (small histograms): same result
+                candidates[method] = candidates[seen[key]]
+                continue
+            seen[key] = method
+            # candidates are compared on the fake-quantized float model: the same plan, float speed
+            cgraph, _ = build_calibrated_graph(graph, plan, weights)
+            candidates[method] = output_cosine(cgraph)
             log.info("calibration candidate %s: output cosine %.6f", method, candidates[method])
             if progress:
                 progress("candidates", k + 1, len(CANDIDATES))

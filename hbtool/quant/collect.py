@@ -19,7 +19,7 @@ from hbtool.ir.onnx_export import to_onnx
 from hbtool.quant.observers import MAX_HIST_SAMPLES, TensorStats
 
 
-def float_session(graph: Graph, extra_outputs: Iterable[str] = (), threads: int = 0):
+def float_session(graph: Graph, extra_outputs: Iterable[str] = (), threads: int = 0, basic: bool = False):
     """An onnxruntime session of the float IR that also returns ``extra_outputs``."""
     import onnxruntime as ort
 
@@ -35,6 +35,9 @@ def float_session(graph: Graph, extra_outputs: Iterable[str] = (), threads: int 
     so.log_severity_level = 3
     if threads:
         so.intra_op_num_threads = threads
+    if basic:
+        # models hbtool wrote are already folded: the extended fusions only cost session time
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 

@@ -38,8 +38,9 @@ class RunningCosine:
         self.nb = 0.0
 
     def update(self, a: np.ndarray, b: np.ndarray) -> None:
-        a = np.asarray(a, np.float64).reshape(-1)
-        b = np.asarray(b, np.float64).reshape(-1)
+        # float32 BLAS dot products: cosine needs ~1e-6 relative precision, not float64 copies
+        a = np.ascontiguousarray(a, np.float32).reshape(-1)
+        b = np.ascontiguousarray(b, np.float32).reshape(-1)
         self.dot += float(np.dot(a, b))
         self.na += float(np.dot(a, a))
         self.nb += float(np.dot(b, b))
@@ -64,12 +65,12 @@ class RunningErrors:
         self.cheb = 0.0
 
     def update(self, ref: np.ndarray, got: np.ndarray) -> None:
-        r = np.asarray(ref, np.float64).reshape(-1)
-        g = np.asarray(got, np.float64).reshape(-1)
+        r = np.ascontiguousarray(ref, np.float32).reshape(-1)
+        g = np.ascontiguousarray(got, np.float32).reshape(-1)
         d = r - g
         self.cos.update(r, g)
-        self.abs_sum += float(np.abs(d).sum())
-        self.sq_sum += float((d**2).sum())
+        self.abs_sum += float(np.abs(d).sum(dtype=np.float64))
+        self.sq_sum += float(np.dot(d, d))
         self.n += d.size
         self.cheb = max(self.cheb, float(np.abs(d).max()) if d.size else 0.0)
 

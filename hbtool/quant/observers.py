@@ -43,13 +43,15 @@ class TensorStats:
         if not np.issubdtype(x.dtype, np.floating):
             x = x.astype(np.float32)
         flat = x.reshape(-1)
-        finite = np.isfinite(flat)
-        if not finite.all():
+        lo, hi = float(flat.min()), float(flat.max())
+        if not (np.isfinite(lo) and np.isfinite(hi)):
+            # min/max propagate NaN and reach +-inf: only then pay for the element-wise check
+            finite = np.isfinite(flat)
             self.nonfinite += int((~finite).sum())
             flat = flat[finite]
             if flat.size == 0:
                 return
-        lo, hi = float(flat.min()), float(flat.max())
+            lo, hi = float(flat.min()), float(flat.max())
         self.minimum = min(self.minimum, lo)
         self.maximum = max(self.maximum, hi)
         amax = max(abs(lo), abs(hi))
