@@ -249,3 +249,12 @@ def test_bert_style_masks_do_not_poison_ranges(tmp_path):
     r = run_calibration(cfg)
     assert max(t.threshold for t in r.plan.tensors.values()) < 1e4
     assert min(e["cosine"] for e in r.output_errors.values()) > 0.99
+
+
+def test_enable_int16_puts_every_tensor_in_int16(tmp_path):
+    from hbtool.quant.calibrate import run_calibration
+
+    cfg = load_config(_tiny_config(tmp_path, "tiny_cnn", calibration_type="max", enable_int16=True))
+    r = run_calibration(cfg)
+    assert {t.bits for t in r.plan.tensors.values()} == {16}
+    assert r.output_errors["logits"]["cosine"] > 0.9999

@@ -191,7 +191,7 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     auto16 = bool(getattr(cal, "auto_int16", True))
 
     def plan_for(method: str) -> QuantPlan:
-        return build_plan(graph, stats, method, auto16, node_info, output16, cal.max_percentile)
+        return build_plan(graph, stats, method, auto16, node_info, output16, cal.max_percentile, all_int16=bool(cal.enable_int16))
 
     def quantized(plan: QuantPlan) -> tuple[Graph, Graph]:
         program, _ = lower_to_integer(graph, plan, weights)

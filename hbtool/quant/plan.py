@@ -146,6 +146,7 @@ def build_plan(
     output_int16: bool = False,
     percentile: float = 0.99995,
     min_sqnr_db: float = INT8_MIN_SQNR_DB,
+    all_int16: bool = False,
 ) -> QuantPlan:
     """Choose bits and scale for every BPU activation tensor.
 
@@ -189,6 +190,8 @@ def build_plan(
         want16.update(_logit_paths(graph))
     if output_int16:
         want16.update(o for o in graph.outputs if o in uf.parent)
+    if all_int16:  # Horizon's enable_int16: every BPU tensor in int16
+        want16.update(tensors)
 
     groups: dict[str, list[str]] = {}
     for t in tensors:
