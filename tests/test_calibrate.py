@@ -258,3 +258,61 @@ def test_enable_int16_puts_every_tensor_in_int16(tmp_path):
     r = run_calibration(cfg)
     assert {t.bits for t in r.plan.tensors.values()} == {16}
     assert r.output_errors["logits"]["cosine"] > 0.9999
+
+
+def test_load_takes_scales_from_a_calibrated_model(tmp_path):
+    from hbtool.quant.calibrate import run_calibration, write_outputs
+
+    (tmp_path / "a").mkdir()
+    first = load_config(_tiny_config(tmp_path / "a", "tiny_vit", calibration_type="max"))
+    r1 = run_calibration(first)
+    write_outputs(first, r1, "")
+    calibrated = Path(first.model.working_dir) / "tiny_vit_calibrated_model.onnx"
+    (tmp_path / "b").mkdir()
+    path = _tiny_config(tmp_path / "b", "tiny_vit", calibration_type="load")
+    data = yaml.safe_load(path.read_text())
+    data["model_parameters"]["onnx_model"] = str(calibrated)
+    del data["calibration_parameters"]["cal_data_dir"]
+    path.write_text(yaml.safe_dump(data))
+    r2 = run_calibration(load_config(path))
+    assert r2.method == "load"
+    common = set(r1.plan.tensors) & set(r2.plan.tensors)
+    assert len(common) >= 0.9 * len(r1.plan.tensors)
+    for t in common:
+        assert (r2.plan.tensors[t].bits, r2.plan.tensors[t].scale) == (r1.plan.tensors[t].bits, r1.plan.tensors[t].scale), t
+    x = np.load(HELDOUT)["images"][:2].astype(np.float32)
+    for k in range(2):
+        a = run_ort(onnx_from(r1.quantized), {"input": x[k : k + 1]})[0]
+        b = run_ort(onnx_from(r2.quantized), {"input": x[k : k + 1]})[0]
+        assert np.array_equal(a, b)
+
+
+def test_load_rejects_asymmetric_qdq(tmp_path):
+    from onnx import TensorProto, helper
+
+    from hbtool.quant.calibrate import run_calibration
+    from tests.helpers import make_model, tensor, vinfo
+
+    w = np.random.default_rng(0).standard_normal((4, 3, 1, 1)).astype(np.float32)
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["xq"], name="q"),
+        helper.make_node("DequantizeLinear", ["xq", "s", "zp"], ["xd"], name="dq"),
+        helper.make_node("Conv", ["xd", "w"], ["y"], name="conv"),
+    ]
+    inits = [tensor("s", np.array(0.05, np.float32)), tensor("zp", np.array(3, np.int8)), tensor("w", w)]
+    model_path = tmp_path / "qdq.onnx"
+    onnx.save(make_model(nodes, [vinfo("x", [1, 3, 4, 4])], [vinfo("y", [1, 4, 4, 4])], inits, opset=13), str(model_path))
+    cfg = config_from_dict({
+        "model_parameters": {"onnx_model": str(model_path), "working_dir": str(tmp_path / "wd")},
+        "input_parameters": {"input_name": "x", "input_shape": "1x3x4x4"},
+        "calibration_parameters": {"calibration_type": "load"},
+    })
+    with pytest.raises(Exception) as err:
+        run_calibration(cfg)
+    assert "zero point 3" in str(err.value) and "symmetric" in str(err.value)
+
+
+def onnx_from(graph):
+    from hbtool.ir.onnx_export import to_onnx
+
+    return to_onnx(graph)

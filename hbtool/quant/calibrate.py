@@ -32,8 +32,10 @@ from hbtool.quant.masks import clamp_masks
 from hbtool.quant.metrics import RunningErrors
 from hbtool.quant.observers import TensorStats
 from hbtool.quant.plan import QuantPlan, bpu_activation_tensors, build_plan
+from hbtool.quant.load import apply_loaded_scales, strip_quantization
 from hbtool.quant.lower import lower_to_integer
-from hbtool.quant.preprocess import insert_preprocess
+from hbtool.quant.preprocess import find_preprocess, insert_preprocess
+from hbtool.quant.thresholds import sqnr_db, threshold
 from hbtool.quant.quantized_model import build_quantized_graph
 from hbtool.quant.weights import plan_weights
 from hbtool.utils.atomic import atomic_write_bytes, atomic_write_text
@@ -87,14 +89,27 @@ def _tensor_names_for_eval(graph: Graph, plan: QuantPlan) -> list[str]:
     return [t for t in plan.tensors]
 
 
-def prepare_float_graph(cfg: HbConfig) -> tuple[Graph, Graph]:
-    """(original float graph with preprocessing, optimized and placed float graph)."""
+def prepare_float_graph(cfg: HbConfig, loaded: dict | None = None) -> tuple[Graph, Graph]:
+    """(original float graph with preprocessing, optimized and placed float graph).
+
+    With ``loaded`` (a dict), quantization nodes already in the model are removed and their
+    scales collected into it (``calibration_type: load``).
+    """
     from hbtool.ir.passes import optimize_float
 
     cfg.require_model()
     shapes = {inp.name: inp.shape for inp in cfg.inputs if inp.name and inp.shape}
     graph = import_onnx(cfg.model.onnx_model, shapes)
+    if loaded is not None:
+        loaded.update(strip_quantization(graph))
+    had_preprocess = {name for name in graph.inputs if find_preprocess(graph, name) is not None}
     insert_preprocess(graph, cfg.inputs)
+    if loaded:
+        # a scale loaded for a model input belongs to the normalised tensor once preprocessing is folded in
+        for name in graph.inputs:
+            node = find_preprocess(graph, name)
+            if node is not None and name not in had_preprocess and name in loaded:
+                loaded[node.outputs[0]] = loaded.pop(name)
     original = graph.copy()
     optimize_float(graph)
     place_graph(graph, load_march(cfg.model.march), cfg.model.node_info)
@@ -160,14 +175,28 @@ def _mean_cosine(errs: dict[str, dict[str, float]]) -> float:
 def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | None = None) -> CalibrationResult:
     """Quantize the model of ``cfg``; returns the plan and its measured errors (writes nothing)."""
     t0 = time.perf_counter()
-    original, graph = prepare_float_graph(cfg)
-    clamp_masks(graph)
     cal = cfg.calibration
     ctype = cal.calibration_type
-    if ctype == "load":
-        raise InputError("calibration_parameters.calibration_type: load needs a QAT result, which this version does not produce yet", "use default, max, kl, mse, percentile or skip")
-    data: CalibrationSet = load_calibration_data(cfg, graph)
+    loaded: dict | None = {} if ctype == "load" else None
+    original, graph = prepare_float_graph(cfg, loaded)
+    clamp_masks(graph)
     tensors = bpu_activation_tensors(graph)
+    if loaded is not None:
+        if not loaded:
+            raise InputError(
+                "calibration_parameters.calibration_type: load, but the model has no QuantizeLinear/DequantizeLinear pairs or HzCalibration nodes",
+                "give a QAT/QDQ export or an hbtool *_calibrated_model.onnx, or choose another calibration_type",
+            )
+        missing = [t for t in tensors if t not in loaded]
+        if missing and not any(cfg.calibration.cal_data_dir):
+            raise InputError(
+                f"calibration_type load: {len(missing)} BPU tensors have no scale in the model (first: '{missing[0]}')",
+                "add cal_data_dir so hbtool can calibrate the rest, or export scales for every tensor",
+            )
+    if loaded is not None and not any(cfg.calibration.cal_data_dir):
+        data = CalibrationSet.random(cfg, 8, graph=graph)
+    else:
+        data = load_calibration_data(cfg, graph)
     total = data.num_samples
     done = [0]
 
@@ -190,8 +219,15 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     output16 = "set_model_output_int16" in (cal.optimization or [])
     auto16 = bool(getattr(cal, "auto_int16", True))
 
-    def plan_for(method: str) -> QuantPlan:
+    def plan_for(method: str | dict[str, str]) -> QuantPlan:
         return build_plan(graph, stats, method, auto16, node_info, output16, cal.max_percentile, all_int16=bool(cal.enable_int16))
+
+    def per_tensor_methods() -> dict[str, str]:
+        """``mix``: for every tensor the method with the best expected SQNR on its own histogram."""
+        choice = {}
+        for t, st in stats.items():
+            choice[t] = max(CANDIDATES, key=lambda m: sqnr_db(st, threshold(st, m, 127, cal.max_percentile), 127))
+        return choice
 
     def quantized(plan: QuantPlan) -> tuple[Graph, Graph]:
         program, _ = lower_to_integer(graph, plan, weights)
@@ -205,12 +241,16 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
                 acc[o].update(r, v)
         return _mean_cosine({o: a.result() for o, a in acc.items()})
 
-    if ctype in ("default", "mix"):
+    if ctype == "load":
+        method = "max"
+        candidates = {}
+    elif ctype in ("default", "mix"):
         candidates = {}
         best = None
         seen: dict[tuple, str] = {}
-        for k, method in enumerate(CANDIDATES):
-            plan = plan_for(method)
+        methods: list[Any] = list(CANDIDATES) + (["mix"] if ctype == "mix" else [])
+        for k, method in enumerate(methods):
+            plan = plan_for(per_tensor_methods() if method == "mix" else method)
             key = tuple(sorted((t, q.bits, q.scale) for t, q in plan.tensors.items()))
             if key in seen:  # the same scales as an earlier method (small histograms): same result
                 candidates[method] = candidates[seen[key]]
@@ -221,14 +261,17 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
             candidates[method] = output_cosine(cgraph)
             log.info("calibration candidate %s: output cosine %.6f", method, candidates[method])
             if progress:
-                progress("candidates", k + 1, len(CANDIDATES))
+                progress("candidates", k + 1, len(methods))
             if best is None or candidates[method] > candidates[best]:
                 best = method
         method = best
     else:
         method = {"skip": "max"}.get(ctype, ctype)
         candidates = {}
-    plan = plan_for(method)
+    plan = plan_for(per_tensor_methods() if method == "mix" else method)
+    if loaded is not None:
+        apply_loaded_scales(plan, loaded)
+        method = "load"
     cgraph, _ = build_calibrated_graph(graph, plan, weights)
     program, qgraph = quantized(plan)
     present = {o for n in program.nodes for o in n.outputs}

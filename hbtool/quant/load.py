@@ -1,0 +1,108 @@
+"""``calibration_type: load``: take activation scales from the model instead of from data.
+
+Two sources are read, so a model quantized elsewhere can be deployed with its own scales:
+
+* ``HzCalibration`` nodes, as in hbtool's own ``*_calibrated_model.onnx`` (a previous run, or a
+  QAT result written back in that form);
+* ``QuantizeLinear -> DequantizeLinear`` pairs on activations, as written by QAT exports
+  (PyTorch's fake-quant export) and onnxruntime's QDQ quantizer. The J5 is symmetric: a non-zero
+  zero point is an error, an int8/int16 zero-point type gives the bit width.
+
+The pairs and calibration nodes are removed, leaving the float graph; weights that arrive
+fake-quantized are re-quantized per channel, which reproduces their integers when their scales
+were max-based.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hbtool.errors import InputError
+from hbtool.ir.graph import Graph
+from hbtool.quant.calibrated_model import CALIBRATION_OP
+
+
+@dataclass(frozen=True)
+class LoadedScale:
+    bits: int
+    scale: float
+
+
+def strip_quantization(graph: Graph) -> dict[str, LoadedScale]:
+    """Remove Q/DQ pairs and HzCalibration nodes in place; return ``{float tensor: scale}``."""
+    loaded: dict[str, LoadedScale] = {}
+    producers = graph.producer_map()
+    for node in list(graph.nodes):
+        if node.op_type == CALIBRATION_OP and node.attrs.get("method") != "weight":
+            src, dst = node.inputs[0], node.outputs[0]
+            loaded[_bypass(graph, node, src, dst)] = LoadedScale(int(node.attrs["bits"]), float(node.attrs["scale"]))
+        elif node.op_type == CALIBRATION_OP:
+            _bypass(graph, node, node.inputs[0], node.outputs[0])
+    producers = graph.producer_map()
+    for dq in [n for n in graph.nodes if n.op_type == "DequantizeLinear"]:
+        q = producers.get(dq.inputs[0])
+        if q is None or q.op_type != "QuantizeLinear":
+            continue
+        scale = graph.const(q.inputs[1])
+        zp = graph.const(q.inputs[2]) if len(q.inputs) > 2 and q.inputs[2] else None
+        if scale is None or scale.size != 1:
+            raise InputError(
+                f"QuantizeLinear '{q.name}' has a per-channel or computed activation scale",
+                "export activations with one constant scale per tensor",
+            )
+        bits = 8
+        if zp is not None:
+            if np.any(zp != 0):
+                raise InputError(
+                    f"QuantizeLinear '{q.name}' has zero point {int(np.asarray(zp).reshape(-1)[0])}; the J5 quantizes symmetrically",
+                    "quantize activations symmetrically (zero point 0), or calibrate with hbtool instead of load",
+                )
+            if zp.dtype == np.int16:
+                bits = 16
+            elif zp.dtype != np.int8:
+                raise InputError(f"QuantizeLinear '{q.name}' quantizes to {zp.dtype}", "use int8 or int16 activations")
+        src = q.inputs[0]
+        graph.nodes.remove(q)
+        loaded[_bypass(graph, dq, src, dq.outputs[0])] = LoadedScale(bits, float(np.asarray(scale).reshape(-1)[0]))
+    graph.remove_unused()
+    return loaded
+
+
+def _bypass(graph: Graph, node, src: str, dst: str) -> str:
+    """Remove ``node`` (src -> dst) and return the name the value keeps (a graph output's, if any)."""
+    if node in graph.nodes:
+        graph.nodes.remove(node)
+    if dst in graph.outputs:
+        prod = graph.producer(src)
+        if prod is not None and src not in graph.outputs:
+            prod.outputs = [dst if o == src else o for o in prod.outputs]
+            for n in graph.nodes:
+                n.inputs = [dst if i == src else i for i in n.inputs]
+            return dst
+    graph.replace_uses(dst, src)
+    return src
+
+
+def apply_loaded_scales(plan, loaded: dict[str, LoadedScale]) -> int:
+    """Overwrite the plan's scales with loaded ones, one scale per shared-scale group.
+
+    A group takes the largest loaded scale among its members (none clips what another member
+    allows); groups whose scale the kernel fixes (Softmax outputs) keep it. Returns the number
+    of groups set from the model.
+    """
+    from hbtool.quant.plan import QMAX
+
+    count = 0
+    for gid, members in plan.groups.items():
+        found = [loaded[m] for m in members if m in loaded]
+        if not found or plan.tensors[members[0]].method.startswith("fixed:"):
+            continue
+        bits = max(f.bits for f in found)
+        scale = max(f.scale for f in found)
+        for m in members:
+            tq = plan.tensors[m]
+            tq.bits, tq.scale, tq.threshold, tq.method = bits, scale, scale * QMAX[bits], "load"
+        count += 1
+    return count
