@@ -316,3 +316,28 @@ def onnx_from(graph):
     from hbtool.ir.onnx_export import to_onnx
 
     return to_onnx(graph)
+
+
+def test_nodes_without_integer_lowering_are_reported_not_hidden(tmp_path):
+    from onnx import helper
+
+    from hbtool.quant.calibrate import quant_info, run_calibration
+    from hbtool.quant.report import fallback_lines
+    from tests.helpers import make_model, tensor, vinfo
+
+    w = np.random.default_rng(0).standard_normal((4, 4, 2, 2)).astype(np.float32) * 0.3
+    nodes = [
+        helper.make_node("ConvTranspose", ["x", "w"], ["u"], name="upsample", strides=[2, 2]),
+        helper.make_node("Relu", ["u"], ["y"], name="relu"),
+    ]
+    path = tmp_path / "ct.onnx"
+    onnx.save(make_model(nodes, [vinfo("x", [1, 4, 4, 4])], [vinfo("y", [1, 4, 8, 8])], [tensor("w", w)]), str(path))
+    cfg = config_from_dict({
+        "model_parameters": {"onnx_model": str(path), "working_dir": str(tmp_path / "wd")},
+        "input_parameters": {"input_name": "x", "input_shape": "1x4x4x4"},
+        "calibration_parameters": {"calibration_type": "skip"},
+    })
+    r = run_calibration(cfg)
+    assert [f["node"] for f in quant_info(r)["float_fallbacks"]] == ["upsample"]
+    assert any("upsample" in line for line in fallback_lines(r))
+    assert r.output_errors["y"]["cosine"] > 0.999

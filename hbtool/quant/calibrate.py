@@ -325,4 +325,8 @@ def quant_info(result: CalibrationResult) -> dict[str, Any]:
             for name, (scales, axis) in result.weight_scales.items()
         },
         "outputs": result.output_errors,
+        "float_fallbacks": [
+            {"node": n.name, "op_type": n.op_type, "reason": n.meta["fallback"]}
+            for n in (result.program.nodes if result.program is not None else []) if n.meta.get("fallback")
+        ],
     }

@@ -47,7 +47,19 @@ def render_report(result: CalibrationResult, width: int = 160) -> Console:
     cands = ", ".join(f"{k} {v:.6f}" for k, v in result.candidates.items())
     console.print(f"calibration method: {result.method} (output cosine per candidate: {cands})")
     console.print(f"samples: {result.num_samples}  time: {result.seconds:.1f}s")
+    for line in fallback_lines(result):
+        console.print(line, markup=False)
     return console
+
+
+def fallback_lines(result: CalibrationResult) -> list[str]:
+    """One warning line per BPU node that the quantized model runs in float (no integer lowering yet)."""
+    nodes = [n for n in (result.program.nodes if result.program is not None else []) if n.meta.get("fallback")]
+    if not nodes:
+        return []
+    lines = [f"warning: {len(nodes)} BPU node(s) have no integer lowering yet and run in float in the quantized model:"]
+    lines += [f"  {n.name} ({n.op_type})" for n in nodes]
+    return lines
 
 
 def print_report(result: CalibrationResult, max_rows: int | None = None) -> str:
@@ -73,4 +85,6 @@ def print_report(result: CalibrationResult, max_rows: int | None = None) -> str:
     console.print(out)
     cands = ", ".join(f"{k} {v:.6f}" for k, v in result.candidates.items())
     console.print(f"calibration method: {result.method} (output cosine per candidate: {cands}); samples {result.num_samples}; {result.seconds:.1f}s")
+    for line in fallback_lines(result):
+        console.print(line, markup=False, style="yellow")
     return text
