@@ -200,3 +200,26 @@ def remove_passthrough(graph: Graph, node: Node, src: str | None = None) -> bool
     graph.nodes.remove(node)
     graph.replace_uses(dst, src)
     return True
+
+
+def flows_into(graph: Graph, tensor: str, op_type: str, through: set[str] | None = None, depth: int = 8,
+               consumers: dict[str, list[Node]] | None = None) -> bool:
+    """Whether ``tensor`` reaches an ``op_type`` node within ``depth`` hops.
+
+    With ``through`` the path may only pass ops of those types (e.g. the reshapes and
+    elementwise ops between attention scores and their Softmax).
+    """
+    consumers = consumers if consumers is not None else graph.consumer_map()
+    frontier = [tensor]
+    for _ in range(depth):
+        nxt = []
+        for t in frontier:
+            for c in consumers.get(t, []):
+                if c.op_type == op_type:
+                    return True
+                if through is None or c.op_type in through:
+                    nxt.extend(o for o in c.outputs if o)
+        frontier = nxt
+        if not frontier:
+            break
+    return False

@@ -14,24 +14,10 @@ import numpy as np
 
 from hbtool.checker.placement import integer_derived_tensors
 from hbtool.ir.graph import Graph
+from hbtool.ir.patterns import flows_into
 
 MASK_VALUE = 100.0
 MASK_LIKE = -1.0e4  # values at or below this are masking values, not data
-
-
-def _feeds_softmax(graph: Graph, tensor: str, consumers, depth: int = 8) -> bool:
-    frontier = [tensor]
-    for _ in range(depth):
-        nxt = []
-        for t in frontier:
-            for c in consumers.get(t, []):
-                if c.op_type == "Softmax":
-                    return True
-                nxt.extend(o for o in c.outputs if o)
-        frontier = nxt
-        if not frontier:
-            break
-    return False
 
 
 def clamp_masks(graph: Graph) -> int:
@@ -43,7 +29,7 @@ def clamp_masks(graph: Graph) -> int:
             continue
         if float(np.nanmin(np.where(np.isnan(v.data), 0, v.data))) > MASK_LIKE:
             continue
-        if not _feeds_softmax(graph, name, consumers):
+        if not flows_into(graph, name, "Softmax", consumers=consumers):
             continue
         v.data = np.maximum(v.data, -MASK_VALUE).astype(v.data.dtype)
         count += 1
@@ -54,7 +40,7 @@ def clamp_masks(graph: Graph) -> int:
         for k, t in enumerate(node.inputs):
             if t not in derived or graph.dtype(t) is None or not np.issubdtype(graph.dtype(t), np.floating):
                 continue
-            if not _feeds_softmax(graph, node.outputs[0], consumers):
+            if not flows_into(graph, node.outputs[0], "Softmax", consumers=consumers):
                 continue
             lo = graph.add_const(np.array(-MASK_VALUE, np.float32), hint="mask_min")
             hi = graph.add_const(np.array(MASK_VALUE, np.float32), hint="mask_max")

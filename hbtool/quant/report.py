@@ -29,21 +29,29 @@ def _node_rows(result: CalibrationResult):
         )
 
 
-def render_report(result: CalibrationResult, width: int = 160) -> Console:
-    """Build the report on a recording console (print it, or export its text for the log)."""
-    console = Console(record=True, width=width, file=io.StringIO())
-    table = Table(title="calibration: per-node output similarity (float vs quantized, calibration data)")
-    for col in ("Node", "ON", "Subgraph", "Type", "Cosine Similarity", "Threshold", "DataType"):
-        table.add_column(col, overflow="fold")
-    for row in _node_rows(result):
-        table.add_row(*row)
-    console.print(table)
+def _outputs_table(result: CalibrationResult) -> Table:
     out = Table(title="model outputs")
     for col in ("Output", "Cosine", "L1", "L2", "Chebyshev"):
         out.add_column(col)
     for name, e in result.output_errors.items():
         out.add_row(name, f"{e['cosine']:.6f}", f"{e['l1']:.6g}", f"{e['l2']:.6g}", f"{e['chebyshev']:.6g}")
-    console.print(out)
+    return out
+
+
+def _nodes_table(title: str, rows) -> Table:
+    table = Table(title=title)
+    for col in ("Node", "ON", "Subgraph", "Type", "Cosine Similarity", "Threshold", "DataType"):
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def render_report(result: CalibrationResult, width: int = 160) -> Console:
+    """Build the report on a recording console (print it, or export its text for the log)."""
+    console = Console(record=True, width=width, file=io.StringIO())
+    console.print(_nodes_table("calibration: per-node output similarity (float vs quantized, calibration data)", _node_rows(result)))
+    console.print(_outputs_table(result))
     cands = ", ".join(f"{k} {v:.6f}" for k, v in result.candidates.items())
     console.print(f"calibration method: {result.method} (output cosine per candidate: {cands})")
     console.print(f"samples: {result.num_samples}  time: {result.seconds:.1f}s")
@@ -71,18 +79,8 @@ def print_report(result: CalibrationResult, max_rows: int | None = None) -> str:
         console.print(text, end="", markup=False, highlight=False)
         return text
     rows = sorted(_node_rows(result), key=lambda r: float(r[4]) if r[4] != "--" else 2.0)
-    table = Table(title=f"calibration: the {max_rows} least similar node outputs (full table in hb_calibrate.log)")
-    for col in ("Node", "ON", "Subgraph", "Type", "Cosine Similarity", "Threshold", "DataType"):
-        table.add_column(col, overflow="fold")
-    for row in rows[:max_rows]:
-        table.add_row(*row)
-    console.print(table)
-    out = Table(title="model outputs")
-    for col in ("Output", "Cosine", "L1", "L2", "Chebyshev"):
-        out.add_column(col)
-    for name, e in result.output_errors.items():
-        out.add_row(name, f"{e['cosine']:.6f}", f"{e['l1']:.6g}", f"{e['l2']:.6g}", f"{e['chebyshev']:.6g}")
-    console.print(out)
+    console.print(_nodes_table(f"calibration: the {max_rows} least similar node outputs (full table in hb_calibrate.log)", rows[:max_rows]))
+    console.print(_outputs_table(result))
     cands = ", ".join(f"{k} {v:.6f}" for k, v in result.candidates.items())
     console.print(f"calibration method: {result.method} (output cosine per candidate: {cands}); samples {result.num_samples}; {result.seconds:.1f}s")
     for line in fallback_lines(result):

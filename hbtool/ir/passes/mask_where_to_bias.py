@@ -13,22 +13,12 @@ from __future__ import annotations
 import numpy as np
 
 from hbtool.ir.graph import Graph
+from hbtool.ir.patterns import flows_into
 
 MASK_LIKE = -1.0e4
 
 
-def _feeds_softmax(graph: Graph, tensor: str, consumers, depth: int = 6) -> bool:
-    frontier = [tensor]
-    for _ in range(depth):
-        nxt = []
-        for t in frontier:
-            for c in consumers.get(t, []):
-                if c.op_type == "Softmax":
-                    return True
-                if c.op_type in ("Reshape", "Transpose", "Add", "Sub", "Div", "Mul", "Where", "Cast"):
-                    nxt.extend(o for o in c.outputs if o)
-        frontier = nxt
-    return False
+_SCORE_PATH = {"Reshape", "Transpose", "Add", "Sub", "Div", "Mul", "Where", "Cast"}
 
 
 def mask_where_to_bias(graph: Graph) -> int:
@@ -50,7 +40,7 @@ def mask_where_to_bias(graph: Graph) -> int:
             continue
         if graph.dtype(data) is None or not np.issubdtype(graph.dtype(data), np.floating):
             continue
-        if graph.shape(data) != graph.shape(node.outputs[0]) or not _feeds_softmax(graph, node.outputs[0], consumers):
+        if graph.shape(data) != graph.shape(node.outputs[0]) or not flows_into(graph, node.outputs[0], "Softmax", _SCORE_PATH, 6, consumers):
             continue
         zero = graph.add_const(np.zeros((), const.dtype), hint="mask_zero")
         bias = graph.unique_name(f"{node.name}_bias")
