@@ -341,3 +341,36 @@ def test_nodes_without_integer_lowering_are_reported_not_hidden(tmp_path):
     assert [f["node"] for f in quant_info(r)["float_fallbacks"]] == ["upsample"]
     assert any("upsample" in line for line in fallback_lines(r))
     assert r.output_errors["y"]["cosine"] > 0.999
+
+
+def test_bias_correction_removes_the_mean_shift_of_weight_rounding(tmp_path):
+    from onnx import helper
+
+    from hbtool.quant.calibrate import run_calibration
+    from tests.helpers import make_model, tensor, vinfo
+
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((64, 16)) * 0.05).astype(np.float32)
+    w[0] = 1.0  # one large weight per column makes the per-channel step coarse for the rest
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="fc"), helper.make_node("Add", ["h", "b"], ["y"], name="bias")]
+    path = tmp_path / "fc.onnx"
+    onnx.save(make_model(nodes, [vinfo("x", [1, 64])], [vinfo("y", [1, 16])], [tensor("w", w), tensor("b", np.zeros(16, np.float32))]), str(path))
+    d = tmp_path / "cal"
+    d.mkdir()
+    xs = (rng.standard_normal((32, 1, 64)) * 0.1 + 3.0).astype(np.float32)  # inputs with a large mean
+    for k, x in enumerate(xs):
+        np.save(d / f"{k:02d}.npy", x)
+
+    def mean_error(bias_correction: bool) -> float:
+        cfg = config_from_dict({
+            "model_parameters": {"onnx_model": str(path), "working_dir": str(tmp_path / "wd")},
+            "input_parameters": {"input_name": "x", "input_shape": "1x64"},
+            "calibration_parameters": {"cal_data_dir": str(d), "calibration_type": "max", "bias_correction": bias_correction, "enable_int16": True},
+        })
+        r = run_calibration(cfg)
+        model = onnx_from(r.quantized)
+        diffs = [run_ort(model, {"x": x})[0] - (x @ w) for x in xs]
+        return float(np.abs(np.mean(diffs, axis=0)).mean())
+
+    plain, corrected = mean_error(False), mean_error(True)
+    assert corrected < 0.5 * plain, (plain, corrected)

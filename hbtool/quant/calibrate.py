@@ -37,7 +37,7 @@ from hbtool.quant.lower import lower_to_integer
 from hbtool.quant.preprocess import find_preprocess, insert_preprocess
 from hbtool.quant.thresholds import sqnr_db, threshold
 from hbtool.quant.quantized_model import build_quantized_graph
-from hbtool.quant.weights import plan_weights
+from hbtool.quant.weights import bias_corrections, input_channel_axis, plan_weights
 from hbtool.utils.atomic import atomic_write_bytes, atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -207,7 +207,13 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
 
     reps = stat_representatives(graph, tensors)
     observed = sorted(set(reps.values()), key=tensors.index)
-    root_stats: dict[str, TensorStats] = collect_stats(graph, observed, data.iter_batches(1), tick)
+    mean_axes: dict[str, int] = {}
+    if cal.bias_correction:
+        for node in graph.nodes:
+            ia = input_channel_axis(node, graph) if node.meta.get("on") == "BPU" else None
+            if ia is not None and not graph.is_const(ia[0]):
+                mean_axes[ia[0]] = ia[1]
+    root_stats: dict[str, TensorStats] = collect_stats(graph, observed, data.iter_batches(1), tick, mean_axes)
     stats = {t: root_stats[reps[t]] for t in tensors}
     n_eval = EVAL_SAMPLES if _total_macs(graph) < 1e9 else EVAL_SAMPLES // 2
     eval_batches = [b for _, b in zip(range(n_eval), data.iter_batches(1))]
@@ -229,8 +235,10 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
             choice[t] = max(CANDIDATES, key=lambda m: sqnr_db(st, threshold(st, m, 127, cal.max_percentile), 127))
         return choice
 
+    bias_delta = bias_corrections(graph, weights, {t: root_stats[t].channel_mean for t in mean_axes}) if mean_axes else None
+
     def quantized(plan: QuantPlan) -> tuple[Graph, Graph]:
-        program, _ = lower_to_integer(graph, plan, weights)
+        program, _ = lower_to_integer(graph, plan, weights, bias_delta=bias_delta)
         return program, build_quantized_graph(program)
 
     def output_cosine(test: Graph) -> float:

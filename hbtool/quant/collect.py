@@ -56,14 +56,19 @@ def collect_stats(
     tensors: list[str],
     batches: Iterable[Mapping[str, np.ndarray]],
     progress=None,
+    channel_means: dict[str, int] | None = None,
 ) -> dict[str, TensorStats]:
     """Observe ``tensors`` while running the float graph on every batch.
 
     ``progress`` (optional) is called with the number of samples done after each run.
+    ``channel_means`` ``{tensor: channel axis}``: also accumulate the per-channel mean of those
+    tensors (``TensorStats.channel_mean``), which bias correction needs.
     """
-    sess = float_session(graph, tensors)
+    channel_means = channel_means or {}
+    sess = float_session(graph, list(tensors) + [t for t in channel_means if t not in tensors])
     out_names = [o.name for o in sess.get_outputs()]
     stats = {t: TensorStats(t) for t in tensors}
+    mean_acc: dict[str, list] = {}
     batch_dims = {name: (graph.shape(name) or (1,))[0] for name in graph.inputs}
     rng = np.random.default_rng(0)
     subsets: dict[int, np.ndarray] = {}
@@ -71,6 +76,12 @@ def collect_stats(
         for feeds in _split_batch(batch, batch_dims):
             outs = sess.run(out_names, feeds)
             for name, arr in zip(out_names, outs):
+                if name in channel_means:
+                    axis = channel_means[name] % arr.ndim
+                    sums = arr.astype(np.float64).sum(axis=tuple(a for a in range(arr.ndim) if a != axis))
+                    acc = mean_acc.setdefault(name, [np.zeros_like(sums), 0])
+                    acc[0] += sums
+                    acc[1] += arr.size // arr.shape[axis]
                 st = stats.get(name)
                 if st is None:
                     continue
@@ -79,6 +90,8 @@ def collect_stats(
                 st.update(arr, subsets.get(arr.size))
             if progress is not None:
                 progress(next(iter(feeds.values())).shape[0])
+    for name, (sums, count) in mean_acc.items():
+        stats.setdefault(name, TensorStats(name)).channel_mean = sums / max(count, 1)
     for st in stats.values():
         if st.nonfinite:
             raise InputError(

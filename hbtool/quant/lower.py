@@ -64,7 +64,9 @@ class LoweringReport:
 
 
 class _Lowerer:
-    def __init__(self, graph: Graph, plan: QuantPlan, weights: dict[str, tuple[np.ndarray, int]], rounding: str):
+    def __init__(self, graph: Graph, plan: QuantPlan, weights: dict[str, tuple[np.ndarray, int]], rounding: str,
+                 bias_delta: dict[str, np.ndarray] | None = None):
+        self.bias_delta = bias_delta or {}
         self.src = graph
         self.plan = plan
         self.weights = weights
@@ -258,6 +260,7 @@ class _Lowerer:
             scales = weight_scales(w, 1)
         wq = quantize_weight(w, scales, 1).astype(np.int64)
         bias = np.zeros(w.shape[1]) if b is None else np.asarray(b, np.float64).reshape(-1)
+        bias = bias + self.bias_delta.get(node.name, 0.0)
         bq = np.round(bias / (x.scale * scales.astype(np.float64))).astype(np.int64)
         kernel = Linear.build(wq, bq, x.scale, scales, tq.scale, in_bits=x.bits, out_bits=tq.bits, rounding=self.rounding, **extra)
         self.emit_kernel(node, "HzLinear", kernel, [x.name], out)
@@ -310,6 +313,7 @@ class _Lowerer:
         wq = quantize_weight(w, scales, 0).astype(np.int64)
         b = self.src.const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
         bias = np.zeros(w.shape[0]) if b is None else np.asarray(b, np.float64)
+        bias = bias + self.bias_delta.get(node.name, 0.0)
         bq = np.round(bias / (x.scale * scales.astype(np.float64))).astype(np.int64)
         nd = w.ndim - 2
         pads = node.attr("pads") or [0] * (2 * nd)
@@ -534,8 +538,13 @@ class _Lowerer:
             n.outputs = [new if o == old else o for o in n.outputs]
 
 
-def lower_to_integer(graph: Graph, plan: QuantPlan, weights: dict[str, tuple[np.ndarray, int]], rounding: str = "half_up") -> tuple[Graph, LoweringReport]:
-    """The integer program of ``graph`` under ``plan`` (see the module docstring)."""
-    low = _Lowerer(graph.copy(), plan, weights, rounding)
+def lower_to_integer(graph: Graph, plan: QuantPlan, weights: dict[str, tuple[np.ndarray, int]], rounding: str = "half_up",
+                     bias_delta: dict[str, np.ndarray] | None = None) -> tuple[Graph, LoweringReport]:
+    """The integer program of ``graph`` under ``plan`` (see the module docstring).
+
+    ``bias_delta`` ``{node: per-channel float delta}`` is added to biases before they are
+    quantized (bias correction).
+    """
+    low = _Lowerer(graph.copy(), plan, weights, rounding, bias_delta)
     prog = low.run()
     return prog, low.report

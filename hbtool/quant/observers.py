@@ -31,6 +31,7 @@ class TensorStats:
     hist: np.ndarray = field(default_factory=lambda: np.zeros(DEFAULT_BINS, np.int64))
     hist_range: float = 0.0  # upper edge of the histogram; 0 until the first non-zero value
     nonfinite: int = 0
+    channel_mean: np.ndarray | None = None  # per-channel mean, when asked for (bias correction)
 
     @property
     def bin_width(self) -> float:

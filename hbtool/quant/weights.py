@@ -83,3 +83,49 @@ def plan_weights(graph: Graph, per_channel: bool = True, clip: str = "none") -> 
         name, axis = wa
         out[name] = (weight_scales(graph.const(name), axis, per_channel, clip), axis)
     return out
+
+
+def input_channel_axis(node: Node, graph: Graph) -> tuple[str, int] | None:
+    """The data input of a tensor-unit node and the axis its weight contracts over."""
+    if node.op_type in ("Conv", "ConvTranspose"):
+        return node.inputs[0], 1
+    if node.op_type in ("MatMul", "Linear", "Gemm") and not node.attr("transA", 0):
+        return node.inputs[0], -1
+    return None
+
+
+def bias_corrections(graph: Graph, weights: dict[str, tuple[np.ndarray, int]], means: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Per-output-channel bias deltas that cancel the mean error of weight rounding.
+
+    For an input with per-channel mean m, rounding W to W_q shifts the layer's output mean by
+    (W - W_q) m; adding that to the bias removes the shift (bias correction, Nagel et al. 2019).
+    ``{node name: delta}``; only groups of 1 (no grouped convolutions).
+    """
+    out: dict[str, np.ndarray] = {}
+    for node in graph.nodes:
+        if node.meta.get("on") != "BPU":
+            continue
+        wa = weight_input_and_axis(node, graph)
+        ia = input_channel_axis(node, graph)
+        if wa is None or ia is None or ia[0] not in means or wa[0] not in weights:
+            continue
+        w = graph.const(wa[0]).astype(np.float64)
+        scales, axis = weights[wa[0]]
+        wq = quantize_weight(w, scales, axis).astype(np.float64)
+        shape = [1] * w.ndim
+        shape[axis] = scales.size
+        err = w - wq * scales.reshape(shape).astype(np.float64)
+        m = np.asarray(means[ia[0]], np.float64)
+        if node.op_type == "Conv":
+            if int(node.attr("group", 1)) != 1 or err.shape[1] != m.size:
+                continue
+            delta = (err.reshape(err.shape[0], err.shape[1], -1).sum(axis=2)) @ m
+        elif node.op_type == "Gemm" and node.attr("transB", 0):
+            delta = err @ m if err.shape[1] == m.size else None
+        elif node.op_type in ("MatMul", "Linear", "Gemm"):
+            delta = m @ err if err.shape[0] == m.size else None
+        else:
+            delta = None
+        if delta is not None:
+            out[node.name] = delta
+    return out
