@@ -374,3 +374,29 @@ def test_bias_correction_removes_the_mean_shift_of_weight_rounding(tmp_path):
 
     plain, corrected = mean_error(False), mean_error(True)
     assert corrected < 0.5 * plain, (plain, corrected)
+
+
+def test_adaround_learns_rounding_that_lowers_the_layer_output_error():
+    import torch
+
+    from hbtool.quant.adaround import _learn
+
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    w = torch.from_numpy((rng.standard_normal((32, 8)) * 0.1).astype(np.float32))
+    s = w.abs().amax(dim=0, keepdim=True) / 127
+    # inputs with correlated features: nearest rounding is not output-optimal
+    base = rng.standard_normal((512, 4)).astype(np.float32)
+    x = torch.from_numpy(np.repeat(base, 8, axis=1) + 0.05 * rng.standard_normal((512, 32)).astype(np.float32))
+    target = x @ w
+
+    def fwd(wi):
+        return x @ (wi * s)
+
+    nearest = torch.clamp(torch.round(w / s), -127, 127)
+    learned = _learn(w / s, fwd, target, iters=300)
+    assert torch.all(learned == torch.round(learned))
+    assert torch.all((learned - torch.floor(w / s)).abs() <= 1)  # only the rounding direction changes
+    err_nearest = float(((fwd(nearest) - target) ** 2).mean())
+    err_learned = float(((fwd(learned) - target) ** 2).mean())
+    assert err_learned < 0.7 * err_nearest, (err_nearest, err_learned)

@@ -236,9 +236,19 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
         return choice
 
     bias_delta = bias_corrections(graph, weights, {t: root_stats[t].channel_mean for t in mean_axes}) if mean_axes else None
+    # the graph that gets quantized: the float graph, with learned-rounding weights when asked for;
+    # ``graph`` itself stays the float reference
+    qsrc = graph
+    if cal.adaround:
+        from hbtool.quant.adaround import adaround
+
+        learned = adaround(graph, weights, data.iter_batches(1), progress=(lambda d, t: progress("adaround", d, t)) if progress else None)
+        qsrc = graph.copy()
+        for name, value in learned.items():
+            qsrc.values[name].data = value
 
     def quantized(plan: QuantPlan) -> tuple[Graph, Graph]:
-        program, _ = lower_to_integer(graph, plan, weights, bias_delta=bias_delta)
+        program, _ = lower_to_integer(qsrc, plan, weights, bias_delta=bias_delta)
         return program, build_quantized_graph(program)
 
     def output_cosine(test: Graph) -> float:
@@ -265,7 +275,7 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
                 continue
             seen[key] = method
             # candidates are compared on the fake-quantized float model: the same plan, float speed
-            cgraph, _ = build_calibrated_graph(graph, plan, weights)
+            cgraph, _ = build_calibrated_graph(qsrc, plan, weights)
             candidates[method] = output_cosine(cgraph)
             log.info("calibration candidate %s: output cosine %.6f", method, candidates[method])
             if progress:
@@ -280,7 +290,7 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     if loaded is not None:
         apply_loaded_scales(plan, loaded)
         method = "load"
-    cgraph, _ = build_calibrated_graph(graph, plan, weights)
+    cgraph, _ = build_calibrated_graph(qsrc, plan, weights)
     program, qgraph = quantized(plan)
     present = {o for n in program.nodes for o in n.outputs}
     node_tensors = [t for t in plan.tensors if t in present and t not in graph.outputs]
