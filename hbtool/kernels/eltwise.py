@@ -29,18 +29,7 @@ from hbtool.kernels.fixedpoint import (
     rounding_shift_onnx,
 )
 from hbtool.kernels.linear import check_activation
-from hbtool.kernels.requantize import Requantize
-
-
-def _clamp_bounds(out_bits: int, relu: bool, lo: int | None, hi: int | None) -> tuple[int, int]:
-    qmin, qmax = int_range(out_bits)
-    low = qmin if lo is None else max(qmin, int(lo))
-    if relu:
-        low = max(low, 0)
-    high = qmax if hi is None else min(qmax, int(hi))
-    if low > high:
-        raise ValueError(f"empty clamp range [{low}, {high}]")
-    return low, high
+from hbtool.kernels.requantize import Requantize, clamp_bounds
 
 
 @dataclass(frozen=True, eq=False)
@@ -82,7 +71,7 @@ class Add(Kernel):
         _, n = quantize_multiplier(max(ra, rb))
         A = int(np.floor(np.ldexp(ra, n) + 0.5))
         B = int(np.floor(np.ldexp(rb, n) + 0.5))
-        low, high = _clamp_bounds(out_bits, relu, lo, hi)
+        low, high = clamp_bounds(out_bits, relu, lo, hi)
         return cls(A=A, B=B, n=int(n), sign=-1 if sub else 1, a_bits=a_bits, b_bits=b_bits, lo=low, hi=high,
                    rounding=rounding)
 

@@ -69,6 +69,18 @@ def _rshift_int(x: int, n: int, mode: str) -> int:
     return q + (1 if r > half or (r == half and q & 1) else 0)
 
 
+def clamp_bounds(out_bits: int, relu: bool, lo: int | None, hi: int | None) -> tuple[int, int]:
+    """The output clamp of a kernel: the int range, narrowed by a fused ReLU and explicit bounds."""
+    qmin, qmax = int_range(out_bits)
+    low = qmin if lo is None else max(qmin, int(lo))
+    if relu:
+        low = max(low, 0)
+    high = qmax if hi is None else min(qmax, int(hi))
+    if low > high:
+        raise ValueError(f"empty clamp range [{low}, {high}]")
+    return low, high
+
+
 @dataclass(frozen=True, eq=False)
 class Requantize(Kernel):
     """``acc -> clamp(rshift(acc * M, n), lo, hi)``; make it with :meth:`build`."""
@@ -112,12 +124,7 @@ class Requantize(Kernel):
         M = np.asarray(M, np.int64)
         n = np.asarray(n, np.int64)
         qmin, qmax = int_range(out_bits)
-        low = qmin if lo is None else max(qmin, int(lo))
-        if relu:
-            low = max(low, 0)
-        high = qmax if hi is None else min(qmax, int(hi))
-        if low > high:
-            raise ValueError(f"empty clamp range [{low}, {high}]")
+        low, high = clamp_bounds(out_bits, relu, lo, hi)
 
         clamp = None
         pre = None

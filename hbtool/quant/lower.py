@@ -369,10 +369,14 @@ class _Lowerer:
         shadow = Node(node.name, "Mul", [node.inputs[0], recip], list(node.outputs), {}, "", None, dict(node.meta))
         return self._binary(shadow, Mul)
 
-    def _lower_Softmax(self, node: Node) -> bool:
+    def _over_last_axis(self, node: Node) -> bool:
+        """Whether a Softmax/LayerNorm node works over the last axis (what the integer kernels do)."""
         shape = self.src.shape(node.inputs[0])
         axis = int(node.attr("axis", -1))
-        if shape is None or axis not in (-1, len(shape) - 1):
+        return shape is not None and axis in (-1, len(shape) - 1)
+
+    def _lower_Softmax(self, node: Node) -> bool:
+        if not self._over_last_axis(node):
             return False
         x = self.int_input(node.inputs[0])
         tq = self.tq(node.outputs[0])
@@ -381,10 +385,9 @@ class _Lowerer:
         return True
 
     def _lower_LayerNormalization(self, node: Node) -> bool:
-        shape = self.src.shape(node.inputs[0])
-        axis = int(node.attr("axis", -1))
-        if shape is None or axis not in (-1, len(shape) - 1):
+        if not self._over_last_axis(node):
             return False
+        shape = self.src.shape(node.inputs[0])
         x = self.int_input(node.inputs[0])
         tq = self.tq(node.outputs[0])
         gamma = self.src.const(node.inputs[1])
@@ -408,15 +411,11 @@ class _Lowerer:
         if mean is None or scale is None:
             return False
         if layout == "NCHW":
-            w = scale.reshape(c, 1, 1, 1).astype(np.float32)
-            fake = Node(node.name, "Conv", [node.inputs[0], "__w", "__b"], list(node.outputs), {"group": c}, "", None, dict(node.meta))
-            self.src.values["__w"] = self.src.values.get("__w") or type(self.src.value(node.inputs[0]))("__w")
-            self.src.values["__w"].data, self.src.values["__w"].shape = w, w.shape
-            self.src.values["__b"] = type(self.src.value(node.inputs[0]))("__b", (c,), np.dtype(np.float32), (-mean * scale).astype(np.float32))
-            try:
-                return self._lower_Conv(fake)
-            finally:
-                del self.src.values["__w"], self.src.values["__b"]
+            # a depthwise 1x1 convolution: weight scale[c], bias -mean[c] * scale[c]
+            w = self.src.add_const(scale.reshape(c, 1, 1, 1).astype(np.float32), hint=f"{node.name}_scale")
+            b = self.src.add_const((-mean * scale).astype(np.float32), hint=f"{node.name}_shift")
+            fake = Node(node.name, "Conv", [node.inputs[0], w, b], list(node.outputs), {"group": c}, "", None, dict(node.meta))
+            return self._lower_Conv(fake)
         w = np.diag(scale).astype(np.float32)
         fake = Node(node.name, "Linear", [node.inputs[0], "__w"], list(node.outputs), {}, "", None, dict(node.meta))
         return self._linear_like(fake, node.inputs[0], w, -mean * scale, 1)
