@@ -293,6 +293,11 @@ COMPILER = _g(
     Key("advice", "int",
         "Report ops whose estimated time exceeds this many microseconds, with advice. 0 = "
         "off.", default=0, min=0),
+    Key("rounding", "enum",
+        "How every right shift of the integer program rounds (requantization, tables, "
+        "LayerNorm/Softmax). The J5's mode is not published; `half_up` is what Horizon's "
+        "simulator results are consistent with. Calibrate's quantized model uses the same mode.",
+        default="half_up", allowed=("half_up", "half_even", "half_away", "floor"), origin=HBTOOL),
     Key("abort_on_fail", "bool",
         "Stop with an error when a node meant for the BPU cannot be compiled for it, instead "
         "of falling back to the CPU.", default=False, origin=HBTOOL),

@@ -105,6 +105,7 @@ class CompilerParams:
     jobs: int | None
     advice: int
     abort_on_fail: bool
+    rounding: str = "half_up"
 
 
 @dataclass

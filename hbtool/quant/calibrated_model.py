@@ -18,6 +18,7 @@ from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node
 from hbtool.quant.plan import QMAX, QuantPlan, TensorQuant
 
 CALIBRATION_OP = "HzCalibration"
+BIAS_DELTA_KEY = "hbtool.bias_delta"
 
 
 def _fake_quant_body(opset: int, bits: int, scale: np.ndarray, axis: int | None, rank: int) -> Graph:
@@ -84,6 +85,8 @@ def build_calibrated_graph(graph: Graph, plan: QuantPlan, weight_scales: dict[st
         body = _fake_quant_body(g.opset, 8, np.asarray(scales, np.float32), axis, len(shape))
         _insert_after(g, wname, attrs, body, users)
     g.toposort()
+    if plan.bias_delta:
+        g.metadata[BIAS_DELTA_KEY] = json.dumps({k: [float(x) for x in np.asarray(v).reshape(-1)] for k, v in sorted(plan.bias_delta.items())})
     g.metadata["hbtool.quant_plan"] = json.dumps({"method": plan.method, "tensors": len(plan.tensors)})
     return g, names
 
@@ -117,5 +120,7 @@ def extract_plan(graph: Graph) -> tuple[Graph, QuantPlan, dict[str, tuple[np.nda
             plan.groups.setdefault(tq.group, []).append(src)
         g.nodes.remove(node)
         g.replace_uses(dst, src)
+    if BIAS_DELTA_KEY in g.metadata:
+        plan.bias_delta = {k: np.asarray(v, np.float64) for k, v in json.loads(g.metadata.pop(BIAS_DELTA_KEY)).items()}
     g.remove_unused()
     return g, plan, weights

@@ -61,6 +61,8 @@ class IntTensor:
 @dataclass
 class LoweringReport:
     fallbacks: list[tuple[str, str, str]] = field(default_factory=list)  # (node, op, why)
+    #: ``{integer tensor name in the program: (scale, bits)}``
+    tensors: dict[str, tuple[float, int]] = field(default_factory=dict)
 
 
 class _Lowerer:
@@ -526,6 +528,7 @@ class _Lowerer:
             outputs.append(o)
         self.out.outputs = outputs
         self.out.remove_unused()
+        self.report.tensors = {it.name: (float(it.scale), int(it.bits)) for it in self.ints.values() if it.name in self.out.values}
         return self.out
 
     def _rename(self, old: str, new: str) -> None:
@@ -544,6 +547,8 @@ def lower_to_integer(graph: Graph, plan: QuantPlan, weights: dict[str, tuple[np.
     ``bias_delta`` ``{node: per-channel float delta}`` is added to biases before they are
     quantized (bias correction).
     """
+    if bias_delta is None:
+        bias_delta = plan.bias_delta
     low = _Lowerer(graph.copy(), plan, weights, rounding, bias_delta)
     prog = low.run()
     return prog, low.report

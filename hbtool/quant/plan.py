@@ -58,6 +58,9 @@ class QuantPlan:
     tensors: dict[str, TensorQuant] = field(default_factory=dict)
     groups: dict[int, list[str]] = field(default_factory=dict)
     method: str = "max"
+    #: ``{node: per-output-channel float delta}`` added to that node's bias before it is
+    #: quantized (bias correction); travels in the calibrated model's metadata
+    bias_delta: dict[str, np.ndarray] = field(default_factory=dict)
 
     def bits(self, tensor: str) -> int | None:
         t = self.tensors.get(tensor)

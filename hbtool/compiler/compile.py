@@ -1,0 +1,179 @@
+"""``hbtool compile``: calibrated model -> integer program -> passes -> layout -> memory -> ``.hbm``."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from hbtool import __version__
+from hbtool.compiler.artifact import _narrowest, to_bytes
+from hbtool.compiler.cpu import CpuSubgraph, extract_cpu_subgraphs
+from hbtool.compiler.layout import LayoutPlan, plan_layout
+from hbtool.compiler.memory import MemoryPlan, plan_memory
+from hbtool.compiler.passes import run_passes
+from hbtool.compiler.program_io import program_section
+from hbtool.compiler.source import load_calibrated, lower_calibrated
+from hbtool.compiler.units import CPU, assign_units
+from hbtool.config import HbConfig
+from hbtool.ir.graph import Graph
+from hbtool.march.description import load_march
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CompiledModel:
+    program: Graph
+    header: dict[str, Any]
+    data: bytes
+    passes: dict[str, int]
+    cpu_subgraphs: list[CpuSubgraph]
+    layout: LayoutPlan
+    memory: MemoryPlan
+    fallbacks: list[tuple[str, str, str]] = field(default_factory=list)
+    seconds: float = 0.0
+    path: Path | None = None
+
+
+def calibrated_path(cfg: HbConfig) -> Path:
+    return Path(cfg.model.working_dir) / f"{cfg.model.output_model_file_prefix}_calibrated_model.onnx"
+
+
+def artifact_path(cfg: HbConfig) -> Path:
+    return Path(cfg.model.working_dir) / f"{cfg.model.output_model_file_prefix}.hbm"
+
+
+def kernel_param_bytes(kernel: Any) -> int:
+    """Bytes of a kernel's constant arrays as stored (narrowest integer type): weights, biases, tables."""
+    import dataclasses
+
+    total = 0
+    for f in dataclasses.fields(kernel):
+        v = getattr(kernel, f.name)
+        if isinstance(v, np.ndarray) and v.size > 1:
+            total += _narrowest(v).nbytes
+        elif dataclasses.is_dataclass(v):
+            total += kernel_param_bytes(v)
+    return total
+
+
+def _input_descriptions(cfg: HbConfig, program: Graph) -> list[dict[str, Any]]:
+    consumers = program.consumer_map()
+    specs = {s.name: s for s in cfg.inputs if s.name}
+    out = []
+    for k, name in enumerate(program.inputs):
+        v = program.values[name]
+        spec = specs.get(name) or (cfg.inputs[k] if k < len(cfg.inputs) and not cfg.inputs[k].name else None)
+        quant = None
+        for c in consumers.get(name, []):
+            kern = c.meta.get("kernel")
+            if kern is not None and type(kern).__name__ == "Quantize":
+                quant = {"scale": float(np.asarray(kern.scale).reshape(-1)[0]), "bits": int(kern.bits)}
+        d: dict[str, Any] = {"name": name, "shape": [int(x) for x in v.shape], "dtype": np.dtype(v.dtype).name,
+                             "quantize": quant}
+        if spec is not None:
+            d.update(layout=spec.layout_rt or spec.layout_train, type=spec.type_rt, norm_type=spec.norm_type,
+                     mean=list(spec.mean) if spec.mean else None, scale=list(spec.scale) if spec.scale else None,
+                     source=spec.source)
+        out.append(d)
+    return out
+
+
+def _output_descriptions(program: Graph) -> list[dict[str, Any]]:
+    producers = program.producer_map()
+    out = []
+    for name in program.outputs:
+        v = program.values[name]
+        p = producers.get(name)
+        kern = p.meta.get("kernel") if p is not None else None
+        deq = {"scale": float(np.asarray(kern.scale).reshape(-1)[0])} if kern is not None and type(kern).__name__ == "Dequantize" else None
+        out.append({"name": name, "shape": [int(x) for x in v.shape], "dtype": "float32", "dequantize": deq})
+    return out
+
+
+def compile_model(cfg: HbConfig, optimize_level: str | None = None, disabled_passes: set[str] | None = None,
+                  progress: Callable[[str, int, int], None] | None = None,
+                  calibrated: Path | None = None) -> CompiledModel:
+    """Compile the calibrated model of ``cfg`` (in memory; nothing is written)."""
+    t0 = time.perf_counter()
+    level = optimize_level or cfg.compiler.optimize_level
+    march = load_march(cfg.model.march)
+    src = Path(calibrated) if calibrated is not None else calibrated_path(cfg)
+    steps = 6
+    tick = (lambda k, what: progress(what, k, steps)) if progress else (lambda k, what: None)
+    tick(0, "lowering")
+    lowered = lower_calibrated(load_calibrated(src), march, cfg.model.node_info, cfg.compiler.rounding)
+    program = lowered.program
+    assign_units(program)
+    tick(1, "passes")
+    applied = run_passes(program, level, disabled_passes or set())
+    assign_units(program)
+    tick(2, "cpu subgraphs")
+    subgraphs = extract_cpu_subgraphs(program)
+    tensor_bits = {name: bits for name, (_, bits) in lowered.report.tensors.items()}
+    tick(3, "layout")
+    layout = plan_layout(program, march, tensor_bits)
+    tick(4, "memory")
+    weight_bytes = sum(kernel_param_bytes(n.meta["kernel"]) for n in program.nodes if "kernel" in n.meta and n.meta.get("unit") != CPU)
+    memory = plan_memory(program, layout, march, weight_bytes)
+    for n in program.nodes:
+        if "kernel" in n.meta and n.meta.get("unit") != CPU:
+            n.meta["macs"] = kernel_macs(n, program)
+    scales = {name: s for name, (s, _) in lowered.report.tensors.items()}
+    tensors = {}
+    for name, lay in sorted(layout.tensors.items()):
+        t = lay.to_json()
+        if name in tensor_bits:
+            t.update(bits=tensor_bits[name], scale=scales.get(name, scales.get(name.removesuffix("_reorder"))))
+        p = memory.tensors.get(name)
+        if p is not None:
+            t["memory"] = p.to_json()
+        tensors[name] = t
+    tick(5, "artifact")
+    header = {
+        "tool": {"name": "hbtool", "version": __version__},
+        "march": march.name,
+        "model": {"name": cfg.model.output_model_file_prefix,
+                  "calibrated_sha256": hashlib.sha256(src.read_bytes()).hexdigest()},
+        "options": {"optimize_level": level, "compile_mode": cfg.compiler.compile_mode,
+                    "balance_factor": cfg.compiler.balance_factor, "core_num": cfg.compiler.core_num,
+                    "rounding": cfg.compiler.rounding, "disabled_passes": sorted(disabled_passes or [])},
+        "passes": applied,
+        "inputs": _input_descriptions(cfg, program),
+        "outputs": _output_descriptions(program),
+        "program": program_section(program),
+        "tensors": tensors,
+        "cpu_subgraphs": [{"name": s.name, "inputs": s.inputs, "outputs": s.outputs, "onnx": s.onnx_bytes,
+                           "nodes": s.nodes, "flops": s.flops} for s in subgraphs],
+        "layout": layout.to_json(),
+        "memory": memory.to_json(),
+        "fallbacks": [list(f) for f in lowered.report.fallbacks],
+    }
+    data = to_bytes(header)
+    tick(6, "artifact")
+    result = CompiledModel(program, header, data, applied, subgraphs, layout, memory, list(lowered.report.fallbacks))
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def kernel_macs(node, program: Graph) -> int:
+    """Multiply-accumulates of a tensor-unit kernel node, from its integer weights and output shape."""
+    kernel = node.meta["kernel"]
+    out = program.shape(node.outputs[0])
+    if out is None:
+        return 0
+    elems = int(np.prod(out, dtype=np.int64))
+    kind = type(kernel).__name__
+    if kind == "Conv":
+        return elems * int(np.prod(kernel.weight.shape[1:]))
+    if kind == "Linear":
+        return elems * int(kernel.weight.shape[0])
+    if kind == "MatMul":
+        return elems * int(kernel.k)
+    return 0

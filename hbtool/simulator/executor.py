@@ -1,0 +1,167 @@
+"""The program interpreter behind ``hbtool simulate``.
+
+BPU nodes run their integer kernel's numpy form (int64 arithmetic; float BLAS only where a
+product is provably exact, see :mod:`hbtool.kernels`), after the operand read orders the
+compiler's passes recorded (``in_perms``/``out_perm``); data-movement nodes run
+:mod:`.movement`; CPU subgraphs run in onnxruntime, as on the A55 cluster. Integer tensors
+are int64 arrays; a tensor is freed as soon as its last reader has run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from hbtool.compiler.artifact import Artifact
+from hbtool.compiler.cpu import CPU_SUBGRAPH_OP
+from hbtool.compiler.program_io import program_from_section
+from hbtool.errors import InputError
+from hbtool.ir.graph import Graph, Node
+from hbtool.simulator.movement import MOVEMENT
+
+
+@dataclass
+class _Step:
+    node: Node
+    run: Callable[[list[Any]], list[np.ndarray]]
+    inputs: list[str]
+    outputs: list[str]
+    free_after: list[str]
+
+
+def _kernel_step(node: Node) -> Callable:
+    kernel = node.meta["kernel"]
+    perms = node.meta.get("in_perms") or {}
+    out_perm = node.meta.get("out_perm")
+
+    def run(xs: list[Any]) -> list[np.ndarray]:
+        if perms:
+            xs = [np.transpose(x, perms[k]) if k in perms else x for k, x in enumerate(xs)]
+        y = kernel.apply_numpy(*xs)
+        if out_perm is not None:
+            y = np.ascontiguousarray(np.transpose(y, out_perm))
+        return [y]
+
+    return run
+
+
+def _movement_step(node: Node, program: Graph) -> Callable:
+    fn = MOVEMENT.get(node.op_type)
+    if fn is None:
+        return _reference_step(node, program)
+
+    def run(xs: list[Any]) -> list[np.ndarray]:
+        return fn(node, program, *xs)
+
+    return run
+
+
+def _reference_step(node: Node, program: Graph) -> Callable:
+    """Ops without a numpy form here: onnx's reference evaluator, on the exact integers."""
+    import onnx
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    ins = [f"x{k}" if i else "" for k, i in enumerate(node.inputs)]
+    outs = [f"y{k}" for k in range(len(node.outputs))]
+    proto = helper.make_node(node.op_type, ins, outs, domain=node.domain, **dict(node.attrs))
+    graph = helper.make_graph([proto], "single", [helper.make_tensor_value_info(i, onnx.TensorProto.UNDEFINED, None) for i in ins if i],
+                              [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in outs])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", program.opset)])
+    evaluator = ReferenceEvaluator(model)
+
+    def run(xs: list[Any]) -> list[np.ndarray]:
+        feeds = {f"x{k}": x for k, x in enumerate(xs) if node.inputs[k]}
+        return [np.asarray(y) for y in evaluator.run(None, feeds)]
+
+    return run
+
+
+def _cpu_step(node: Node, subgraph: dict[str, Any], threads: int | None) -> Callable:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    if threads:
+        opts.intra_op_num_threads = threads
+    session = ort.InferenceSession(subgraph["onnx"], opts, providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    types = {i.name: i.type for i in session.get_inputs()}
+    outs = list(subgraph["outputs"])
+
+    def run(xs: list[Any]) -> list[np.ndarray]:
+        feeds = {}
+        for name, x in zip(node.inputs, xs):
+            if name in names:
+                want = types[name]
+                x = np.asarray(x)
+                if want == "tensor(float)" and x.dtype != np.float32:
+                    x = x.astype(np.float32)
+                elif want == "tensor(int64)" and x.dtype != np.int64:
+                    x = x.astype(np.int64)
+                feeds[name] = x
+        return list(session.run(outs, feeds))
+
+    return run
+
+
+class Executor:
+    """Runs one artifact's program on one batch of inputs at a time."""
+
+    def __init__(self, artifact: Artifact, threads: int | None = None):
+        self.header = artifact.header
+        self.program = program_from_section(artifact.header["program"])
+        subgraphs = artifact.header.get("cpu_subgraphs", [])
+        nodes = self.program.nodes
+        last_use: dict[str, int] = {}
+        for k, n in enumerate(nodes):
+            for i in n.inputs:
+                if i:
+                    last_use[i] = k
+        keep = set(self.program.outputs)
+        self.steps: list[_Step] = []
+        for k, n in enumerate(nodes):
+            if n.op_type == CPU_SUBGRAPH_OP:
+                run = _cpu_step(n, subgraphs[int(n.attrs["index"])], threads)
+            elif "kernel" in n.meta:
+                run = _kernel_step(n)
+            else:
+                run = _movement_step(n, self.program)
+            free = [i for i in dict.fromkeys(n.inputs) if i and last_use.get(i) == k and i not in keep and not self.program.is_const(i)]
+            self.steps.append(_Step(n, run, list(n.inputs), list(n.outputs), free))
+        self.consts = {name: v.data for name, v in self.program.values.items() if v.data is not None}
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self.program.inputs)
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self.program.outputs)
+
+    def run(self, feeds: dict[str, np.ndarray], keep: set[str] | None = None) -> dict[str, np.ndarray]:
+        """Outputs (dequantized float32) for one batch; ``keep`` also returns these tensors."""
+        values: dict[str, Any] = dict(feeds)
+        keep = keep or set()
+        for step in self.steps:
+            xs = []
+            for name in step.inputs:
+                if not name:
+                    xs.append(None)
+                elif name in values:
+                    xs.append(values[name])
+                elif name in self.consts:
+                    xs.append(self.consts[name])
+                else:
+                    raise InputError(f"simulate: tensor '{name}' is needed by node '{step.node.name}' but was never computed",
+                                     "the artifact is inconsistent; compile the model again")
+            ys = step.run(xs)
+            for name, y in zip(step.outputs, ys):
+                if name:
+                    values[name] = y
+            for name in step.free_after:
+                if name not in keep:
+                    values.pop(name, None)
+        return {name: values[name] for name in list(self.program.outputs) + sorted(keep) if name in values}
