@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import logging
 import time
 from dataclasses import dataclass, field
@@ -78,7 +79,8 @@ def _input_descriptions(cfg: HbConfig, program: Graph) -> list[dict[str, Any]]:
         d: dict[str, Any] = {"name": name, "shape": [int(x) for x in v.shape], "dtype": np.dtype(v.dtype).name,
                              "quantize": quant}
         if spec is not None:
-            d.update(layout=spec.layout_rt or spec.layout_train, type=spec.type_rt, norm_type=spec.norm_type,
+            d.update(layout=spec.layout_train, type=spec.type_train, type_rt=spec.type_rt, layout_rt=spec.layout_rt,
+                     norm_type=spec.norm_type, cal_data_type=spec.cal_data_type,
                      mean=list(spec.mean) if spec.mean else None, scale=list(spec.scale) if spec.scale else None,
                      source=spec.source)
         out.append(d)
@@ -177,3 +179,34 @@ def kernel_macs(node, program: Graph) -> int:
     if kind == "MatMul":
         return elems * int(kernel.k)
     return 0
+
+
+def compile_log(result: CompiledModel) -> str:
+    """The text of ``hb_compile.log``: what ``hbtool info`` prints, plus the compile time."""
+    from rich.console import Console
+
+    from hbtool.compiler.artifact import from_bytes
+    from hbtool.compiler.info import print_info
+
+    console = Console(record=True, width=120, file=open(os.devnull, "w"))
+    print_info(from_bytes(result.data), console)
+    return console.export_text() + f"compiled in {result.seconds:.2f} s\n"
+
+
+def write_compile_outputs(cfg: HbConfig, result: CompiledModel, path: Path) -> list[Path]:
+    """Write the artifact and ``hb_compile.log`` (all or nothing); print the summary."""
+    from rich.console import Console
+
+    from hbtool.compiler.artifact import from_bytes
+    from hbtool.compiler.info import print_info
+    from hbtool.utils.atomic import atomic_write_bytes
+
+    path = Path(path)
+    log_path = path.parent / "hb_compile.log"
+    text = compile_log(result)
+    atomic_write_bytes(path, result.data)
+    atomic_write_bytes(log_path, text.encode("utf-8"))
+    result.path = path
+    print_info(from_bytes(result.data), Console())
+    print(f"compiled in {result.seconds:.2f} s")
+    return [path, log_path]

@@ -1,0 +1,68 @@
+"""``hbtool info``: what an artifact holds, like Horizon's ``hb_model_info``."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from hbtool.compiler.artifact import Artifact
+
+
+def summary(art: Artifact) -> dict[str, Any]:
+    h = art.header
+    nodes = h["program"]["nodes"]
+    units = Counter(n["meta"].get("unit", "cpu") for n in nodes)
+    ops = Counter(n["op_type"] for n in nodes)
+    return {
+        "file": {"bytes": art.nbytes, "sha256": art.sha256},
+        "tool": h["tool"], "march": h["march"], "model": h["model"], "options": h["options"], "passes": h["passes"],
+        "inputs": h["inputs"], "outputs": h["outputs"],
+        "program": {"nodes": len(nodes), "by_unit": dict(sorted(units.items())), "by_op": dict(sorted(ops.items())),
+                    "macs": sum(int(n["meta"].get("macs", 0)) for n in nodes)},
+        "cpu_subgraphs": [{"name": s["name"], "nodes": s["nodes"], "inputs": s["inputs"], "outputs": s["outputs"]}
+                          for s in h.get("cpu_subgraphs", [])],
+        "layout": h["layout"], "memory": h["memory"], "fallbacks": h.get("fallbacks", []),
+    }
+
+
+def print_info(art: Artifact, console: Console | None = None) -> None:
+    console = console or Console()
+    s = summary(art)
+    console.print(f"[bold]{s['model']['name']}[/bold]  hbtool {s['tool']['version']}  march {s['march']}  "
+                  f"{s['file']['bytes']:,} bytes  sha256 {s['file']['sha256'][:16]}...")
+    opts = s["options"]
+    console.print("compile options: " + ", ".join(f"{k}={v}" for k, v in opts.items() if v not in (None, [], "")))
+    applied = [k for k, v in s["passes"].items() if v > 0]
+    console.print("passes applied: " + (", ".join(f"{k} ({s['passes'][k]})" for k in applied) or "none"))
+    t = Table(title="inputs")
+    for col in ("name", "shape", "dtype", "type", "layout", "preprocess", "quantize"):
+        t.add_column(col)
+    for d in s["inputs"]:
+        pre = d.get("norm_type") or "-"
+        if d.get("mean") or d.get("scale"):
+            pre += f" mean={d.get('mean')} scale={d.get('scale')}"
+        q = d.get("quantize")
+        t.add_row(d["name"], "x".join(map(str, d["shape"])), d["dtype"], str(d.get("type", "-")), str(d.get("layout", "-")),
+                  pre, f"int{q['bits']} scale {q['scale']:.6g}" if q else "float (CPU)")
+    console.print(t)
+    t = Table(title="outputs")
+    for col in ("name", "shape", "dtype", "dequantize"):
+        t.add_column(col)
+    for d in s["outputs"]:
+        dq = d.get("dequantize")
+        t.add_row(d["name"], "x".join(map(str, d["shape"])), d["dtype"], f"scale {dq['scale']:.6g}" if dq else "float (CPU)")
+    console.print(t)
+    p = s["program"]
+    console.print(f"program: {p['nodes']} nodes ({', '.join(f'{k} {v}' for k, v in p['by_unit'].items())}), "
+                  f"{p['macs'] / 1e9:.3f} GMACs")
+    m = s["memory"]
+    console.print(f"memory: SRAM peak {m['sram_peak'] / 2**20:.2f} of {m['sram_bytes'] / 2**20:.0f} MiB, "
+                  f"DDR {m['ddr_bytes_per_frame'] / 1e6:.2f} MB/frame, {len(m['spilled'])} spilled tensors; "
+                  f"layout: {s['layout']['reorders']} reorders, {s['layout']['padding_bytes']:,} padding bytes")
+    for sg in s["cpu_subgraphs"]:
+        console.print(f"CPU subgraph {sg['name']}: {len(sg['nodes'])} nodes ({', '.join(sg['nodes'][:5])}{'...' if len(sg['nodes']) > 5 else ''})")
+    for node, op, why in s["fallbacks"]:
+        console.print(f"[yellow]float fallback[/yellow] {node} ({op}): {why}")

@@ -1,0 +1,125 @@
+"""The user's simulate inputs: ``NAME=PATH`` pairs checked against the artifact's inputs.
+
+PATH is a ``.npy`` whose first axis stacks samples (``(S, *shape[1:])``, or exactly the
+input's shape), or a folder of images / ``.npy`` / ``.bin`` files read like calibration data
+(one sample per file, sorted by name). Every problem is a one-line InputError.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from hbtool.errors import InputError
+
+_FLOAT_OK = "fiu"  # float inputs take float or integer arrays (raw pixels as uint8 are fine)
+
+
+@dataclass
+class InputSource:
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    count: int                      # samples (each of the input's full shape)
+    array: np.ndarray | None = None  # stacked .npy (memory-mapped)
+    reader: Any = None              # folder reader
+
+    def sample(self, i: int) -> np.ndarray:
+        if self.array is not None:
+            b = self.shape[0]
+            x = np.asarray(self.array[i * b:(i + 1) * b])
+        else:
+            x = self.reader.read(i)
+        return _convert(x, self.dtype, self.name, i)
+
+
+def _convert(x: np.ndarray, dtype: np.dtype, name: str, i: int) -> np.ndarray:
+    if x.dtype.kind == "f" and not np.all(np.isfinite(x)):
+        bad = int(x.size - np.count_nonzero(np.isfinite(x)))
+        raise InputError(f"input '{name}' sample {i}: {bad} values are NaN or Inf", "give finite input values")
+    if dtype.kind in "iu" and x.dtype.kind == "f":
+        if np.any(x != np.floor(x)):
+            raise InputError(f"input '{name}' sample {i}: holds fractions but the model takes {dtype.name}",
+                             f"give {dtype.name} values (token ids, indices)")
+    return np.ascontiguousarray(x.astype(dtype, copy=False))
+
+
+def parse_input_args(pairs: list[str]) -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for text in pairs:
+        if "=" not in text:
+            raise InputError(f"--input {text}: expected NAME=PATH", "write it like --input input=images.npy")
+        name, path = text.split("=", 1)
+        if not name or not path:
+            raise InputError(f"--input {text}: expected NAME=PATH", "write it like --input input=images.npy")
+        if name in out:
+            raise InputError(f"--input {name} is given twice", "give each input once")
+        out[name] = Path(path)
+    return out
+
+
+def _spec_for(desc: dict[str, Any], folder: Path):
+    from hbtool.config.types import InputSpec
+
+    return InputSpec(
+        name=desc["name"], shape=tuple(desc["shape"]), type_train=desc.get("type") or "featuremap",
+        type_rt=desc.get("type_rt") or desc.get("type") or "featuremap", layout_train=desc.get("layout"),
+        layout_rt=desc.get("layout_rt"), norm_type="no_preprocess", mean=None, scale=None, cal_data_dir=folder,
+        cal_data_type=desc.get("cal_data_type") or "float32",
+    )
+
+
+def open_inputs(descriptions: list[dict[str, Any]], paths: dict[str, Path]) -> list[InputSource]:
+    """Check names, shapes and dtypes; returns one source per model input (same sample count)."""
+    names = [d["name"] for d in descriptions]
+    for name in paths:
+        if name not in names:
+            raise InputError(f"--input {name}: the artifact has no input '{name}' (its inputs: {', '.join(names)})",
+                             "use the input names hbtool info prints")
+    missing = [n for n in names if n not in paths]
+    if missing:
+        raise InputError(f"no data for input '{missing[0]}'", f"add --input {missing[0]}=PATH (a .npy or a folder)")
+    sources = []
+    for desc in descriptions:
+        name, shape, dtype = desc["name"], tuple(int(d) for d in desc["shape"]), np.dtype(desc["dtype"])
+        path = paths[name]
+        if not path.exists():
+            raise InputError(f"--input {name}={path}: no such file or folder", "check the path")
+        if path.is_dir():
+            from hbtool.quant.data import _FileInput, _InputInfo
+
+            info = _InputInfo(_spec_for(desc, path), name, shape, dtype)
+            reader = _FileInput(info, path, resize=True)
+            sources.append(InputSource(name, shape, dtype, len(reader), reader=reader))
+            continue
+        if path.suffix.lower() != ".npy":
+            raise InputError(f"--input {name}={path}: not a .npy file or a folder", "save the samples with numpy.save, or give a folder of images")
+        try:
+            arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:
+            raise InputError(f"--input {name}={path}: cannot read it as .npy ({exc})", "save the samples with numpy.save") from None
+        if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "biuf" or arr.dtype.fields is not None:
+            raise InputError(f"--input {name}={path}: holds {getattr(arr, 'dtype', type(arr).__name__)} data, not numbers",
+                             "store a plain numeric array (float32, uint8, int64...)")
+        if dtype.kind == "f" and arr.dtype.kind not in _FLOAT_OK or dtype.kind in "iu" and arr.dtype.kind not in "iuf":
+            raise InputError(f"--input {name}={path}: holds {arr.dtype} but the input takes {dtype.name}",
+                             f"save the array as {dtype.name}")
+        if tuple(arr.shape[1:]) != shape[1:] or arr.ndim != len(shape) or arr.shape[0] % shape[0]:
+            raise InputError(f"--input {name}={path}: shape {tuple(arr.shape)} does not fit the input's shape {shape}",
+                             f"stack samples along the first axis: (N, {', '.join(str(d) for d in shape[1:])})")
+        if arr.shape[0] == 0:
+            raise InputError(f"--input {name}={path}: holds no samples", "give at least one sample")
+        sources.append(InputSource(name, shape, dtype, arr.shape[0] // shape[0], array=arr))
+    counts = {s.name: s.count for s in sources}
+    if len(set(counts.values())) > 1:
+        raise InputError(f"inputs hold different numbers of samples: {counts}", "give every input the same number of samples")
+    return sources
+
+
+def iter_samples(sources: list[InputSource]) -> Iterator[dict[str, np.ndarray]]:
+    n = sources[0].count if sources else 0
+    for i in range(n):
+        yield {s.name: s.sample(i) for s in sources}

@@ -1,0 +1,24 @@
+"""The console table of ``hbtool simulate``."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from hbtool.simulator.simulate import SimulationResult
+
+
+def print_simulation(result: SimulationResult, console: Console | None = None) -> None:
+    console = console or Console()
+    rate = result.samples / result.seconds if result.seconds > 0 else float("inf")
+    console.print(f"simulated {result.samples} samples in {result.seconds:.2f} s ({rate:.1f} samples/s)")
+    if not result.comparisons:
+        return
+    t = Table(title="simulated vs --compare")
+    for col in ("Output", "Cosine", "L1", "L2", "Chebyshev", "Max error (LSB)", "Within 1 LSB"):
+        t.add_column(col, justify="right" if col != "Output" else "left")
+    for c in result.comparisons:
+        t.add_row(c.name, f"{c.cosine:.6f}", f"{c.l1:.6g}", f"{c.l2:.6g}", f"{c.chebyshev:.6g}",
+                  "-" if c.max_lsb is None else f"{c.max_lsb:.2f}",
+                  "-" if c.within_1lsb is None else f"{100 * c.within_1lsb:.3f}%")
+    console.print(t)
