@@ -20,8 +20,26 @@ from hbtool.errors import HbError, InputError
 EXIT_INTERNAL = 3
 
 
+def _usage_exit(exc: click.UsageError, where: str = "hbtool"):
+    """A click usage error (missing option, bad flag value, unknown command) as one line, exit 2."""
+    where = exc.ctx.command_path if exc.ctx is not None else where
+    click.echo(f"hbtool: error: {exc.format_message().strip().rstrip('.')}; fix: see '{where} --help'", err=True)
+    raise click.exceptions.Exit(exc.exit_code)
+
+
+_HELP_ON_NO_ARGS = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
 class HbGroup(click.Group):
     """Turns every failure into one line and an exit code a CI job can act on."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except _HELP_ON_NO_ARGS:
+            raise
+        except click.UsageError as exc:
+            _usage_exit(exc)
 
     def invoke(self, ctx: click.Context):
         verbose = bool(ctx.params.get("verbose")) or "--verbose" in sys.argv[1:] or "-v" in sys.argv[1:]
@@ -33,8 +51,12 @@ class HbGroup(click.Group):
             click.echo(f"hbtool: error: {exc.one_line()}", err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
-            click.echo("hbtool: error: interrupted; nothing half-written was kept, run the command again", err=True)
+            click.echo("hbtool: error: interrupted (Ctrl-C); no half-written file was kept; fix: run the command again", err=True)
             ctx.exit(2)
+        except _HELP_ON_NO_ARGS:
+            raise
+        except click.UsageError as exc:
+            _usage_exit(exc, " ".join(p for p in (ctx.command_path, ctx.invoked_subcommand) if p))
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
         except Exception as exc:  # a bug in hbtool: still one line, unless --verbose
@@ -124,7 +146,10 @@ def calibrate(config_path: Path, model: Path | None, max_rows: int) -> None:
 
     overrides = {"model_parameters": {"onnx_model": model.resolve()}} if model is not None else None
     cfg = load_config(config_path, overrides=overrides)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True) as progress:
+    from rich.console import Console
+
+    console = Console()  # progress bars only on a terminal: a pipe or CI log gets no stray lines
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True, console=console, disable=not console.is_terminal) as progress:
         result = run_calibration(cfg, progress=_progress_callback(progress))
     text = render_report(result).export_text()
     files = write_outputs(cfg, result, text)
@@ -132,6 +157,80 @@ def calibrate(config_path: Path, model: Path | None, max_rows: int) -> None:
     for path in files.values():
         click.echo(f"wrote {path}")
 
+
+
+def _progress_bar():
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True)
+
+
+@main.command(name="compile")
+@click.option("-c", "--config", "config_path", required=True, type=click.Path(path_type=Path), help="Horizon-style YAML config.")
+@click.option("--optimize-level", type=click.Choice(["O0", "O1", "O2", "O3"]), default=None, help="Override compiler_parameters.optimize_level.")
+@click.option("--disable-pass", "disabled", multiple=True, metavar="NAME", help="Turn one compiler pass off (repeatable); see docs/compile.md.")
+@click.option("--output", "-o", "output", type=click.Path(path_type=Path), default=None, help="Artifact path (default: <working_dir>/<prefix>.hbm).")
+def compile_cmd(config_path: Path, optimize_level: str | None, disabled: tuple[str, ...], output: Path | None) -> None:
+    """Compile the calibrated model into a BPU artifact (.hbm), calibrating first if needed."""
+    from hbtool.compiler.compile import artifact_path, calibrated_path, compile_model, write_compile_outputs
+    from hbtool.compiler.passes import PASSES
+    from hbtool.config import load_config
+
+    cfg = load_config(config_path)
+    known = {p.name for p in PASSES}
+    for name in disabled:
+        if name not in known:
+            raise InputError(f"--disable-pass {name}: no such pass", f"use one of: {', '.join(sorted(known))}")
+    if not calibrated_path(cfg).exists():
+        from hbtool.quant.calibrate import run_calibration, write_outputs
+        from hbtool.quant.report import render_report
+
+        click.echo(f"{calibrated_path(cfg)} not found: calibrating first", err=True)
+        with _progress_bar() as progress:
+            cal = run_calibration(cfg, progress=_progress_callback(progress))
+        for path in write_outputs(cfg, cal, render_report(cal).export_text()).values():
+            click.echo(f"wrote {path}")
+    with _progress_bar() as progress:
+        result = compile_model(cfg, optimize_level=optimize_level, disabled_passes=set(disabled), progress=_progress_callback(progress))
+    for path in write_compile_outputs(cfg, result, output or artifact_path(cfg)):
+        click.echo(f"wrote {path}")
+
+
+@main.command()
+@click.argument("artifact", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the description as JSON.")
+def info(artifact: Path, as_json: bool) -> None:
+    """Describe an artifact: version, options, inputs/outputs, program, memory (like hb_model_info)."""
+    import json
+
+    from hbtool.compiler.artifact import read_artifact
+    from hbtool.compiler.info import print_info, summary
+
+    art = read_artifact(artifact)
+    if as_json:
+        click.echo(json.dumps(summary(art), indent=1, sort_keys=True))
+    else:
+        print_info(art)
+
+
+@main.command()
+@click.argument("artifact", type=click.Path(path_type=Path))
+@click.option("--input", "-i", "inputs", multiple=True, required=True, metavar="NAME=PATH", help="Samples for an input: a .npy stacked on the first axis, or a folder of images/.npy (repeat per input).")
+@click.option("--output-dir", "-o", type=click.Path(path_type=Path), default=None, help="Write <output name>.npy (dequantized float32, one row per sample) here.")
+@click.option("--compare", type=click.Path(path_type=Path), default=None, help="ONNX model (float or quantized) to compare the outputs with.")
+@click.option("--threads", type=int, default=None, help="onnxruntime threads for CPU subgraphs and --compare.")
+def simulate(artifact: Path, inputs: tuple[str, ...], output_dir: Path | None, compare: Path | None, threads: int | None) -> None:
+    """Run an artifact's integer program on inputs, bit-exactly, and compare with an ONNX model."""
+    from hbtool.simulator.inputs import parse_input_args
+    from hbtool.simulator.report import print_simulation
+    from hbtool.simulator.simulate import simulate as run_simulation
+
+    with _progress_bar() as progress:
+        result = run_simulation(artifact, parse_input_args(list(inputs)), output_dir, compare,
+                                progress=_progress_callback(progress), threads=threads)
+    print_simulation(result)
+    for path in result.files:
+        click.echo(f"wrote {path}")
 
 if __name__ == "__main__":  # pragma: no cover
     main()
