@@ -1,7 +1,8 @@
 """The program interpreter behind ``hbtool simulate``.
 
 BPU nodes run their integer kernel's numpy form (int64 arithmetic; float BLAS only where a
-product is provably exact, see :mod:`hbtool.kernels`), after the operand read orders the
+product is provably exact, see :mod:`hbtool.kernels`) or an equivalent faster form from
+:mod:`.accel` (``fast=True``, the default), after the operand read orders the
 compiler's passes recorded (``in_perms``/``out_perm``); data-movement nodes run
 :mod:`.movement`; CPU subgraphs run in onnxruntime, as on the A55 cluster. Integer tensors
 are int64 arrays; a tensor is freed as soon as its last reader has run.
@@ -19,6 +20,7 @@ from hbtool.compiler.cpu import CPU_SUBGRAPH_OP
 from hbtool.compiler.program_io import program_from_section
 from hbtool.errors import InputError
 from hbtool.ir.graph import Graph, Node
+from hbtool.simulator.accel import accelerate
 from hbtool.simulator.movement import MOVEMENT
 
 
@@ -31,15 +33,16 @@ class _Step:
     free_after: list[str]
 
 
-def _kernel_step(node: Node) -> Callable:
+def _kernel_step(node: Node, fast: bool) -> Callable:
     kernel = node.meta["kernel"]
     perms = node.meta.get("in_perms") or {}
     out_perm = node.meta.get("out_perm")
+    apply = (accelerate(kernel) if fast else None) or kernel.apply_numpy
 
     def run(xs: list[Any]) -> list[np.ndarray]:
         if perms:
             xs = [np.transpose(x, perms[k]) if k in perms else x for k, x in enumerate(xs)]
-        y = kernel.apply_numpy(*xs)
+        y = apply(*xs)
         if out_perm is not None:
             y = np.ascontiguousarray(np.transpose(y, out_perm))
         return [y]
@@ -110,7 +113,7 @@ def _cpu_step(node: Node, subgraph: dict[str, Any], threads: int | None) -> Call
 class Executor:
     """Runs one artifact's program on one batch of inputs at a time."""
 
-    def __init__(self, artifact: Artifact, threads: int | None = None):
+    def __init__(self, artifact: Artifact, threads: int | None = None, fast: bool = True):
         self.header = artifact.header
         self.program = program_from_section(artifact.header["program"])
         subgraphs = artifact.header.get("cpu_subgraphs", [])
@@ -126,7 +129,7 @@ class Executor:
             if n.op_type == CPU_SUBGRAPH_OP:
                 run = _cpu_step(n, subgraphs[int(n.attrs["index"])], threads)
             elif "kernel" in n.meta:
-                run = _kernel_step(n)
+                run = _kernel_step(n, fast)
             else:
                 run = _movement_step(n, self.program)
             free = [i for i in dict.fromkeys(n.inputs) if i and last_use.get(i) == k and i not in keep and not self.program.is_const(i)]
