@@ -1,10 +1,11 @@
-"""Top-1 accuracy of a tiny sample's float and quantized models on the committed held-out split.
+"""Top-1 accuracy of a tiny sample's float, quantized and simulated models on the committed held-out split.
 
     python -m samples.tiny.evaluate -c configs/tiny_swin.yaml [--json out.json]
 
 Reads `<working_dir>/<prefix>_original_float_model.onnx` and `<prefix>_quantized_model.onnx`
 written by `hbtool calibrate` (both take raw 0-255 pixels: the preprocessing is folded in),
-runs both in onnxruntime on `samples/data/digits_heldout.npz`, and prints one line per model.
+runs both in onnxruntime on `samples/data/digits_heldout.npz`, and, when `hbtool compile` has
+written `<prefix>.hbm`, runs the artifact in hbtool's bit-exact simulator; one line per model.
 """
 
 from __future__ import annotations
@@ -32,6 +33,16 @@ def top1(model_path: Path, images: np.ndarray, labels: np.ndarray) -> float:
     return hits / len(labels)
 
 
+def top1_artifact(path: Path, images: np.ndarray, labels: np.ndarray) -> float:
+    from hbtool.compiler.artifact import read_artifact
+    from hbtool.simulator.executor import Executor
+
+    ex = Executor(read_artifact(path))
+    name, out = ex.input_names[0], ex.output_names[0]
+    hits = sum(int(np.argmax(ex.run({name: x[None].astype(np.float32)})[out]) == y) for x, y in zip(images, labels))
+    return hits / len(labels)
+
+
 def evaluate(config: Path, extra: dict[str, Path] | None = None) -> dict[str, float]:
     from hbtool.config import load_config
 
@@ -41,7 +52,10 @@ def evaluate(config: Path, extra: dict[str, Path] | None = None) -> dict[str, fl
     images, labels = data["images"], data["labels"]
     models = {"float": wd / f"{prefix}_original_float_model.onnx", "quantized": wd / f"{prefix}_quantized_model.onnx"}
     models.update(extra or {})
-    return {k: top1(p, images, labels) for k, p in models.items() if p.exists()}
+    acc = {k: top1(p, images, labels) for k, p in models.items() if p.exists()}
+    if (wd / f"{prefix}.hbm").exists():
+        acc["simulated"] = top1_artifact(wd / f"{prefix}.hbm", images, labels)
+    return acc
 
 
 def main(argv: list[str] | None = None) -> int:
