@@ -232,5 +232,77 @@ def simulate(artifact: Path, inputs: tuple[str, ...], output_dir: Path | None, c
     for path in result.files:
         click.echo(f"wrote {path}")
 
+
+@main.command()
+@click.argument("artifact", type=click.Path(path_type=Path), required=False)
+@click.option("-c", "--config", "config_path", type=click.Path(path_type=Path), help="Cost the config's calibrated model, compiled in memory.")
+@click.option("--model", "-m", "model", type=click.Path(path_type=Path), help="Quick path: an ONNX model, calibrated on random data (needs --fast).")
+@click.option("--fast", is_flag=True, help="Quick path (like makertbin --fast-perf): calibration_type skip, compile, cost.")
+@click.option("--input-shape", "input_shapes", nargs=2, multiple=True, metavar="NAME SHAPE", help="Quick path: fix an input's shape, e.g. --input-shape input 1x3x224x224.")
+@click.option("--march", default="bayes", show_default=True, help="Quick path: target architecture.")
+@click.option("--optimize-level", type=click.Choice(["O0", "O1", "O2", "O3"]), default=None, help="Compile at this level (quick path default O3; -c default: the config's).")
+@click.option("--core-num", type=click.Choice(["1", "2"]), default=None, help="BPU cores per frame (default: the artifact's / config's core_num).")
+@click.option("--output-dir", type=click.Path(path_type=Path), default=None, help="Write perf.html, perf_ops.png, perf_timeline.png and perf.json here.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help="Write the estimate as JSON to this file ('-': stdout).")
+@click.option("--compare-levels", is_flag=True, help="Also compile at O0..O3, one pass at a time, and show what each optimization buys (quick path or -c).")
+@click.option("--top", type=int, default=10, show_default=True, help="Ops listed in the console table.")
+def perf(artifact: Path | None, config_path: Path | None, model: Path | None, fast: bool, input_shapes, march: str,
+         optimize_level: str | None, core_num: str | None, output_dir: Path | None, json_path: Path | None,
+         compare_levels: bool, top: int) -> None:
+    """Estimate latency, FPS, DDR traffic and what binds them, from the march's hardware description."""
+    import json
+
+    from hbtool.perf.report import print_levels, print_report, to_json
+    from hbtool.perf.run import perf_artifact, perf_config, perf_fast
+
+    given = [name for name, v in (("ARTIFACT", artifact), ("-c", config_path), ("--model", model)) if v is not None]
+    if len(given) != 1:
+        raise InputError("give exactly one of: an artifact (.hbm), -c cfg.yaml, or --model M.onnx --fast"
+                         + (f" (got {', '.join(given)})" if given else ""), "see 'hbtool perf --help'")
+    if model is not None and not fast:
+        raise InputError("--model is the quick path, which calibrates on random data: add --fast",
+                         "hbtool perf --model M.onnx --fast, or compile first and pass the .hbm")
+    if model is None and (fast or input_shapes):
+        raise InputError("--fast and --input-shape belong to the quick path", "use them with --model M.onnx")
+    if artifact is not None and (optimize_level or compare_levels):
+        raise InputError("an artifact is already compiled: --optimize-level and --compare-levels need the calibrated model",
+                         "use hbtool perf -c cfg.yaml or --model M.onnx --fast with them")
+    cores = int(core_num) if core_num is not None else None
+    with _progress_bar() as progress:
+        callback = _progress_callback(progress)
+        if artifact is not None:
+            run = perf_artifact(artifact, cores)
+        elif config_path is not None:
+            from hbtool.config import load_config
+
+            run = perf_config(load_config(config_path), optimize_level, cores, compare_levels, callback)
+        else:
+            run = perf_fast(model, parse_input_shapes(input_shapes), march, optimize_level, cores, compare_levels, callback)
+    from rich.console import Console
+
+    to_stdout = json_path is not None and str(json_path) == "-"
+    stream = sys.stderr if to_stdout else sys.stdout  # JSON on stdout: the human report goes to stderr
+    console = Console(stderr=to_stdout, width=None if stream.isatty() else 160)
+    for note in run.notes:
+        console.print(note)
+    print_report(run.result, console, top=top)
+    if run.levels:
+        print_levels(run.levels, console)
+    if json_path is not None:
+        text = json.dumps(to_json(run.result, run.levels), indent=1) + "\n"
+        if to_stdout:
+            click.echo(text, nl=False)
+        else:
+            from hbtool.utils.atomic import atomic_write_text
+
+            atomic_write_text(json_path, text)
+            click.echo(f"wrote {json_path}")
+    if output_dir is not None:
+        from hbtool.perf.html import write_html
+
+        for path in write_html(run.result, output_dir, run.levels):
+            click.echo(f"wrote {path}")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -1,0 +1,332 @@
+"""The cost of one program op, per unit, in BPU clock cycles.
+
+Every op is costed on each resource it uses, and takes the slowest of them plus its dispatch
+overhead (the units of one op work as a pipeline: the MAC array computes tile k while the
+next tile streams in):
+
+``tensor``         padded MACs / (MACs per cycle x operand-width rate). The array (march
+                   ``units.tensor.array``) computes ``w`` output pixels x ``c_out`` channels x
+                   ``reduce``-deep dot products per cycle, so W is padded to ``w``, C_out to
+                   ``c_out`` and the reduction (kh*kw*C_in, C_in first padded to the C
+                   alignment) to ``reduce``. A batched matmul not tiled by the compiler
+                   (``bmm_tiled``) issues one array pass, and pays one dispatch, per batch entry.
+``vector``         elements (padded, as stored) x cycles per element of the op's class / lanes,
+                   at half rate when an operand is 16-bit.
+``data_movement``  bytes moved / the unit's bytes per cycle, where each side moves whole
+                   granules (SRAM line, DDR burst) per contiguous run (:mod:`.access`).
+``sram``/``ddr``   bytes each memory moves for the op / its bandwidth: activations where the
+                   compiler placed them, weights and tables streamed from DDR once per frame.
+``cpu``            the A55 cluster: quantize/dequantize per element, float subgraphs by FLOPs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from hbtool.ir.graph import Graph, Node
+from hbtool.perf import access
+from hbtool.perf.hardware import Hardware
+
+TENSOR, VECTOR, DATA_MOVEMENT, CPU = "tensor", "vector", "data_movement", "cpu"
+SRAM, DDR = "sram", "ddr"
+OVERHEAD, VIEW = "overhead", "view"
+UNITS = (TENSOR, VECTOR, DATA_MOVEMENT, CPU)
+
+
+def align(v: int, q: int) -> int:
+    return -(-int(v) // int(q)) * int(q) if q > 1 else int(v)
+
+
+@dataclass
+class OpCost:
+    """What one op costs and why (cycles are BPU clock cycles, also for CPU ops)."""
+
+    name: str
+    op_type: str
+    unit: str
+    kernel: str | None = None
+    calls: int = 1
+    macs: int = 0
+    padded_macs: int = 0
+    elements: int = 0            # vector: elements processed (padded); data movement: elements moved
+    vector_elements: int = 0     # vector: output elements, unpadded (the tensor:vector compute ratio)
+    flops: int = 0
+    bits: int = 8
+    sram_bytes: int = 0
+    ddr_bytes: int = 0           # bytes the DDR moves for this op, burst waste included
+    ddr_useful_bytes: int = 0
+    weight_bytes: int = 0
+    components: dict[str, float] = field(default_factory=dict)   # cycles per resource
+    overhead: float = 0.0
+    note: str = ""
+
+    @property
+    def busy(self) -> float:
+        return max(self.components.values(), default=0.0)
+
+    @property
+    def cycles(self) -> float:
+        return self.busy + self.overhead
+
+    @property
+    def bound_by(self) -> str:
+        if self.cycles <= 0:
+            return VIEW
+        key = max(self.components, key=lambda k: self.components[k]) if self.components else OVERHEAD
+        if self.overhead >= self.busy:
+            return OVERHEAD
+        return key
+
+
+@dataclass
+class CostContext:
+    program: Graph
+    tensors: dict[str, dict[str, Any]]
+    hw: Hardware
+    split: int = 1               # core_num 2: each op's work is shared by both cores
+
+    def location(self, name: str) -> str:
+        t = self.tensors.get(name) or {}
+        return (t.get("memory") or {}).get("location", DDR)
+
+    def padded_bytes(self, name: str) -> int:
+        t = self.tensors.get(name)
+        if t is None:
+            shape = self.program.shape(name) or ()
+            return int(np.prod(shape, dtype=np.int64)) * 4
+        return int(t.get("padded_bytes", t.get("bytes", 0)))
+
+    def element_bytes(self, name: str) -> int:
+        t = self.tensors.get(name) or {}
+        return int(t.get("element_bytes", 1))
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(int(d) for d in (self.program.shape(name) or ()))
+
+    def padded(self, name: str) -> tuple[int, ...]:
+        t = self.tensors.get(name) or {}
+        return tuple(int(d) for d in (t.get("padded") or self.shape(name)))
+
+    def activations(self, names) -> list[str]:
+        return [n for n in names if n and not self.program.is_const(n)]
+
+
+# --------------------------------------------------------------------------- memory traffic
+
+
+def _memory_traffic(op: OpCost, node: Node, ctx: CostContext) -> None:
+    """Activations read and written where they live; kernel constants streamed from DDR."""
+    hw = ctx.hw
+    sram = ddr = 0
+    for name in ctx.activations(list(node.inputs) + list(node.outputs)):
+        b = ctx.padded_bytes(name)
+        if ctx.location(name) == DDR:
+            ddr += access.sequential_bytes(b, hw.ddr_burst_bytes)
+        else:
+            sram += b
+    kernel = node.meta.get("kernel")
+    if kernel is not None:
+        from hbtool.compiler.compile import kernel_param_bytes
+
+        op.weight_bytes = int(kernel_param_bytes(kernel))
+        ddr += access.sequential_bytes(op.weight_bytes, hw.ddr_burst_bytes) if op.weight_bytes else 0
+    op.sram_bytes, op.ddr_bytes, op.ddr_useful_bytes = sram, ddr, ddr
+    op.components[SRAM] = sram / hw.sram_bytes_per_cycle / ctx.split
+    op.components[DDR] = ddr / hw.ddr_bytes_per_cycle
+
+
+# --------------------------------------------------------------------------- tensor unit
+
+
+def tensor_padding(kind: str, kernel: Any, node: Node, ctx: CostContext) -> tuple[int, int, int, str]:
+    """(MACs, padded MACs, array passes issued, note) of a tensor-unit op."""
+    hw = ctx.hw
+    aw, aco, ar, cq = hw.array_w, hw.array_c_out, hw.array_reduce, hw.c_in_quantum
+    out = ctx.shape(node.outputs[0])
+    elems = int(np.prod(out, dtype=np.int64)) if out else 0
+    if kind == "Conv":
+        w = kernel.weight.shape
+        cout, cin_g, taps = int(w[0]), int(w[1]), int(np.prod(w[2:], dtype=np.int64))
+        group = int(kernel.group)
+        spatial = out[2:]
+        width = int(spatial[-1]) if spatial else 1
+        rows = int(out[0]) * int(np.prod(spatial[:-1], dtype=np.int64)) if spatial else int(out[0])
+        reduction = taps * (align(cin_g, cq) if group == 1 else cin_g)
+        macs = elems * taps * cin_g
+        padded = rows * align(width, aw) * align(cout, aco) * align(reduction, ar)
+        note = f"W {width}->{align(width, aw)}, Cout {cout}->{align(cout, aco)}, reduction {taps * cin_g}->{align(reduction, ar)}"
+        return macs, padded, 1, note
+    if kind == "Linear":
+        k, n = (int(d) for d in kernel.weight.shape)
+        m = elems // max(n, 1)
+        padded = align(m, aw) * align(n, aco) * align(align(k, cq), ar)
+        return m * n * k, padded, 1, f"M {m}->{align(m, aw)}, N {n}->{align(n, aco)}, K {k}->{align(align(k, cq), ar)}"
+    if kind in ("MatMul", "Log2MatMul"):
+        k = int(kernel.k)
+        m, n = (int(out[-2]), int(out[-1])) if len(out) >= 2 else (1, int(out[-1]) if out else 1)
+        batch = int(np.prod(out[:-2], dtype=np.int64)) if len(out) > 2 else 1
+        kp = align(align(k, cq), ar)
+        if batch == 1 or node.meta.get("bmm_tiled"):
+            padded = align(batch * m, aw) * align(n, aco) * kp
+            calls, how = 1, "tiled" if batch > 1 else "single"
+        else:
+            padded = batch * align(m, aw) * align(n, aco) * kp
+            calls, how = batch, "one pass per batch entry"
+        return batch * m * n * k, padded, calls, f"batch {batch} ({how}), M {m}, N {n}, K {k}->{kp}"
+    if kind == "ReduceMean":  # run as a convolution with a ones kernel (reduce_as_conv)
+        count = int(kernel.count)
+        padded = align(elems, aco) * aw * align(count, ar)
+        return elems * count, padded, 1, f"mean of {count} as a ones-kernel conv"
+    macs = int(node.meta.get("macs", 0))
+    return macs, macs, 1, ""
+
+
+def _operand_bits(kind: str, kernel: Any) -> tuple[int, ...]:
+    if kind in ("MatMul",):
+        return int(kernel.a_bits), int(kernel.b_bits)
+    if kind == "Log2MatMul":
+        return 8, int(kernel.b_bits)
+    return int(getattr(kernel, "in_bits", 8)), 8
+
+
+def tensor_cost(node: Node, ctx: CostContext) -> OpCost:
+    hw = ctx.hw
+    kernel = node.meta.get("kernel")
+    kind = type(kernel).__name__
+    op = OpCost(node.name, node.op_type, TENSOR, kind)
+    op.macs, op.padded_macs, op.calls, op.note = tensor_padding(kind, kernel, node, ctx)
+    bits = _operand_bits(kind, kernel)
+    op.bits = max(bits)
+    rate = hw.tensor_rate(*bits)
+    op.components[TENSOR] = op.padded_macs / (hw.macs_per_cycle * rate) / ctx.split
+    if rate < 1:
+        op.note += f"; int{op.bits} operands at {rate:g}x rate"
+    _memory_traffic(op, node, ctx)
+    op.overhead = (hw.per_op_cycles + (hw.dual_core_sync_cycles if ctx.split > 1 else 0)) * op.calls
+    return op
+
+
+# --------------------------------------------------------------------------- vector unit
+
+
+def vector_class(kind: str, kernel: Any) -> str:
+    if kind == "Lut":
+        return "lut_int16" if int(getattr(kernel, "in_bits", 8)) > 8 else "lut"
+    return {"LayerNorm": "layernorm", "Softmax": "softmax", "AvgPool": "pool", "ReduceMean": "pool",
+            "MaxPool": "pool"}.get(kind, "elementwise")
+
+
+def vector_cost(node: Node, ctx: CostContext) -> OpCost:
+    hw = ctx.hw
+    kernel = node.meta.get("kernel")
+    kind = type(kernel).__name__ if kernel is not None else node.op_type
+    op = OpCost(node.name, node.op_type, VECTOR, kind)
+    acts = ctx.activations(node.inputs)
+    out = node.outputs[0]
+    out_padded = int(np.prod(ctx.padded(out), dtype=np.int64))
+    cls = vector_class(kind, kernel)
+    if kind in ("AvgPool", "ReduceMean") and acts:
+        elements = int(np.prod(ctx.padded(acts[0]), dtype=np.int64))
+    elif kind == "MaxPool":
+        elements = out_padded * int(np.prod(getattr(kernel, "kernel_shape", (1,)), dtype=np.int64))
+    else:
+        elements = out_padded
+    op.elements = elements
+    op.vector_elements = int(np.prod(ctx.shape(out), dtype=np.int64))
+    wide = any(ctx.element_bytes(n) > 1 for n in acts + [out])
+    op.bits = 16 if wide else 8
+    rate = hw.vector_int16_rate if wide else 1.0
+    cpe = float(getattr(hw, f"cpe_{cls}"))
+    op.components[VECTOR] = elements * cpe / hw.vector_lanes / rate / ctx.split
+    op.note = f"{cls}: {cpe:g} cycles/element" + (f", int16 at {rate:g}x" if wide else "")
+    _memory_traffic(op, node, ctx)
+    op.overhead = hw.per_op_cycles + (hw.dual_core_sync_cycles if ctx.split > 1 else 0)
+    return op
+
+
+# --------------------------------------------------------------------------- data movement
+
+
+def movement_cost(node: Node, ctx: CostContext) -> OpCost:
+    hw = ctx.hw
+    op = OpCost(node.name, node.op_type, DATA_MOVEMENT)
+    if node.meta.get("view"):
+        op.note = "view: no data moves"
+        return op
+    acts_in = ctx.activations(node.inputs)
+    outs = [o for o in node.outputs if o]
+    eb = ctx.element_bytes(acts_in[0] if acts_in else outs[0])
+    op.bits = 8 * eb
+    g = {SRAM: hw.sram_access_bytes, DDR: hw.ddr_burst_bytes}
+    loc_in = ctx.location(acts_in[0]) if acts_in else SRAM
+    loc_out = ctx.location(outs[0])
+    w = access.walk(node, ctx.program, ctx.tensors, eb, (g[SRAM], g[DDR]))
+    if w is None:
+        in_bytes = sum(ctx.padded_bytes(n) for n in acts_in)
+        out_bytes = sum(ctx.padded_bytes(n) for n in outs)
+        strategies = {"copy": (access.sequential_bytes(in_bytes, g[loc_in]), access.sequential_bytes(out_bytes, g[loc_out]))}
+        op.elements = out_bytes // max(eb, 1)
+        useful = in_bytes + out_bytes
+        note = "sequential copy"
+    else:
+        op.elements = w.elements
+        strategies = {
+            "gather": (w.gather_read[g[loc_in]], access.sequential_bytes(w.out_elements_padded * eb, g[loc_out])),
+            "scatter": (w.seq_read[g[loc_in]], w.scatter_write[g[loc_out]]),
+        }
+        useful = (w.in_elements + w.elements) * eb
+        note = f"runs of {w.mean_run:.0f} elements"
+
+    def timed(rd: int, wr: int) -> dict[str, float]:
+        sram = (rd if loc_in == SRAM else 0) + (wr if loc_out == SRAM else 0)
+        ddr = (rd if loc_in == DDR else 0) + (wr if loc_out == DDR else 0)
+        return {DATA_MOVEMENT: max(rd, wr) / hw.dm_bytes_per_cycle / ctx.split,
+                SRAM: sram / hw.sram_bytes_per_cycle / ctx.split, DDR: ddr / hw.ddr_bytes_per_cycle}
+
+    best = min(strategies, key=lambda k: max(timed(*strategies[k]).values()))
+    rd, wr = strategies[best]
+    op.components = timed(rd, wr)
+    op.sram_bytes = (rd if loc_in == SRAM else 0) + (wr if loc_out == SRAM else 0)
+    op.ddr_bytes = (rd if loc_in == DDR else 0) + (wr if loc_out == DDR else 0)
+    op.ddr_useful_bytes = min(op.ddr_bytes, useful) if op.ddr_bytes else 0
+    where = loc_in if loc_in == loc_out else f"{loc_in}->{loc_out}"
+    op.note = f"{note}, {best} in {where}"
+    op.overhead = hw.per_op_cycles + (hw.dual_core_sync_cycles if ctx.split > 1 else 0)
+    return op
+
+
+# --------------------------------------------------------------------------- CPU
+
+
+def cpu_cost(node: Node, ctx: CostContext) -> OpCost:
+    hw = ctx.hw
+    kernel = node.meta.get("kernel")
+    op = OpCost(node.name, node.op_type, CPU, type(kernel).__name__ if kernel is not None else None)
+    names = ctx.activations(list(node.inputs) + [o for o in node.outputs if o])
+    op.ddr_useful_bytes = op.ddr_bytes = sum(ctx.padded_bytes(n) for n in names if ctx.location(n) == DDR)
+    elements = max((int(np.prod(ctx.shape(n), dtype=np.int64)) for n in names), default=0)
+    op.elements = elements
+    if "flops" in node.meta:
+        op.flops = int(node.meta["flops"])
+        seconds = op.flops / (hw.cpu_gflops * 1e9)
+        op.note = f"{op.flops / 1e6:.2f} MFLOP on one A55 core"
+    else:
+        seconds = elements * hw.cpu_quantize_cpe / hw.cpu_clock_hz
+        op.note = f"{elements} elements on one A55 core"
+    op.components[CPU] = seconds * hw.clock_hz
+    op.overhead = hw.cpu_per_op_us * 1e-6 * hw.clock_hz
+    return op
+
+
+def cost_op(node: Node, ctx: CostContext) -> OpCost:
+    unit = node.meta.get("unit", CPU)
+    if unit == TENSOR:
+        return tensor_cost(node, ctx)
+    if unit == VECTOR:
+        return vector_cost(node, ctx)
+    if unit == DATA_MOVEMENT:
+        return movement_cost(node, ctx)
+    return cpu_cost(node, ctx)

@@ -1,0 +1,139 @@
+"""The hardware parameters the cost model reads from the march's description file.
+
+Every number comes from ``hbtool/march/<march>.yaml``, where each is marked published,
+derived or assumed, with its source or reason. :func:`parameter_table` lists them with those
+marks for the reports, so a reader of a perf number can see what it rests on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hbtool.march.description import March, load_march
+
+# (attribute, dotted path in the march file)
+_PARAMS: tuple[tuple[str, str], ...] = (
+    ("cores", "cores"),
+    ("clock_hz", "clock_hz"),
+    ("peak_int8_tops", "peak_int8_tops"),
+    ("macs_per_cycle", "units.tensor.macs_per_cycle"),
+    ("array_w", "units.tensor.array.w"),
+    ("array_c_out", "units.tensor.array.c_out"),
+    ("array_reduce", "units.tensor.array.reduce"),
+    ("tensor_int16_rate", "units.tensor.int16_rate"),
+    ("vector_lanes", "units.vector.lanes"),
+    ("vector_int16_rate", "units.vector.int16_rate"),
+    ("cpe_elementwise", "units.vector.cycles_per_element.elementwise"),
+    ("cpe_lut", "units.vector.cycles_per_element.lut"),
+    ("cpe_lut_int16", "units.vector.cycles_per_element.lut_int16"),
+    ("cpe_layernorm", "units.vector.cycles_per_element.layernorm"),
+    ("cpe_softmax", "units.vector.cycles_per_element.softmax"),
+    ("cpe_pool", "units.vector.cycles_per_element.pool"),
+    ("dm_bytes_per_cycle", "units.data_movement.bytes_per_cycle"),
+    ("sram_bytes", "memory.sram_bytes_per_core"),
+    ("sram_bytes_per_cycle", "memory.sram_bytes_per_cycle"),
+    ("sram_access_bytes", "memory.sram_access_bytes"),
+    ("ddr_bytes_per_s", "memory.ddr_bytes_per_s"),
+    ("ddr_efficiency", "memory.ddr_efficiency"),
+    ("ddr_burst_bytes", "memory.ddr_burst_bytes"),
+    ("per_op_cycles", "overheads.per_op_cycles"),
+    ("per_frame_us", "overheads.per_frame_us"),
+    ("dual_core_sync_cycles", "overheads.dual_core_sync_cycles"),
+    ("cpu_cores", "cpu.cores"),
+    ("cpu_clock_hz", "cpu.clock_hz"),
+    ("cpu_gflops", "cpu.gflops"),
+    ("cpu_quantize_cpe", "cpu.quantize_cycles_per_element"),
+    ("cpu_per_op_us", "cpu.per_op_us"),
+)
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One BPU core and its surroundings, as numbers (see the module docstring)."""
+
+    march: str
+    cores: int
+    clock_hz: float
+    peak_int8_tops: float
+    macs_per_cycle: int
+    array_w: int
+    array_c_out: int
+    array_reduce: int
+    tensor_int16_rate: float
+    c_in_quantum: int
+    vector_lanes: int
+    vector_int16_rate: float
+    cpe_elementwise: float
+    cpe_lut: float
+    cpe_lut_int16: float
+    cpe_layernorm: float
+    cpe_softmax: float
+    cpe_pool: float
+    dm_bytes_per_cycle: float
+    sram_bytes: int
+    sram_bytes_per_cycle: float
+    sram_access_bytes: int
+    ddr_bytes_per_s: float
+    ddr_efficiency: float
+    ddr_burst_bytes: int
+    per_op_cycles: float
+    per_frame_us: float
+    dual_core_sync_cycles: float
+    cpu_cores: int
+    cpu_clock_hz: float
+    cpu_gflops: float
+    cpu_quantize_cpe: float
+    cpu_per_op_us: float
+
+    @property
+    def ddr_bytes_per_cycle(self) -> float:
+        """Sustained DDR bytes per BPU cycle (peak x efficiency)."""
+        return self.ddr_bytes_per_s * self.ddr_efficiency / self.clock_hz
+
+    @property
+    def ddr_sustained_bytes_per_s(self) -> float:
+        return self.ddr_bytes_per_s * self.ddr_efficiency
+
+    def tensor_rate(self, *bits: int) -> float:
+        """Fraction of the int8 MAC rate for operands of these widths (one int16 operand: two passes)."""
+        wide = sum(1 for b in bits if int(b) > 8)
+        return float(self.tensor_int16_rate) ** (wide / 2.0)
+
+
+def hardware_for(march: March | str) -> Hardware:
+    """Read the cost-model parameters of a march (by name or loaded)."""
+    from hbtool.errors import InputError
+
+    m = load_march(march) if isinstance(march, str) else march
+    try:
+        values: dict[str, Any] = {name: m.param(path) for name, path in _PARAMS}
+    except KeyError as exc:
+        raise InputError(f"march '{m.name}' has no cost-model parameter: {exc.args[0]}",
+                         "add it to the march's description file (see docs/perf.md for the parameters)") from None
+    ints = {"cores", "macs_per_cycle", "array_w", "array_c_out", "array_reduce", "vector_lanes", "sram_bytes",
+            "sram_access_bytes", "ddr_burst_bytes", "cpu_cores"}
+    values = {k: (int(v) if k in ints else float(v)) for k, v in values.items()}
+    values["c_in_quantum"] = int(m.alignment("tensor").get("c_in", 1))
+    hw = Hardware(march=m.name, **values)
+    if hw.array_w * hw.array_c_out * hw.array_reduce != hw.macs_per_cycle:
+        raise InputError(f"march '{m.name}': units.tensor.array w x c_out x reduce = "
+                         f"{hw.array_w * hw.array_c_out * hw.array_reduce}, not macs_per_cycle {hw.macs_per_cycle}",
+                         "make the array shape multiply out to macs_per_cycle in the march file")
+    return hw
+
+
+def parameter_table(march: March | str) -> list[dict[str, Any]]:
+    """Every parameter the cost model uses: path, value, kind (published/derived/assumed), source."""
+    m = load_march(march) if isinstance(march, str) else march
+    rows = []
+    for _, path in _PARAMS:
+        node: Any = m.raw
+        for part in path.split("."):
+            node = node[part]
+        if isinstance(node, dict):
+            rows.append({"parameter": path, "value": node.get("value"), "kind": node.get("kind", ""),
+                         "source": node.get("source", "")})
+        else:
+            rows.append({"parameter": path, "value": node, "kind": "", "source": ""})
+    return rows

@@ -1,0 +1,193 @@
+"""From per-op costs to the model's latency, FPS and the shares that explain them.
+
+The compiler's program order is the schedule: one op after another on one core, each taking
+its own cost (:mod:`.cost`), plus a fixed runtime cost per frame. That sum is the **latency**
+(Horizon's: one thread, one core). **FPS** is throughput mode: both BPU cores each run their
+own frames, so it is the smallest of
+
+* cores / BPU time per frame (CPU ops run on the A55 cluster meanwhile),
+* sustained DDR bandwidth / DDR bytes per frame (the two cores share the DDR),
+* A55 cores / CPU time per frame.
+
+With ``core_num 2`` one frame is split over both cores (each op's unit work halves, the DDR
+does not, each op pays a barrier), and FPS is one frame at a time: 1 / latency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hbtool.compiler.program_io import program_from_section
+from hbtool.errors import InputError
+from hbtool.ir.graph import Graph
+from hbtool.perf.cost import CPU, DATA_MOVEMENT, DDR, OVERHEAD, SRAM, TENSOR, UNITS, VECTOR, VIEW, CostContext, OpCost, cost_op
+from hbtool.perf.hardware import Hardware, hardware_for
+
+RUNTIME = "runtime"
+
+
+@dataclass
+class PerfResult:
+    model: str
+    march: str
+    optimize_level: str
+    core_num: int
+    hw: Hardware
+    ops: list[OpCost]
+    per_frame_cycles: float
+    latency_cycles: float
+    fps: float
+    fps_1core: float
+    fps_bound: str                       # what limits fps: "bpu cores", "ddr bandwidth", "cpu"
+    fps_limits: dict[str, float] = field(default_factory=dict)
+    passes: dict[str, int] = field(default_factory=dict)
+
+    # ---- totals
+    @property
+    def latency_ms(self) -> float:
+        return self.latency_cycles / self.hw.clock_hz * 1e3
+
+    @property
+    def macs(self) -> int:
+        return sum(o.macs for o in self.ops)
+
+    @property
+    def padded_macs(self) -> int:
+        return sum(o.padded_macs for o in self.ops)
+
+    @property
+    def gops_per_frame(self) -> float:
+        return 2.0 * self.macs / 1e9
+
+    @property
+    def ddr_bytes_per_frame(self) -> int:
+        return sum(o.ddr_bytes for o in self.ops)
+
+    @property
+    def vector_elements(self) -> int:
+        return sum(o.vector_elements for o in self.ops)
+
+    @property
+    def tensor_vector_ratio(self) -> float | None:
+        v = self.vector_elements
+        return self.macs / v if v else None
+
+    @property
+    def utilisation(self) -> float:
+        """Effective int8 ops per second at ``fps`` over the chip's peak."""
+        return 2.0 * self.macs * self.fps / (self.hw.peak_int8_tops * 1e12)
+
+    @property
+    def tensor_busy_share(self) -> float:
+        """MACs done / MACs one core could do in the latency (the MAC array's utilisation)."""
+        return self.macs / max(1.0, self.latency_cycles * self.hw.macs_per_cycle * (self.core_num if self.core_num > 1 else 1))
+
+    @property
+    def padding_efficiency(self) -> float:
+        return self.macs / self.padded_macs if self.padded_macs else 1.0
+
+    def cycles_by(self, key) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for o in self.ops:
+            k = key(o)
+            out[k] = out.get(k, 0.0) + o.cycles
+        return out
+
+    @property
+    def time_share(self) -> dict[str, float]:
+        """Share of the latency per op class (tensor, vector, data movement, CPU) and the runtime."""
+        by = self.cycles_by(lambda o: o.unit)
+        total = self.latency_cycles or 1.0
+        share = {u: by.get(u, 0.0) / total for u in UNITS}
+        share[RUNTIME] = self.per_frame_cycles / total
+        return share
+
+    @property
+    def bound_share(self) -> dict[str, float]:
+        """Share of the latency per binding resource (the unit, SRAM, DDR, dispatch overhead)."""
+        by = self.cycles_by(lambda o: o.bound_by)
+        total = self.latency_cycles or 1.0
+        keys = [TENSOR, VECTOR, DATA_MOVEMENT, CPU, SRAM, DDR, OVERHEAD]
+        share = {k: by.get(k, 0.0) / total for k in keys}
+        share[RUNTIME] = self.per_frame_cycles / total
+        return share
+
+    @property
+    def bound_by(self) -> str:
+        """What binds the model: the resource with the largest share of the latency."""
+        share = self.bound_share
+        return max(share, key=lambda k: share[k])
+
+    def by_op_type(self) -> list[dict[str, Any]]:
+        """Time per op type (count, cycles, share, the resource that binds most of it), largest first."""
+        groups: dict[tuple[str, str], list[OpCost]] = {}
+        for o in self.ops:
+            if o.cycles > 0:
+                groups.setdefault((o.unit, o.op_type), []).append(o)
+        rows = []
+        total = self.latency_cycles or 1.0
+        for (unit, op_type), ops in groups.items():
+            cycles = sum(o.cycles for o in ops)
+            bound: dict[str, float] = {}
+            for o in ops:
+                bound[o.bound_by] = bound.get(o.bound_by, 0.0) + o.cycles
+            rows.append({"op_type": op_type, "unit": unit, "count": len(ops), "cycles": cycles,
+                         "share": cycles / total, "bound_by": max(bound, key=lambda k: bound[k]),
+                         "ddr_bytes": sum(o.ddr_bytes for o in ops)})
+        return sorted(rows, key=lambda r: -r["cycles"])
+
+    def top_ops(self, n: int = 10) -> list[OpCost]:
+        return sorted(self.ops, key=lambda o: -o.cycles)[:n]
+
+    def timeline(self) -> list[tuple[OpCost, float, float]]:
+        """(op, start, end) in cycles, in schedule order (views take no time)."""
+        t = 0.0
+        rows = []
+        for o in self.ops:
+            rows.append((o, t, t + o.cycles))
+            t += o.cycles
+        return rows
+
+
+def estimate_program(program: Graph, tensors: dict[str, dict[str, Any]], hw: Hardware, core_num: int = 1,
+                     model: str = "model", optimize_level: str = "", passes: dict[str, int] | None = None) -> PerfResult:
+    """Cost every op of a compiled program and sum the schedule (see the module docstring)."""
+    if core_num not in (1, 2):
+        raise InputError(f"--core-num {core_num}: the BPU has 1 or 2 cores per frame", "use --core-num 1 or 2")
+    single = [cost_op(n, CostContext(program, tensors, hw, 1)) for n in program.nodes]
+    ops = single if core_num == 1 else [cost_op(n, CostContext(program, tensors, hw, 2)) for n in program.nodes]
+    per_frame = hw.per_frame_us * 1e-6 * hw.clock_hz
+    latency = sum(o.cycles for o in ops) + per_frame
+    single_latency = sum(o.cycles for o in single) + per_frame
+    fps_1core = hw.clock_hz / single_latency
+    if core_num == 1:
+        bpu = sum(o.cycles for o in ops if o.unit != CPU) + per_frame
+        cpu = sum(o.cycles for o in ops if o.unit == CPU)
+        ddr = sum(o.ddr_bytes for o in ops)
+        limits = {"bpu cores": hw.cores * hw.clock_hz / bpu}
+        if ddr:
+            limits["ddr bandwidth"] = hw.ddr_sustained_bytes_per_s / ddr
+        if cpu:
+            limits["cpu"] = hw.cpu_cores * hw.clock_hz / cpu
+        bound = min(limits, key=lambda k: limits[k])
+        fps = limits[bound]
+    else:
+        fps = hw.clock_hz / latency
+        limits = {"one frame on both cores": fps}
+        bound = "one frame on both cores"
+    return PerfResult(model, hw.march, optimize_level, core_num, hw, ops, per_frame, latency, fps, fps_1core, bound,
+                      limits, dict(passes or {}))
+
+
+def estimate(header: dict[str, Any], core_num: int | None = None, program: Graph | None = None) -> PerfResult:
+    """Estimate an artifact (its decoded header; ``program`` if already at hand)."""
+    hw = hardware_for(header["march"])
+    options = header.get("options", {})
+    prog = program if program is not None else program_from_section(header["program"])
+    cores = int(core_num if core_num is not None else options.get("core_num", 1) or 1)
+    return estimate_program(prog, header.get("tensors", {}), hw, cores, header.get("model", {}).get("name", "model"),
+                            options.get("optimize_level", ""), header.get("passes", {}))
+
+
+__all__ = ["PerfResult", "estimate", "estimate_program", "RUNTIME", "VIEW"]
