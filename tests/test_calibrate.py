@@ -400,3 +400,245 @@ def test_adaround_learns_rounding_that_lowers_the_layer_output_error():
     err_nearest = float(((fwd(nearest) - target) ** 2).mean())
     err_learned = float(((fwd(learned) - target) ** 2).mean())
     assert err_learned < 0.7 * err_nearest, (err_nearest, err_learned)
+
+
+# ------------------------------------------------------------------ FQ-ViT PTF / log2 Softmax, SmoothQuant
+def _calibrate_graph(tmp_path, name, nodes, inits, shape, xs, out_shape=None, **cal):
+    """Calibrate a one-input float graph (input x, output y) on the samples ``xs``; returns the result and config."""
+    from hbtool.quant.calibrate import run_calibration
+    from tests.helpers import make_model, tensor, vinfo
+
+    path = tmp_path / f"{name}.onnx"
+    if not path.exists():
+        model = make_model(nodes, [vinfo("x", list(shape))], [vinfo("y", list(out_shape or shape))],
+                           [tensor(k, v) for k, v in inits.items()])
+        onnx.save(model, str(path))
+        d = tmp_path / f"{name}_cal"
+        d.mkdir()
+        for k, x in enumerate(xs):
+            np.save(d / f"{k:02d}.npy", x)
+    cfg = config_from_dict({
+        "model_parameters": {"onnx_model": str(path), "working_dir": str(tmp_path / f"wd_{name}"), "output_model_file_prefix": name},
+        "input_parameters": {"input_name": "x", "input_shape": "x".join(map(str, shape)), "input_type_train": "featuremap", "norm_type": "no_preprocess"},
+        "calibration_parameters": {"cal_data_dir": str(tmp_path / f"{name}_cal"), "calibration_type": "max", **cal},
+    })
+    return run_calibration(cfg), cfg
+
+
+def _assert_program_bit_exact(result, feeds):
+    """Every kernel node's numpy form, fed the quantized ONNX model's integers, gives that model's integers."""
+    from hbtool.quant.collect import float_session
+
+    kern = [n for n in result.program.nodes if "kernel" in n.meta and not n.meta.get("boundary")]
+    names = sorted({t for n in kern for t in n.inputs + n.outputs})
+    sess = float_session(result.quantized, names, basic=True)
+    outs = [o.name for o in sess.get_outputs()]
+    for feed in feeds:
+        vals = dict(zip(outs, sess.run(outs, feed)))
+        for n in kern:
+            ref = n.meta["kernel"].apply_numpy(*[vals[t] for t in n.inputs])
+            assert np.array_equal(ref, vals[n.outputs[0]]), n.name
+    return kern
+
+
+def _assert_compile_relowers_the_same(result, cfg, feeds):
+    """compile's path (calibrated model file -> extract_plan -> lower) computes the same integers."""
+    from hbtool.compiler.source import load_calibrated, lower_calibrated
+    from hbtool.march.description import load_march
+    from hbtool.quant.calibrate import write_outputs
+    from hbtool.quant.quantized_model import build_quantized_graph
+
+    files = write_outputs(cfg, result, "")
+    lowered = lower_calibrated(load_calibrated(files["calibrated_model"]), load_march(cfg.model.march))
+    again = onnx_from(build_quantized_graph(lowered.program))
+    for feed in feeds:
+        assert np.array_equal(run_ort(again, feed)[0], run_ort(str(files["quantized_model"]), feed)[0])
+    return lowered
+
+
+def _residual_ln_model(seed=0):
+    """A pre-norm residual block: e = LayerNorm(x) with channel 0 30x the rest -> LayerNorm -> h = ln W1;
+    s = e + h -> LayerNorm -> y."""
+    from onnx import helper
+
+    rng = np.random.default_rng(seed)
+    c = 32
+    g0 = rng.normal(1, 0.1, c).astype(np.float32)
+    g0[0] = 30.0
+    inits = {"g0": g0, "b0": rng.normal(0, 0.1, c).astype(np.float32), "w1": (rng.standard_normal((c, c)) * 0.2).astype(np.float32),
+             "g": rng.normal(1, 0.1, c).astype(np.float32), "b": rng.normal(0, 0.1, c).astype(np.float32)}
+    nodes = [
+        helper.make_node("LayerNormalization", ["x", "g0", "b0"], ["e"], name="embed_norm", axis=-1, epsilon=1e-5),
+        helper.make_node("LayerNormalization", ["e", "g", "b"], ["ln"], name="norm", axis=-1, epsilon=1e-5),
+        helper.make_node("MatMul", ["ln", "w1"], ["h"], name="fc"),
+        helper.make_node("Add", ["e", "h"], ["s"], name="residual"),
+        helper.make_node("LayerNormalization", ["s", "g", "b"], ["y"], name="final_norm", axis=-1, epsilon=1e-5),
+    ]
+    xs = rng.standard_normal((24, 1, 16, c)).astype(np.float32)
+    return nodes, inits, xs
+
+
+def test_ptf_gives_an_outlier_residual_per_channel_scales_exactly(tmp_path):
+    from hbtool.quant.calibrated_model import extract_plan
+
+    nodes, inits, xs = _residual_ln_model()
+    feeds = [{"x": x} for x in xs[16:]]
+    errs, node = {}, {}
+    for ptf in (False, True):
+        r, cfg = _calibrate_graph(tmp_path, "resid", nodes, inits, (1, 16, 32), xs[:16], auto_int16=False, ptf=ptf)
+        model = onnx_from(r.quantized)
+        ref = [run_ort(onnx_from(r.graph), f)[0] for f in feeds]
+        errs[ptf] = float(np.sqrt(np.mean([(run_ort(model, f)[0] - y) ** 2 for f, y in zip(feeds, ref)])))
+        node[ptf] = {t: r.node_errors[t]["l2"] for t in ("e", "ln", "s")}
+    tq = r.plan.tensors["e"]
+    assert r.options["ptf"]["applied"] == ["e", "s"] and tq.bits == 8
+    assert tq.ptf_alpha[0] == 3 and np.all(tq.ptf_alpha[1:] == 0)  # only the outlier channel keeps the wide step
+    # measured: model output RMS error 0.026 vs 0.102, the LayerNorm's output 0.025 vs 0.084
+    assert errs[True] < 0.35 * errs[False], errs
+    assert node[True]["ln"] < 0.4 * node[False]["ln"] and node[True]["s"] < 0.4 * node[False]["s"], node
+    kinds = {type(n.meta["kernel"]).__name__ for n in _assert_program_bit_exact(r, feeds[:2])}
+    assert {"Add", "LayerNorm", "Linear"} <= kinds
+    ln = next(n for n in r.program.nodes if n.name == "norm")
+    assert np.array_equal(ln.meta["kernel"].alpha, tq.ptf_alpha)
+    # the factors travel in the calibrated model: compile lowers the same integers
+    lowered = _assert_compile_relowers_the_same(r, cfg, feeds[:2])
+    assert np.array_equal(lowered.plan.tensors["e"].ptf_alpha, tq.ptf_alpha)
+    _, plan, _ = extract_plan(r.calibrated)
+    assert plan.tensors["e"].scale == tq.scale and np.array_equal(plan.tensors["e"].ptf_alpha, tq.ptf_alpha)
+    info = json.loads((Path(cfg.model.working_dir) / "resid_quant_info.json").read_text())
+    assert info["tensors"]["e"]["ptf_alpha"][0] == 3 and info["options"]["ptf"]["applied"] == ["e", "s"]
+
+
+def test_ptf_keeps_one_scale_where_a_consumer_cannot_take_channel_scales(tmp_path):
+    from onnx import helper
+
+    from hbtool.quant.fqvit import ptf_tensors
+    from hbtool.quant.calibrate import prepare_float_graph
+
+    nodes, inits, xs = _residual_ln_model()
+    nodes[-2:] = [helper.make_node("Mul", ["e", "h"], ["y"], name="gate")]  # a Mul reads the LayerNorm input too
+    r, _ = _calibrate_graph(tmp_path, "gate", nodes, inits, (1, 16, 32), xs[:8], auto_int16=False, ptf=True)
+    assert r.options["ptf"]["applied"] == [] and "Mul" in r.options["ptf"]["skipped"]["e"]
+    assert r.plan.tensors["e"].ptf_alpha is None
+
+
+def _attention_model(seed=0):
+    """Single-head self-attention: softmax(x Wq (x Wk)^T / 4) (x Wv) Wo."""
+    from onnx import helper
+
+    rng = np.random.default_rng(seed)
+    c = 16
+    inits = {k: (rng.standard_normal((c, c)) * 0.4).astype(np.float32) for k in ("wq", "wk", "wv", "wo")}
+    inits["scale"] = np.array(0.25, np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "wq"], ["q"], name="q"),
+        helper.make_node("MatMul", ["x", "wk"], ["k"], name="k"),
+        helper.make_node("MatMul", ["x", "wv"], ["v"], name="v"),
+        helper.make_node("Transpose", ["k"], ["kt"], name="kt", perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["q", "kt"], ["sc"], name="scores"),
+        helper.make_node("Mul", ["sc", "scale"], ["scs"], name="scaled"),
+        helper.make_node("Softmax", ["scs"], ["p"], name="softmax", axis=-1),
+        helper.make_node("MatMul", ["p", "v"], ["o"], name="attn_v"),
+        helper.make_node("MatMul", ["o", "wo"], ["y"], name="proj"),
+    ]
+    xs = rng.standard_normal((16, 1, 24, c)).astype(np.float32)
+    return nodes, inits, xs
+
+
+def test_softmax_log2_turns_the_attention_matmul_into_shifts_exactly(tmp_path):
+    nodes, inits, xs = _attention_model()
+    feeds = [{"x": x} for x in xs[8:]]
+    r, cfg = _calibrate_graph(tmp_path, "attn", nodes, inits, (1, 24, 16), xs[:8], softmax_log2=True)
+    tq = r.plan.tensors["p"]
+    assert tq.is_log2 and tq.bits == 4 and r.options["softmax_log2"]["applied"] == ["p"]
+    kernels = {n.name: n.meta["kernel"] for n in _assert_program_bit_exact(r, feeds[:2])}
+    assert kernels["softmax"].log2_bits == 4 and type(kernels["attn_v"]).__name__ == "Log2MatMul"
+    # the codes are round(-log2 p) of the float probabilities, nearly everywhere
+    from hbtool.quant.collect import float_session
+
+    prog_p = float_session(r.quantized, ["p"], basic=True).run(["p"], feeds[0])[0]
+    ref_p = float_session(r.graph, ["p"], basic=True).run(["p"], feeds[0])[0]
+    ref_codes = np.clip(np.floor(-np.log2(np.maximum(ref_p, 1e-30)) + 0.5), 0, 15)
+    big = ref_p > 2.0**-8  # where the probabilities matter; tiny ones move with the int8 q, k
+    assert np.mean(prog_p[big] == ref_codes[big]) > 0.9 and np.mean(np.abs(prog_p - ref_codes)[big] <= 1) > 0.99 and prog_p.max() <= 15
+    assert r.output_errors["y"]["cosine"] > 0.98  # 4-bit log2 probabilities cost accuracy (linear int16: 0.9995)
+    _assert_compile_relowers_the_same(r, cfg, feeds[:2])
+
+
+def _ln_linear_model(seed=0):
+    """x -> LayerNorm (gamma with one 30x channel) -> Linear -> y."""
+    from onnx import helper
+
+    rng = np.random.default_rng(seed)
+    c = 32
+    g = rng.normal(1, 0.1, c).astype(np.float32)
+    g[3] = 30.0
+    inits = {"g": g, "b": rng.normal(0, 0.1, c).astype(np.float32), "w": (rng.standard_normal((c, 24)) * 0.2).astype(np.float32),
+             "bias": rng.normal(0, 0.1, 24).astype(np.float32)}
+    nodes = [
+        helper.make_node("LayerNormalization", ["x", "g", "b"], ["ln"], name="norm", axis=-1, epsilon=1e-5),
+        helper.make_node("MatMul", ["ln", "w"], ["mm"], name="fc"),
+        helper.make_node("Add", ["mm", "bias"], ["y"], name="fc_bias"),
+    ]
+    return nodes, inits, rng.standard_normal((24, 1, 16, c)).astype(np.float32)
+
+
+def test_smooth_quant_migrates_an_outlier_channel_into_the_weight(tmp_path):
+    nodes, inits, xs = _ln_linear_model()
+    feeds = [{"x": x} for x in xs[16:]]
+    runs = {}
+    for sq in (False, True):
+        runs[sq], cfg = _calibrate_graph(tmp_path, "lnfc", nodes, inits, (1, 16, 32), xs[:16], (1, 16, 24), auto_int16=False, smooth_quant=sq)
+    plain, smooth = runs[False], runs[True]
+    (site,) = smooth.options["smooth_quant"]["applied"]
+    assert site["tensor"] == "ln" and site["channel_ratio"] > 20 and site["channel_ratio_after"] < 0.5 * site["channel_ratio"]
+    # the float model computes the same function, with other constants
+    gamma = smooth.graph.const(next(n for n in smooth.graph.nodes if n.name == "norm").inputs[1])
+    assert gamma[3] < 0.5 * 30.0
+    for f in feeds[:2]:
+        a, b = run_ort(onnx_from(plain.graph), f)[0], run_ort(onnx_from(smooth.graph), f)[0]
+        assert np.abs(a - b).max() <= 1e-4 * np.abs(a).max()
+
+    def err(r):
+        ref = [run_ort(onnx_from(plain.graph), f)[0] for f in feeds]
+        return float(np.sqrt(np.mean([(run_ort(onnx_from(r.quantized), f)[0] - y) ** 2 for f, y in zip(feeds, ref)])))
+
+    e_plain, e_smooth = err(plain), err(smooth)
+    assert e_smooth < 0.6 * e_plain, (e_plain, e_smooth)
+    _assert_program_bit_exact(smooth, feeds[:2])
+    _assert_compile_relowers_the_same(smooth, cfg, feeds[:2])
+
+
+def test_smooth_quant_leaves_a_post_norm_residual_alone(tmp_path):
+    """BERT-style post-norm: the LayerNorm output also feeds a residual Add, which cannot absorb the factors."""
+    from onnx import helper
+
+    nodes, inits, xs = _ln_linear_model()
+    nodes[-1] = helper.make_node("Add", ["mm", "ln"], ["y"], name="residual")
+    inits["w"] = inits["w"][:, :1].repeat(32, axis=1)
+    r, _ = _calibrate_graph(tmp_path, "postnorm", nodes, inits, (1, 16, 32), xs[:8], smooth_quant=True)
+    assert r.options["smooth_quant"]["applied"] == [] and "residual" in r.options["smooth_quant"]["skipped"]["ln"]
+
+
+def test_load_keeps_ptf_and_log2_from_a_calibrated_model(tmp_path):
+    """calibration_type load on a calibrated model with PTF and log2 Softmax rebuilds the same integer program."""
+    from hbtool.quant.calibrate import run_calibration, write_outputs
+
+    (tmp_path / "a").mkdir()
+    first = load_config(_tiny_config(tmp_path / "a", "tiny_vit", calibration_type="max", ptf=True, softmax_log2=True))
+    r1 = run_calibration(first)
+    assert len(r1.options["ptf"]["applied"]) == 9 and len(r1.options["softmax_log2"]["applied"]) == 4
+    write_outputs(first, r1, "")
+    (tmp_path / "b").mkdir()
+    path = _tiny_config(tmp_path / "b", "tiny_vit", calibration_type="load")
+    data = yaml.safe_load(path.read_text())
+    data["model_parameters"]["onnx_model"] = str(Path(first.model.working_dir) / "tiny_vit_calibrated_model.onnx")
+    del data["calibration_parameters"]["cal_data_dir"]
+    path.write_text(yaml.safe_dump(data))
+    r2 = run_calibration(load_config(path))
+    for t in r1.options["ptf"]["applied"]:
+        assert np.array_equal(r2.plan.tensors[t].ptf_alpha, r1.plan.tensors[t].ptf_alpha) and r2.plan.tensors[t].scale == r1.plan.tensors[t].scale
+    assert all(r2.plan.tensors[t].is_log2 for t in r1.options["softmax_log2"]["applied"])
+    x = np.load(HELDOUT)["images"][:2].astype(np.float32)
+    for k in range(2):
+        assert np.array_equal(run_ort(onnx_from(r1.quantized), {"input": x[k : k + 1]})[0], run_ort(onnx_from(r2.quantized), {"input": x[k : k + 1]})[0])

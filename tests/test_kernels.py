@@ -28,6 +28,7 @@ from hbtool.kernels import (
     Dequantize,
     LayerNorm,
     Linear,
+    Log2MatMul,
     Lut,
     MatMul,
     MaxPool,
@@ -382,6 +383,39 @@ def test_eltwise(seed, a_bits, b_bits, out_bits, sa, sb, so, op, relu, mode, edg
     assert np.all(np.abs(y - np.clip(exact, lo, hi)) <= tol)
 
 
+@HYP
+@given(seed=seeds, a_bits=bits_st, b_bits=bits_st, out_bits=bits_st, sa=scales, sb=scales, so=scales,
+       which=st.sampled_from(["a", "b", "out", "a+out", "all"]), sub=st.booleans(), mode=roundings, edge=modes)
+def test_add_per_channel_scales(seed, a_bits, b_bits, out_bits, sa, sb, so, which, sub, mode, edge):
+    """PTF: per-channel (last axis) scales s * 2**alpha on either operand or the output, exact in both forms."""
+    rng = np.random.default_rng(seed)
+    C = 6
+    alpha = {k: rng.integers(0, 4, C) for k in ("a", "b", "out")}
+    s_a = sa * 2.0 ** alpha["a"] if which in ("a", "a+out", "all") else sa
+    s_b = sb * 2.0 ** alpha["b"] if which in ("b", "all") else sb
+    s_o = so * 2.0 ** alpha["out"] if which in ("out", "a+out", "all") else so
+    if np.max(np.maximum(s_a, s_b) / s_o) >= 2**14:
+        return
+    k = Add.build(s_a, s_b, s_o, a_bits, b_bits, out_bits, sub=sub, rounding=mode)
+    assert np.shape(k.n) == (C,)
+    a = int_data(rng, (2, 3, C), a_bits, edge)
+    b = int_data(rng, (3, C), b_bits, "random")
+    y = assert_bit_exact(k, a, b)
+    exact = (a * s_a + (-1 if sub else 1) * b * s_b) / s_o
+    tol = 1.0 + 2.0**-14 * (np.abs(a * s_a) + np.abs(b * s_b)) / s_o + 2.0 ** -(np.asarray(k.n) + 1.0) * (np.abs(a) + np.abs(b))
+    assert np.all(np.abs(y - np.clip(exact, *int_range(out_bits))) <= tol)
+
+
+def test_add_power_of_two_output_factors_only_shift():
+    """An output scale s * 2**alpha_c keeps the multipliers of scale s and adds alpha_c to the shift."""
+    alpha = np.array([0, 1, 2, 3])
+    plain = Add.build(0.02, 0.05, 0.03, 16, 8, 16)
+    ptf = Add.build(0.02, 0.05, 0.03 * 2.0**alpha, 16, 8, 16)
+    assert np.all(ptf.A == plain.A) and np.all(ptf.B == plain.B) and np.all(ptf.n == plain.n + alpha)
+    with pytest.raises(ValueError):
+        Add.build(np.ones(3), np.ones(4), 1.0)
+
+
 # =========================================================================== LUT
 LUT_NAMES = sorted(set(LUT_FUNCTIONS) - {"swish"})
 
@@ -474,6 +508,63 @@ def test_softmax_mask_with_tiny_scale():
     assert y[1].tolist() == [8192] * 4 and y[2].tolist() == [8192] * 4
 
 
+@HYP
+@given(seed=seeds, in_bits=bits_st, scale=scales, n=st.integers(1, 70), edge=modes, masked=st.sampled_from([0.0, 0.3]),
+       log2_bits=st.sampled_from([2, 3, 4]))
+def test_softmax_log2(seed, in_bits, scale, n, edge, masked, log2_bits):
+    rng = np.random.default_rng(seed)
+    k = Softmax.build(scale, in_bits, 16, log2_bits=log2_bits)
+    q = int_data(rng, (2, 3, n), in_bits, edge)
+    qmin = int_range(in_bits)[0]
+    if masked:
+        q = np.where(rng.uniform(size=q.shape) < masked, qmin, q)
+    q[0, 0] = qmin
+    y = assert_bit_exact(k, q)
+    z = 2**log2_bits - 1
+    assert y.min() >= 0 and y.max() <= z
+    partly = (q == qmin) & (q.max(axis=-1, keepdims=True) > qmin)
+    assert np.all(y[partly] == z)  # masked: probability 0
+    assert np.all(y.min(axis=-1) <= int(np.ceil(np.log2(n))) + 1)  # the row maximum is at least 1/n
+
+
+def test_softmax_log2_codes_round_minus_log2():
+    """Codes are round(-log2 p) of the integer softmax (boundaries at 2**-(k+0.5)), the top code is 0."""
+    rng = np.random.default_rng(0)
+    s = 8.0 / 32767
+    q = np.clip(np.rint(rng.normal(0, 3, (64, 197)) / s), -32768, 32767).astype(np.int64)
+    k = Softmax.build(s, 16, 16, log2_bits=4)
+    codes = assert_bit_exact(k, q)
+    x = q * s
+    p = np.exp(x - x.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    ref = np.clip(np.floor(-np.log2(p) + 0.5), 0, 15)
+    assert np.mean(codes == ref) > 0.999 and np.abs(codes - ref).max() <= 1
+    assert np.all(codes[p > 2.0**-0.49] == 0) and np.all(codes[p < 2.0**-14.51] == 15)
+    with pytest.raises(ValueError):
+        Softmax.build(s, 16, 16, log2_bits=5)
+
+
+@HYP
+@given(seed=seeds, b_bits=bits_st, out_bits=bits_st, sb=scales, so=scales, K=st.integers(1, 80), code_bits=st.sampled_from([3, 4]),
+       edge=modes, mode=roundings)
+def test_log2_matmul(seed, b_bits, out_bits, sb, so, K, code_bits, edge, mode):
+    """P @ V with P as log2 codes: V shifted by 2**(Z-1-k) and summed, exact in both forms, = decoded P @ V."""
+    rng = np.random.default_rng(seed)
+    if sb / so >= 2**14:
+        return
+    k = Log2MatMul.build(sb, so, K, code_bits, b_bits, out_bits, rounding=mode)
+    z = 2**code_bits - 1
+    codes = rng.integers(0, z + 1, (2, 3, K))
+    v = int_data(rng, (2, K, 5), b_bits, edge)
+    y = assert_bit_exact(k, codes, v)
+    p = np.where(codes < z, 2.0**-codes, 0.0)
+    exact = np.clip((p @ (v * sb)) / so, *int_range(out_bits))
+    tol = 0.5 + (0.5 if mode == "floor" else 0) + 2.0**-14 * np.abs(p) @ np.abs(v * sb) / so + 1e-9
+    assert np.all(np.abs(y - exact) <= tol)
+    with pytest.raises(RangeError):
+        k.apply_numpy(np.full((1, K), z + 1), v[0])
+
+
 # =========================================================================== layernorm
 @HYP
 @given(seed=seeds, in_bits=bits_st, out_bits=bits_st, n=st.sampled_from([1, 2, 7, 48, 200, 768]), edge=modes,
@@ -523,6 +614,55 @@ def test_layernorm_accuracy(in_bits, out_bits):
         diff = np.abs(y - np.clip(np.rint(ref_f / so), *int_range(out_bits)))
         assert diff.max() <= 1
         assert (diff == 0).mean() >= (0.9999 if out_bits == 8 else 0.98)
+
+
+def test_layernorm_per_channel_output_scale():
+    """PTF out of a LayerNorm: output scale s * 2**alpha_c gives the per-tensor result divided by 2**alpha_c."""
+    rng = np.random.default_rng(3)
+    n, alpha = 48, rng.integers(0, 4, 48)
+    gamma, beta = rng.normal(1, 0.3, n), rng.normal(0, 0.3, n)
+    q = int_data(rng, (5, n), 16)
+    plain = LayerNorm.build(1e-3, gamma, beta, 1e-5, 2e-4, 16, 16).apply_numpy(q)
+    ptf = assert_bit_exact(LayerNorm.build(1e-3, gamma, beta, 1e-5, 2e-4 * 2.0**alpha, 16, 16), q)
+    assert np.all(np.abs(ptf - plain / 2.0**alpha) <= 1)
+    with pytest.raises(ValueError):
+        LayerNorm.build(1e-3, gamma, beta, 1e-5, np.ones(3), 16, 16)
+
+
+def test_ptf_residual_add_and_layernorm_beat_one_scale_on_an_outlier_channel():
+    """A residual stream with one 30x channel, int8: Add -> LayerNorm with PTF scales (FQ-ViT) is far
+    closer to float than with one scale per tensor, integer kernels end to end."""
+    from hbtool.quant.fqvit import ptf_alphas
+
+    rng = np.random.default_rng(0)
+    n = 64
+    a = rng.normal(0, 1, (256, n))
+    b = rng.normal(0, 0.5, (256, n))
+    a[:, 0] *= 30
+    x = a + b
+    gamma, beta = rng.normal(1, 0.2, n), rng.normal(0, 0.2, n)
+    mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+    ref = (x - mu) / np.sqrt(var + 1e-5) * gamma + beta
+    sb = np.abs(b).max() / 127
+    qb = np.clip(np.rint(b / sb), -128, 127)
+    s = np.abs(x).max() / 127
+    s_ln = np.abs(ref).max() / 127
+    errs = {}
+    for ptf in (False, True):
+        # the residual input a is the previous block's stream: PTF too when PTF is on
+        sa = np.abs(a).max() / 127
+        if ptf:
+            sa = sa / 8 * 2.0 ** ptf_alphas(np.abs(a).max(0), sa / 8, 127)
+        qa = np.clip(np.rint(a / sa), -128, 127)
+        alpha = ptf_alphas(np.abs(x).max(0), s / 8, 127) if ptf else None
+        s_x = s / 8 * 2.0**alpha if ptf else s
+        add = Add.build(sa, sb, s_x, 8, 8, 8)
+        qx = assert_bit_exact(add, qa, qb)
+        ln = LayerNorm.build(s / 8 if ptf else s, gamma, beta, 1e-5, s_ln, 8, 8, ptf_alpha=alpha)
+        y = assert_bit_exact(ln, qx) * s_ln
+        errs[ptf] = float(np.sqrt(np.mean((y - ref) ** 2)))
+    assert alpha[0] == 3 and np.all(alpha[1:] == 0)
+    assert errs[True] < 0.3 * errs[False], errs  # measured: 0.029 vs 0.136
 
 
 def test_layernorm_tiny_eps_large_scale():

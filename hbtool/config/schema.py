@@ -264,6 +264,21 @@ CALIBRATION = _g(
     Key("adaround", "bool",
         "Learn the rounding direction of each weight (AdaRound) instead of rounding to "
         "nearest. Slower.", default=False, origin=HBTOOL),
+    Key("ptf", "bool",
+        "FQ-ViT power-of-two factors: a LayerNorm input whose channels differ in range (a "
+        "residual stream) gets per-channel scales s*2^alpha (alpha 0..3), kept exact by its "
+        "producer, the LayerNorm and the residual Add that read it.", default=False, origin=HBTOOL),
+    Key("softmax_log2", "bool",
+        "FQ-ViT log2 quantizer: a Softmax read only by the attention MatMul (probabilities @ V) "
+        "outputs 4-bit codes k for 2^-k, and that MatMul becomes shifts and additions.",
+        default=False, origin=HBTOOL),
+    Key("smooth_quant", "bool",
+        "SmoothQuant scale migration: a Linear/MatMul whose input has outlier channels gets "
+        "per-channel factors moved from the input into its weight, folded into the producing "
+        "LayerNorm (or Linear) in the float model.", default=False, origin=HBTOOL),
+    Key("smooth_alpha", "float",
+        "Migration strength of smooth_quant: s_j = max|X_j|^alpha / max|W_j|^(1-alpha).",
+        default=0.5, min=0.0, max=1.0, origin=HBTOOL),
 )
 
 COMPILER = _g(

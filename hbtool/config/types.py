@@ -87,6 +87,10 @@ class CalibrationParams:
     weight_clip: str
     bias_correction: bool
     adaround: bool
+    ptf: bool = False
+    softmax_log2: bool = False
+    smooth_quant: bool = False
+    smooth_alpha: float = 0.5
 
     @property
     def needs_data(self) -> bool:

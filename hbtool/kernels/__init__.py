@@ -51,11 +51,11 @@ Modules
 :mod:`.fixedpoint`  multipliers, rounding shifts, floor division, integer sqrt
 :mod:`.quantize`    Quantize, Dequantize, weight and bias quantization helpers
 :mod:`.requantize`  Requantize (acc -> int8/int16, per channel, fused clamps)
-:mod:`.linear`      Linear (x @ W + b), MatMul (activation x activation)
+:mod:`.linear`      Linear (x @ W + b), MatMul (activation x activation), Log2MatMul (log2 codes x activation)
 :mod:`.conv`        Conv (1-3 spatial dims, groups, strides, pads, dilations)
 :mod:`.eltwise`     Add / Sub, Mul
 :mod:`.lut`         Lut (GELU, Sigmoid, Exp, Reciprocal, ... and any callable)
-:mod:`.softmax`     Softmax over the last axis, masks honoured
+:mod:`.softmax`     Softmax over the last axis, masks honoured (linear or log2 output)
 :mod:`.layernorm`   LayerNorm over the last axis (optional power-of-two factors)
 :mod:`.pool`        AvgPool, ReduceMean / GlobalAveragePool, MaxPool
 :mod:`.builder`     OnnxBuilder, the node writer the ONNX forms share
@@ -80,7 +80,7 @@ from hbtool.kernels.fixedpoint import (
     rounding_shift_onnx,
 )
 from hbtool.kernels.layernorm import LayerNorm
-from hbtool.kernels.linear import Linear, MatMul
+from hbtool.kernels.linear import Linear, Log2MatMul, MatMul
 from hbtool.kernels.lut import LUT_FUNCTIONS, Lut
 from hbtool.kernels.pool import AvgPool, MaxPool, ReduceMean
 from hbtool.kernels.quantize import (
@@ -96,7 +96,7 @@ from hbtool.kernels.softmax import Softmax
 
 __all__ = [
     "Add", "AvgPool", "Conv", "DEFAULT_ROUNDING", "Dequantize", "Kernel", "LUT_FUNCTIONS", "LayerNorm", "Linear",
-    "Lut", "MAX_SHIFT", "MatMul", "MaxPool", "Mul", "OnnxBuilder", "Quantize", "ROUNDING_MODES", "RangeError",
+    "Log2MatMul", "Lut", "MAX_SHIFT", "MatMul", "MaxPool", "Mul", "OnnxBuilder", "Quantize", "ROUNDING_MODES", "RangeError",
     "ReduceMean", "Requantize", "Softmax", "dequantize_numpy", "floor_div_numpy", "floor_div_onnx", "int_range",
     "isqrt_numpy", "isqrt_onnx", "quantize_bias", "quantize_multiplier", "quantize_numpy", "quantize_weight",
     "rounding_shift_numpy", "rounding_shift_onnx",

@@ -6,6 +6,12 @@
 so the larger of A, B lies in [2**14, 2**15) and the smaller one keeps the same absolute
 precision. ``|a A + b B| <= 2 * 2**15 * 2**15 = 2**31``: exact everywhere.
 
+Per-channel scales (power-of-two factors, FQ-ViT's PTF): any of ``s_a``, ``s_b``, ``s_out`` may
+be a 1-D array over the last axis (channel ``c``). Then ``A``, ``B`` and ``n`` are int64
+arrays ``[C]``, one multiplier pair and shift per channel, from the ratios of that channel;
+an output scale ``s 2**alpha_c`` only adds ``alpha_c`` to that channel's shift. The bound
+above holds per channel.
+
 ``Mul``: ``y = requantize(a * b)`` with the ratio ``s_a s_b / s_out``; ``|a b| <= 2**30``.
 
 Both take an optional fused ReLU (``lo = 0``) and integer clamp bounds. A constant operand
@@ -36,9 +42,9 @@ from hbtool.kernels.requantize import Requantize, clamp_bounds
 class Add(Kernel):
     """``clamp(rshift(a*A + sign*b*B, n))``: Add (``sign=+1``) or Sub (``sign=-1``)."""
 
-    A: int
-    B: int
-    n: int
+    A: int | np.ndarray  # int, or int64 [C] per channel of the last axis
+    B: int | np.ndarray
+    n: int | np.ndarray
     sign: int
     a_bits: int
     b_bits: int
@@ -66,14 +72,26 @@ class Add(Kernel):
             raise ValueError(f"rounding mode must be one of {ROUNDING_MODES}, not {rounding!r}")
         int_range(a_bits)
         int_range(b_bits)
-        ra = float(scale_a) / float(scale_out)
-        rb = float(scale_b) / float(scale_out)
-        _, n = quantize_multiplier(max(ra, rb))
-        A = int(np.floor(np.ldexp(ra, n) + 0.5))
-        B = int(np.floor(np.ldexp(rb, n) + 0.5))
         low, high = clamp_bounds(out_bits, relu, lo, hi)
-        return cls(A=A, B=B, n=int(n), sign=-1 if sub else 1, a_bits=a_bits, b_bits=b_bits, lo=low, hi=high,
-                   rounding=rounding)
+        sign = -1 if sub else 1
+        if all(np.ndim(s) == 0 for s in (scale_a, scale_b, scale_out)):
+            ra = float(scale_a) / float(scale_out)
+            rb = float(scale_b) / float(scale_out)
+            _, n = quantize_multiplier(max(ra, rb))
+            A = int(np.floor(np.ldexp(ra, n) + 0.5))
+            B = int(np.floor(np.ldexp(rb, n) + 0.5))
+            return cls(A=A, B=B, n=int(n), sign=sign, a_bits=a_bits, b_bits=b_bits, lo=low, hi=high, rounding=rounding)
+        sizes = {np.size(s) for s in (scale_a, scale_b, scale_out) if np.ndim(s) > 0}
+        if len(sizes) != 1 or any(np.ndim(s) > 1 for s in (scale_a, scale_b, scale_out)):
+            raise ValueError("per-channel Add scales must be 1-D arrays of one length (the last axis)")
+        ra = np.asarray(scale_a, np.float64) / np.asarray(scale_out, np.float64)
+        rb = np.asarray(scale_b, np.float64) / np.asarray(scale_out, np.float64)
+        ra, rb = np.broadcast_arrays(ra, rb)
+        _, nv = quantize_multiplier(np.maximum(ra, rb))
+        nv = np.asarray(nv, np.int64)
+        Av = np.floor(np.ldexp(ra, nv) + 0.5).astype(np.int64)
+        Bv = np.floor(np.ldexp(rb, nv) + 0.5).astype(np.int64)
+        return cls(A=Av, B=Bv, n=nv, sign=sign, a_bits=a_bits, b_bits=b_bits, lo=low, hi=high, rounding=rounding)
 
     def apply_numpy(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         a = check_activation(a, self.a_bits, "a")
@@ -82,7 +100,9 @@ class Add(Kernel):
         return np.clip(rounding_shift_numpy(acc, self.n, self.rounding), self.lo, self.hi)
 
     def emit(self, bld: OnnxBuilder, a: str, b: str) -> str:
-        acc = bld.add(bld.mul(a, bld.const(float(self.A))), bld.mul(b, bld.const(float(self.sign * self.B))))
+        A = np.asarray(self.A, np.float64)
+        B = np.asarray(self.sign * np.asarray(self.B), np.float64)
+        acc = bld.add(bld.mul(a, bld.const(A)), bld.mul(b, bld.const(B)))
         return bld.clip(rounding_shift_onnx(bld, acc, self.n, self.rounding), float(self.lo), float(self.hi))
 
 

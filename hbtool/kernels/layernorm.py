@@ -19,7 +19,8 @@ factors: channel c really has scale ``s_in 2**alpha_c``, and the kernel starts f
 5. ``u = rshift(d R 2**k, 20)``: ``d / sqrt(w)`` in Q30, ``|u| <= 2**30 (1 + 2**-23)`` because
    ``d**2 <= V <= w``.
 6. ``y = clamp(rshift(u G_c + B_c, shift))`` with ``G_c = round(gamma_c sqrt(N) / s_out 2**g)``,
-   ``B_c = round(beta_c / s_out 2**shift)``, ``shift = 30 + g``; ``g`` is chosen so that
+   ``B_c = round(beta_c / s_out 2**shift)``, ``shift = 30 + g`` (``s_out`` may be one scale per
+channel, ``s_out,c``: PTF output for a next LayerNorm); ``g`` is chosen so that
    ``|G_c| <= 2**20`` and ``|B_c| <= 2**50`` (beta beyond the saturation point is clipped first).
 
 Bounds (all checked at build): ``f`` (at most 16) is the largest with
@@ -99,6 +100,7 @@ class LayerNorm(Kernel):
         """Integer parameters of LayerNorm(eps) followed by ``gamma``/``beta`` (None: 1 / 0).
 
         ``n`` is the normalised length (needed only when gamma and beta are both None);
+        ``scale_out``: a scalar, or ``[N]`` per-channel output scales;
         ``ptf_alpha``: per-channel power-of-two factors (ints 0..8) of the input scale.
         """
         if rounding not in ROUNDING_MODES:
@@ -115,8 +117,11 @@ class LayerNorm(Kernel):
             raise ValueError("gamma and beta must have the normalised length")
         qmin, qmax = int_range(out_bits)
         int_range(in_bits)
-        s_in, s_out, eps = float(scale_in), float(scale_out), float(eps)
-        if not (s_in > 0 and s_out > 0 and eps >= 0):
+        s_in, eps = float(scale_in), float(eps)
+        s_out = np.asarray(scale_out, np.float64)
+        if s_out.ndim > 1 or (s_out.ndim == 1 and s_out.size != N):
+            raise ValueError("scale_out must be a scalar or one scale per normalised channel")
+        if not (s_in > 0 and bool(np.all(s_out > 0)) and eps >= 0):
             raise ValueError("scales must be > 0 and eps >= 0")
         alpha = None
         amax = 0

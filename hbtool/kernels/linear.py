@@ -3,10 +3,17 @@
 ``Linear``: ``y = requantize(x_q @ W_q + b_q)`` with ``W_q`` an integer ``[K, N]`` matrix (the
 MatMul layout; pass ``W.T`` for a Gemm with ``transB=1``), ``b_q`` an int32 ``[N]`` bias at
 scale ``s_x * s_w[n]``, and a per-output-channel (last axis) or per-tensor multiplier for
-the ratio ``s_x * s_w[n] / s_out``.
+the ratio ``s_x * s_w[n] / s_out`` (``s_out`` may also be per output channel: PTF).
 
 ``MatMul``: ``y = requantize(A_q @ B_q)`` with numpy-style batch broadcasting
 (attention ``Q K^T`` and ``A V``), one multiplier for ``s_a * s_b / s_out``.
+
+``Log2MatMul``: the attention ``P @ V`` where ``P`` arrives as the log2 codes of
+:class:`~hbtool.kernels.softmax.Softmax` (``k < Z`` means ``2**-k``, ``Z = 2**b - 1`` means 0):
+``acc = sum_j (V_j << (Z - 1 - k_j))`` over the codes ``k_j < Z`` (shifts and additions, no
+multiplier), at scale ``s_v 2**-(Z-1)``, then one requantization. The numpy and ONNX forms
+compute the same sum as an exact matrix product of the decoded powers of two
+(``|acc| <= K 2**(Z-1) 2**(b_bits-1)``, checked at build).
 
 Exactness: ``|acc| <= 2**(in_bits-1) * max_n sum_k |W[k, n]| + max |b|`` (Linear) and
 ``|acc| <= K * 2**(a_bits-1) * 2**(b_bits-1)`` (MatMul) are checked at build to be below
@@ -86,7 +93,7 @@ class Linear(Kernel):
         bound = 2 ** (in_bits - 1) * wsum + (int(np.abs(b).max(initial=0)) if b is not None else 0)
         if bound >= EXACT_LIMIT:
             raise ValueError("Linear accumulator bound reaches 2**52")
-        ratio = float(scale_in) * np.asarray(scale_w, np.float64) / float(scale_out)
+        ratio = float(scale_in) * np.asarray(scale_w, np.float64) / np.asarray(scale_out, np.float64)
         rq = Requantize.build(ratio, out_bits, axis=-1 if ratio.ndim else None, acc_bound=bound,
                               relu=relu, lo=lo, hi=hi, rounding=rounding)
         return cls(weight=w, bias=b, in_bits=in_bits, requant=rq, acc_bound=bound, wsum=wsum)
@@ -157,3 +164,68 @@ class MatMul(Kernel):
 
     def emit(self, bld: OnnxBuilder, a: str, b: str) -> str:
         return self.requant.emit(bld, bld.op("MatMul", a, b))
+
+
+@dataclass(frozen=True, eq=False)
+class Log2MatMul(Kernel):
+    """``requantize(sum_j V_j << (Z-1-k_j))``: probabilities as log2 codes ``k`` times an activation V."""
+
+    k: int
+    code_bits: int
+    b_bits: int
+    requant: Requantize
+    acc_bound: int
+    n_inputs = 2
+
+    @classmethod
+    def build(
+        cls,
+        scale_b: float,
+        scale_out: float,
+        k: int,
+        code_bits: int = 4,
+        b_bits: int = 8,
+        out_bits: int = 8,
+        relu: bool = False,
+        lo: int | None = None,
+        hi: int | None = None,
+        rounding: str = DEFAULT_ROUNDING,
+    ) -> "Log2MatMul":
+        """``k``: the contracted length; ``code_bits``: bits of the log2 codes (Softmax's ``log2_bits``)."""
+        if not 2 <= code_bits <= 4:
+            raise ValueError("code_bits must be within 2..4")
+        int_range(b_bits)
+        top = 2**code_bits - 2
+        bound = int(k) * 2**top * 2 ** (b_bits - 1)
+        if bound >= EXACT_LIMIT:
+            raise ValueError(f"Log2MatMul with K={k} at int{b_bits} can reach 2**52")
+        rq = Requantize.build(float(scale_b) * 2.0**-top / float(scale_out), out_bits, acc_bound=bound,
+                              relu=relu, lo=lo, hi=hi, rounding=rounding)
+        return cls(k=int(k), code_bits=int(code_bits), b_bits=b_bits, requant=rq, acc_bound=bound)
+
+    @property
+    def zero_code(self) -> int:
+        return 2**self.code_bits - 1
+
+    @property
+    def decode_table(self) -> np.ndarray:
+        """``2**(Z-1-k)`` for the codes ``k < Z``, 0 for ``Z`` (int64 ``[Z+1]``)."""
+        z = self.zero_code
+        return np.array([1 << (z - 1 - c) for c in range(z)] + [0], np.int64)
+
+    def accumulate_numpy(self, codes: np.ndarray, b: np.ndarray) -> np.ndarray:
+        codes = as_int(codes, "codes")
+        if codes.size:
+            check(int(codes.min()) >= 0 and int(codes.max()) <= self.zero_code, f"codes outside 0..{self.zero_code}")
+        b = check_activation(b, self.b_bits, "B")
+        check(codes.shape[-1] == self.k, f"codes' last dimension is {codes.shape[-1]}, built for K={self.k}")
+        p = self.decode_table[codes]
+        bmax = int(np.abs(b).max(initial=0))
+        return exact_matmul(p, b, self.k * int(p.max(initial=0)) * bmax)
+
+    def apply_numpy(self, codes: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return self.requant.apply_trusted(self.accumulate_numpy(codes, b))
+
+    def emit(self, bld: OnnxBuilder, codes: str, b: str) -> str:
+        p = bld.op("Gather", bld.const(self.decode_table.astype(np.float64), hint="pow2"), bld.cast(codes, np.int64))
+        return self.requant.emit(bld, bld.op("MatMul", p, b))

@@ -15,6 +15,16 @@ output (1.0 shows as 127 = 0.992), ``p = 15`` for int16 output (clamped at 32767
 4. ``S = sum(e)`` (at least ``2**E``: the maximum gives exactly ``2**E``) and
    ``y = clamp(floor((e 2**p + floor(S / 2)) / S), 0, 2**p - 1)`` (rounded division).
 
+Log2 output (FQ-ViT's log2 quantizer, ``log2_bits = b``, 4 by default when used): the output
+is a code ``k`` in ``0 .. Z`` with ``Z = 2**b - 1``: ``k < Z`` stands for the probability
+``2**-k``, ``Z`` for 0 (probabilities below ``2**-(Z - 0.5)``). From the fixed-point
+probability ``y = floor((e 2**L + floor(S / 2)) / S)`` with ``L = 2**b + 6`` bits (22 for
+b = 4), ``k = #{j in 0 .. Z-1 : y < T_j}`` with the integers ``T_j = ceil(2**(L - j - 0.5))``,
+i.e. ``k = round(-log2 P)`` with the rounding boundaries at ``2**-(j + 0.5)`` (exact, since
+``2**(L - j - 0.5)`` is irrational), clamped to ``Z``. Bounds: ``e 2**L <= 2**(E + L) = 2**42``.
+Only the attention MatMul consumes these codes (:class:`~hbtool.kernels.linear.Log2MatMul`):
+``P @ V`` becomes shifts of V and additions.
+
 Why two tables instead of an interpolated one or I-BERT's polynomial: ``exp(-s(256h + l))``
 *is* ``exp(-256 s h) exp(-s l)``, so the split has no approximation error at all, for every
 input scale; only the two table roundings and the product's rounding remain (each below
@@ -39,6 +49,7 @@ the dequantized input: int16 output max abs error 2**-15.0 (the clamp of 1.0 to 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,11 +71,15 @@ class Softmax(Kernel):
     exp_bits: int
     mask_min: bool = True
     rounding: str = DEFAULT_ROUNDING
+    log2_bits: int = 0  # 0: linear output at 2**-p; b in 2..4: log2 codes (module docstring)
 
     @classmethod
     def build(cls, scale_in: float, in_bits: int = 16, out_bits: int = 16, exp_bits: int = 20,
-              mask_min: bool = True, rounding: str = DEFAULT_ROUNDING) -> "Softmax":
-        """``exp_bits`` (E) fractional bits of the exponentials, 8..25; ``mask_min``: see step 3."""
+              mask_min: bool = True, rounding: str = DEFAULT_ROUNDING, log2_bits: int = 0) -> "Softmax":
+        """``exp_bits`` (E) fractional bits of the exponentials, 8..25; ``mask_min``: see step 3;
+        ``log2_bits``: 0 for the linear output, 2..4 for log2 codes (``out_bits`` is then unused)."""
+        if log2_bits and not 2 <= log2_bits <= 4:
+            raise ValueError("log2_bits must be 0 (linear output) or within 2..4")
         int_range(in_bits)
         int_range(out_bits)
         if rounding not in ROUNDING_MODES:
@@ -79,7 +94,7 @@ class Softmax(Kernel):
         t_lo = np.floor(np.exp(-s * k) * one + 0.5).astype(np.int64)
         t_hi = np.floor(np.exp(-s * 256.0 * k) * one + 0.5).astype(np.int64)
         return cls(t_hi=t_hi, t_lo=t_lo, in_bits=in_bits, out_bits=out_bits, exp_bits=exp_bits,
-                   mask_min=mask_min, rounding=rounding)
+                   mask_min=mask_min, rounding=rounding, log2_bits=int(log2_bits))
 
     @property
     def p(self) -> int:
@@ -88,6 +103,22 @@ class Softmax(Kernel):
     @property
     def scale_out(self) -> float:
         return 2.0 ** -self.p
+
+    @property
+    def zero_code(self) -> int:
+        """The log2 code that stands for probability 0 (``2**log2_bits - 1``)."""
+        return 2**self.log2_bits - 1
+
+    @property
+    def log2_prob_bits(self) -> int:
+        """L: fractional bits of the probability the log2 codes are read from."""
+        return 2**self.log2_bits + 6
+
+    @property
+    def log2_thresholds(self) -> np.ndarray:
+        """``T_j = ceil(2**(L - j - 0.5))`` for j = 0 .. Z-1, int64, decreasing."""
+        L = self.log2_prob_bits
+        return np.array([math.ceil(2.0 ** (L - j - 0.5)) for j in range(self.zero_code)], np.int64)
 
     def exp_numpy(self, q: np.ndarray) -> np.ndarray:
         """The fixed-point exponentials ``e`` (steps 1-3), int64."""
@@ -105,9 +136,13 @@ class Softmax(Kernel):
         e = self.exp_numpy(q)
         if e.size == 0:
             return e
-        check(e.shape[-1] * 2 ** (self.exp_bits + 2) + 2 ** (self.exp_bits + self.p) < 2**53, "softmax row too long")
+        p = self.log2_prob_bits if self.log2_bits else self.p
+        check(e.shape[-1] * 2 ** (self.exp_bits + 2) + 2 ** (self.exp_bits + p) < 2**53, "softmax row too long")
         total = e.sum(axis=-1, keepdims=True)
-        num = (e << self.p) + (total >> 1)
+        num = (e << p) + (total >> 1)
+        if self.log2_bits:
+            y = num // total
+            return (y[..., None] < self.log2_thresholds).sum(axis=-1).astype(np.int64)
         return np.clip(num // total, 0, 2**self.p - 1)
 
     def emit(self, b: OnnxBuilder, q: str) -> str:
@@ -125,6 +160,11 @@ class Softmax(Kernel):
             masked = b.op("And", b.op("Equal", q, b.const(qmin)), b.op("Greater", u, b.const(0.0)))
             e = b.where(masked, b.const(0.0), e)
         total = b.reduce("ReduceSum", e, [-1])
-        num = b.add(b.mul(e, b.const(2.0**self.p)), b.floor(b.mul(total, b.const(0.5))))
+        p = self.log2_prob_bits if self.log2_bits else self.p
+        num = b.add(b.mul(e, b.const(2.0**p)), b.floor(b.mul(total, b.const(0.5))))
         y = b.floor(b.div(num, total))
+        if self.log2_bits:
+            below = b.op("Less", b.op("Unsqueeze", y, b.const(np.array([-1], np.int64), np.int64, "axes")),
+                         b.const(self.log2_thresholds.astype(np.float64), hint="log2_thresholds"))
+            return b.reduce("ReduceSum", b.cast(below, np.float64), [-1], keepdims=False)
         return b.clip(y, 0.0, float(2**self.p - 1))

@@ -28,6 +28,7 @@ from hbtool.march.description import load_march
 from hbtool.quant.calibrated_model import build_calibrated_graph
 from hbtool.quant.collect import collect_stats, float_session
 from hbtool.quant.data import CalibrationSet, load_calibration_data
+from hbtool.quant.fqvit import apply_ptf, apply_softmax_log2, log2_decode, ptf_tensors
 from hbtool.quant.masks import clamp_masks
 from hbtool.quant.metrics import RunningErrors
 from hbtool.quant.observers import TensorStats
@@ -37,6 +38,7 @@ from hbtool.quant.lower import lower_to_integer
 from hbtool.quant.preprocess import find_preprocess, insert_preprocess
 from hbtool.quant.thresholds import sqnr_db, threshold
 from hbtool.quant.quantized_model import build_quantized_graph
+from hbtool.quant.smooth_quant import apply_smooth_quant, smooth_sites
 from hbtool.quant.weights import bias_corrections, input_channel_axis, plan_weights
 from hbtool.utils.atomic import atomic_write_bytes, atomic_write_text
 
@@ -83,6 +85,8 @@ class CalibrationResult:
     calibrated: Graph | None = None  # float graph with HzCalibration nodes
     program: Graph | None = None     # the integer program (kernels in node.meta)
     quantized: Graph | None = None   # the program with ONNX bodies
+    # what the ptf / softmax_log2 / smooth_quant options did: {option: {"applied": [...], "skipped": {...}}}
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 def _tensor_names_for_eval(graph: Graph, plan: QuantPlan) -> list[str]:
@@ -133,13 +137,14 @@ def evaluate_outputs(
     batches: list[dict[str, np.ndarray]],
     tensor_map: dict[str, str] | None = None,
     node_tensors: list[str] | None = None,
-    scales: dict[str, float] | None = None,
+    scales: dict[str, Any] | None = None,
 ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
     """Errors of ``test_graph`` against ``float_graph`` on the given feeds.
 
     Returns (per model output, per tensor in ``node_tensors``) metrics; ``tensor_map`` maps a
     float tensor name to its name in ``test_graph``; ``scales`` multiplies the test graph's
-    value of a tensor (integer tensors of the quantized model) before comparing.
+    value of a tensor (integer tensors of the quantized model) before comparing (a scale, a
+    per-channel array for the last axis, or a function that decodes the integers).
     """
     tensor_map = tensor_map or {}
     node_tensors = node_tensors or []
@@ -155,7 +160,7 @@ def evaluate_outputs(
         t_vals = t_sess.run(t_names, feeds)
         for name, a, b in zip(f_names, f_vals, t_vals):
             if name in scales and name not in outs:
-                b = b * scales[name]
+                b = scales[name](b) if callable(scales[name]) else b * scales[name]
             acc[name].update(a, b)
     out_err = {o: acc[o].result() for o in outs}
     node_err = {t: acc[t].result() for t in node_tensors}
@@ -205,15 +210,20 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
         if progress:
             progress("statistics", done[0], total)
 
+    options: dict[str, Any] = {}
+    if getattr(cal, "smooth_quant", False):
+        options["smooth_quant"] = _smooth(graph, data, float(getattr(cal, "smooth_alpha", 0.5)), loaded is not None)
     reps = stat_representatives(graph, tensors)
     observed = sorted(set(reps.values()), key=tensors.index)
+    use_ptf = bool(getattr(cal, "ptf", False))
+    ptf_axes = {t: -1 for t in ptf_tensors(graph)[0]} if use_ptf else {}
     mean_axes: dict[str, int] = {}
     if cal.bias_correction:
         for node in graph.nodes:
             ia = input_channel_axis(node, graph) if node.meta.get("on") == "BPU" else None
             if ia is not None and not graph.is_const(ia[0]):
                 mean_axes[ia[0]] = ia[1]
-    root_stats: dict[str, TensorStats] = collect_stats(graph, observed, data.iter_batches(1), tick, mean_axes)
+    root_stats: dict[str, TensorStats] = collect_stats(graph, observed, data.iter_batches(1), tick, mean_axes, ptf_axes)
     stats = {t: root_stats[reps[t]] for t in tensors}
     n_eval = EVAL_SAMPLES if _total_macs(graph) < 1e9 else EVAL_SAMPLES // 2
     eval_batches = [b for _, b in zip(range(n_eval), data.iter_batches(1))]
@@ -226,7 +236,14 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     auto16 = bool(getattr(cal, "auto_int16", True))
 
     def plan_for(method: str | dict[str, str]) -> QuantPlan:
-        return build_plan(graph, stats, method, auto16, node_info, output16, cal.max_percentile, all_int16=bool(cal.enable_int16))
+        plan = build_plan(graph, stats, method, auto16, node_info, output16, cal.max_percentile, all_int16=bool(cal.enable_int16))
+        if getattr(cal, "softmax_log2", False):
+            done, skipped = apply_softmax_log2(graph, plan)
+            options["softmax_log2"] = {"applied": done, "skipped": skipped}
+        if use_ptf:
+            done, skipped = apply_ptf(graph, plan, stats)
+            options["ptf"] = {"applied": done, "skipped": skipped}
+        return plan
 
     def per_tensor_methods() -> dict[str, str]:
         """``mix``: for every tensor the method with the best expected SQNR on its own histogram."""
@@ -294,7 +311,8 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     program, qgraph = quantized(plan)
     present = {o for n in program.nodes for o in n.outputs}
     node_tensors = [t for t in plan.tensors if t in present and t not in graph.outputs]
-    out_err, node_err = evaluate_outputs(graph, qgraph, eval_batches, None, node_tensors, {t: plan.tensors[t].scale for t in node_tensors})
+    node_scales = {t: log2_decode if plan.tensors[t].is_log2 else plan.tensors[t].channel_scales() for t in node_tensors}
+    out_err, node_err = evaluate_outputs(graph, qgraph, eval_batches, None, node_tensors, node_scales)
     if not candidates:
         candidates = {method: _mean_cosine(out_err)}
     result = CalibrationResult(graph, plan, weights, method, candidates, node_err, out_err, num_samples=total)
@@ -303,7 +321,52 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     result.calibrated = cgraph
     result.program = program
     result.quantized = qgraph
+    result.options = _options_summary(options, plan)
+    for line in option_lines(result):
+        log.info("%s", line)
     return result
+
+
+def _smooth(graph: Graph, data: CalibrationSet, alpha: float, loading: bool) -> dict[str, Any]:
+    """``smooth_quant``: per-channel maxima of the candidate tensors, then fold the migration into ``graph``."""
+    if loading:
+        return {"applied": [], "skipped": {"*": "calibration_type load: the loaded scales belong to the unsmoothed model"}}
+    sites, skipped = smooth_sites(graph)
+    if not sites:
+        return {"applied": [], "skipped": skipped}
+    pre = collect_stats(graph, [], data.iter_batches(1), None, channel_maxes={s.tensor: -1 for s in sites})
+    applied = apply_smooth_quant(graph, sites, {t: st.channel_absmax for t, st in pre.items() if st.channel_absmax is not None}, alpha)
+    done = {d["tensor"] for d in applied}
+    for s in sites:
+        if s.tensor not in done:
+            skipped[s.tensor] = "no outlier channels"
+    return {"applied": applied, "skipped": skipped}
+
+
+def _options_summary(options: dict[str, Any], plan: QuantPlan) -> dict[str, Any]:
+    """What ptf / softmax_log2 / smooth_quant did in the final plan (for quant_info and the report)."""
+    out = dict(options)
+    if "ptf" in out:
+        out["ptf"] = {"applied": [t for t, q in plan.tensors.items() if q.ptf_alpha is not None], "skipped": out["ptf"]["skipped"]}
+    if "softmax_log2" in out:
+        out["softmax_log2"] = {"applied": [t for t, q in plan.tensors.items() if q.is_log2], "skipped": out["softmax_log2"]["skipped"]}
+    return out
+
+
+def option_lines(result: CalibrationResult) -> list[str]:
+    """One line per enabled option: how many tensors / sites it changed (names in quant_info.json)."""
+    lines = []
+    o = result.options
+    if "ptf" in o:
+        n, k = len(o["ptf"]["applied"]), len(o["ptf"]["skipped"])
+        lines.append(f"ptf: {n} LayerNorm input(s) with per-channel power-of-two scales, {k} kept one scale (reasons in quant_info.json)")
+    if "softmax_log2" in o:
+        n, k = len(o["softmax_log2"]["applied"]), len(o["softmax_log2"]["skipped"])
+        lines.append(f"softmax_log2: {n} Softmax output(s) as 4-bit log2 codes, {k} left linear")
+    if "smooth_quant" in o:
+        n, k = len(o["smooth_quant"]["applied"]), len(o["smooth_quant"]["skipped"])
+        lines.append(f"smooth_quant: {n} site(s) smoothed, {k} not (reasons in quant_info.json)")
+    return lines
 
 
 def write_outputs(cfg: HbConfig, result: CalibrationResult, report_text: str) -> dict[str, Path]:
@@ -343,6 +406,7 @@ def quant_info(result: CalibrationResult) -> dict[str, Any]:
             for name, (scales, axis) in result.weight_scales.items()
         },
         "outputs": result.output_errors,
+        "options": result.options,
         "float_fallbacks": [
             {"node": n.name, "op_type": n.op_type, "reason": n.meta["fallback"]}
             for n in (result.program.nodes if result.program is not None else []) if n.meta.get("fallback")

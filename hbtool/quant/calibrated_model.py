@@ -3,7 +3,9 @@
 Every quantized tensor is followed by one ``HzCalibration`` node (hbtool domain) carrying its
 bits, scale, threshold and method; its body fake-quantizes (``clip(round(x/s)) * s``), so the
 model runs in onnxruntime and shows the accuracy of the plan in float arithmetic. Weights of
-the tensor unit get an ``HzCalibration`` node with per-channel scales. ``compile`` reads the
+the tensor unit get an ``HzCalibration`` node with per-channel scales. A PTF tensor's node also
+carries ``ptf_alpha`` (channel c of the last axis at ``scale * 2**alpha_c``); a log2-coded
+Softmax output has ``method: log2`` and ``bits: 4``. ``compile`` reads the
 plan back with :func:`extract_plan`; nothing else is needed to lower the model.
 """
 
@@ -40,6 +42,34 @@ def _fake_quant_body(opset: int, bits: int, scale: np.ndarray, axis: int | None,
     return body
 
 
+def _log2_body(opset: int, bits: int) -> Graph:
+    """Fake log2 quantization of probabilities: ``k = clip(round(-log2 x), 0, Z)``, ``y = 2**-k`` (0 for ``k = Z``)."""
+    body = Graph("HzCalibration_log2_body", opset)
+    body.inputs, body.outputs = ["x"], ["y"]
+    z = 2**bits - 1
+    body.add_const(np.array(-1.0 / np.log(2.0), np.float32), name="neg_inv_ln2")
+    body.add_const(np.array(0.0, np.float32), name="zero")
+    body.add_const(np.array(float(z), np.float32), name="top")
+    body.add_const(np.array(2.0, np.float32), name="two")
+    body.add_node("Log", ["x"], ["lx"], name="log")
+    body.add_node("Mul", ["lx", "neg_inv_ln2"], ["nl"], name="neg_log2")
+    body.add_node("Round", ["nl"], ["kr"], name="round")
+    body.add_node("Clip", ["kr", "zero", "top"], ["k"], name="clip")
+    body.add_node("Neg", ["k"], ["nk"], name="neg")
+    body.add_node("Pow", ["two", "nk"], ["p"], name="pow2")
+    body.add_node("Equal", ["k", "top"], ["is_zero"], name="is_zero")
+    body.add_node("Where", ["is_zero", "zero", "p"], ["y"], name="where")
+    return body
+
+
+def _activation_body(opset: int, tq: TensorQuant, rank: int) -> Graph:
+    if tq.is_log2:
+        return _log2_body(opset, tq.bits)
+    if tq.ptf_alpha is not None:
+        return _fake_quant_body(opset, tq.bits, np.asarray(tq.channel_scales(), np.float32), rank - 1, rank)
+    return _fake_quant_body(opset, tq.bits, np.array(tq.scale), None, rank)
+
+
 def _insert_after(graph: Graph, tensor: str, attrs: dict[str, Any], body: Graph, consumers: list[Node]) -> str:
     out = graph.unique_name(f"{tensor}_calibrated")
     v = graph.values.get(tensor)
@@ -62,7 +92,9 @@ def build_calibrated_graph(graph: Graph, plan: QuantPlan, weight_scales: dict[st
     consumers = g.consumer_map()
     for name, tq in plan.tensors.items():
         attrs = {"bits": tq.bits, "scale": float(tq.scale), "threshold": float(tq.threshold), "method": tq.method, "group": tq.group}
-        body = _fake_quant_body(g.opset, tq.bits, np.array(tq.scale), None, len(g.shape(name) or ()))
+        if tq.ptf_alpha is not None:
+            attrs["ptf_alpha"] = [int(a) for a in np.asarray(tq.ptf_alpha).reshape(-1)]
+        body = _activation_body(g.opset, tq, len(g.shape(name) or ()))
         if name in g.outputs and g.producer(name) is not None:
             # keep the model's output names: the float value is renamed, the fake-quantized one keeps the name
             float_name = g.unique_name(f"{name}_float")
@@ -91,6 +123,12 @@ def build_calibrated_graph(graph: Graph, plan: QuantPlan, weight_scales: dict[st
     return g, names
 
 
+def _tensor_quant(name: str, a: dict[str, Any]) -> TensorQuant:
+    alpha = a.get("ptf_alpha")
+    return TensorQuant(name, int(a["bits"]), float(a["scale"]), float(a["threshold"]), str(a["method"]), int(a.get("group", -1)),
+                       ptf_alpha=None if alpha is None else np.asarray(alpha, np.int64))
+
+
 def extract_plan(graph: Graph) -> tuple[Graph, QuantPlan, dict[str, tuple[np.ndarray, int]]]:
     """Remove ``HzCalibration`` nodes from a calibrated graph and return the plan they carried."""
     g = graph.copy()
@@ -108,14 +146,14 @@ def extract_plan(graph: Graph) -> tuple[Graph, QuantPlan, dict[str, tuple[np.nda
             for c in g.nodes:
                 c.inputs = [dst if i == src else i for i in c.inputs]
             src = dst
-            tq = TensorQuant(src, int(a["bits"]), float(a["scale"]), float(a["threshold"]), str(a["method"]), int(a.get("group", -1)))
+            tq = _tensor_quant(src, a)
             plan.tensors[src] = tq
             plan.groups.setdefault(tq.group, []).append(src)
             continue
         if a.get("method") == "weight":
             weights[src] = (np.asarray(a["scales"], np.float32), int(a["axis"]))
         else:
-            tq = TensorQuant(src, int(a["bits"]), float(a["scale"]), float(a["threshold"]), str(a["method"]), int(a.get("group", -1)))
+            tq = _tensor_quant(src, a)
             plan.tensors[src] = tq
             plan.groups.setdefault(tq.group, []).append(src)
         g.nodes.remove(node)

@@ -57,18 +57,24 @@ def collect_stats(
     batches: Iterable[Mapping[str, np.ndarray]],
     progress=None,
     channel_means: dict[str, int] | None = None,
+    channel_maxes: dict[str, int] | None = None,
 ) -> dict[str, TensorStats]:
     """Observe ``tensors`` while running the float graph on every batch.
 
     ``progress`` (optional) is called with the number of samples done after each run.
     ``channel_means`` ``{tensor: channel axis}``: also accumulate the per-channel mean of those
     tensors (``TensorStats.channel_mean``), which bias correction needs.
+    ``channel_maxes`` ``{tensor: channel axis}``: also keep the per-channel max |x| of those
+    tensors (``TensorStats.channel_absmax``), which PTF and SmoothQuant need.
     """
     channel_means = channel_means or {}
-    sess = float_session(graph, list(tensors) + [t for t in channel_means if t not in tensors])
+    channel_maxes = channel_maxes or {}
+    extra = [t for t in list(channel_means) + list(channel_maxes) if t not in tensors]
+    sess = float_session(graph, list(tensors) + list(dict.fromkeys(extra)))
     out_names = [o.name for o in sess.get_outputs()]
     stats = {t: TensorStats(t) for t in tensors}
     mean_acc: dict[str, list] = {}
+    max_acc: dict[str, np.ndarray] = {}
     batch_dims = {name: (graph.shape(name) or (1,))[0] for name in graph.inputs}
     rng = np.random.default_rng(0)
     subsets: dict[int, np.ndarray] = {}
@@ -82,6 +88,10 @@ def collect_stats(
                     acc = mean_acc.setdefault(name, [np.zeros_like(sums), 0])
                     acc[0] += sums
                     acc[1] += arr.size // arr.shape[axis]
+                if name in channel_maxes:
+                    axis = channel_maxes[name] % arr.ndim
+                    m = np.abs(arr.astype(np.float64)).max(axis=tuple(a for a in range(arr.ndim) if a != axis))
+                    max_acc[name] = m if name not in max_acc else np.maximum(max_acc[name], m)
                 st = stats.get(name)
                 if st is None:
                     continue
@@ -92,6 +102,8 @@ def collect_stats(
                 progress(next(iter(feeds.values())).shape[0])
     for name, (sums, count) in mean_acc.items():
         stats.setdefault(name, TensorStats(name)).channel_mean = sums / max(count, 1)
+    for name, m in max_acc.items():
+        stats.setdefault(name, TensorStats(name)).channel_absmax = m
     for st in stats.values():
         if st.nonfinite:
             raise InputError(

@@ -28,6 +28,8 @@ from hbtool.quant.calibrated_model import CALIBRATION_OP
 class LoadedScale:
     bits: int
     scale: float
+    ptf_alpha: tuple[int, ...] | None = None  # hbtool's PTF: per-channel power-of-two factors
+    log2: bool = False                         # hbtool's log2-coded Softmax output
 
 
 def strip_quantization(graph: Graph) -> dict[str, LoadedScale]:
@@ -37,7 +39,10 @@ def strip_quantization(graph: Graph) -> dict[str, LoadedScale]:
     for node in list(graph.nodes):
         if node.op_type == CALIBRATION_OP and node.attrs.get("method") != "weight":
             src, dst = node.inputs[0], node.outputs[0]
-            loaded[_bypass(graph, node, src, dst)] = LoadedScale(int(node.attrs["bits"]), float(node.attrs["scale"]))
+            alpha = node.attrs.get("ptf_alpha")
+            loaded[_bypass(graph, node, src, dst)] = LoadedScale(
+                int(node.attrs["bits"]), float(node.attrs["scale"]), None if alpha is None else tuple(int(a) for a in alpha),
+                node.attrs.get("method") == "log2")
         elif node.op_type == CALIBRATION_OP:
             _bypass(graph, node, node.inputs[0], node.outputs[0])
     producers = graph.producer_map()
@@ -89,20 +94,36 @@ def apply_loaded_scales(plan, loaded: dict[str, LoadedScale]) -> int:
     """Overwrite the plan's scales with loaded ones, one scale per shared-scale group.
 
     A group takes the largest loaded scale among its members (none clips what another member
-    allows); groups whose scale the kernel fixes (Softmax outputs) keep it. Returns the number
-    of groups set from the model.
+    allows); groups whose scale the kernel fixes (Softmax outputs) keep it, unless the model
+    codes them in log2. A tensor alone in its group keeps loaded PTF factors. Returns the
+    number of groups set from the model.
     """
-    from hbtool.quant.plan import QMAX
+    from hbtool.quant.plan import FIXED_OUTPUT_SCALE, QMAX, TensorQuant
 
     count = 0
     for gid, members in plan.groups.items():
         found = [loaded[m] for m in members if m in loaded]
-        if not found or plan.tensors[members[0]].method.startswith("fixed:"):
+        if not found:
+            continue
+        if len(members) == 1 and found[0].log2:
+            plan.tensors[members[0]] = TensorQuant(members[0], found[0].bits, 1.0, 1.0, "log2", gid)
+            count += 1
+            continue
+        if plan.tensors[members[0]].method.startswith("fixed:"):
+            continue
+        if plan.tensors[members[0]].is_log2:  # the model has a linear Softmax output here: the kernel fixes its scale
+            bits = 16 if found[0].bits == 16 else 8
+            scale = FIXED_OUTPUT_SCALE["Softmax"][bits]
+            plan.tensors[members[0]] = TensorQuant(members[0], bits, scale, scale * QMAX[bits], "fixed:Softmax", gid)
             continue
         bits = max(f.bits for f in found)
-        scale = max(f.scale for f in found)
+        scale = max(f.scale * 2.0 ** max(f.ptf_alpha or (0,)) for f in found)
+        alpha = found[0].ptf_alpha if len(members) == 1 else None
         for m in members:
             tq = plan.tensors[m]
             tq.bits, tq.scale, tq.threshold, tq.method = bits, scale, scale * QMAX[bits], "load"
+            tq.ptf_alpha = None
+            if alpha is not None:
+                tq.scale, tq.ptf_alpha = found[0].scale, np.asarray(alpha, np.int64)
         count += 1
     return count

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node
-from hbtool.kernels import Add, Conv, LayerNorm, Linear, Lut, MatMul, Mul
+from hbtool.kernels import Add, Conv, LayerNorm, Linear, Log2MatMul, Lut, MatMul, Mul
 from hbtool.kernels.pool import AvgPool, MaxPool, ReduceMean
 from hbtool.kernels.quantize import Dequantize, Quantize
 from hbtool.kernels.softmax import Softmax
@@ -51,11 +51,23 @@ LUT_OF = {
 }
 
 
+# kernels that take / make per-channel power-of-two scales (PTF)
+_PTF_CONSUMERS = {"Add", "Sub", "LayerNormalization"}
+_PTF_PRODUCERS = {"Add", "Sub", "LayerNormalization", "Linear", "Gemm", "MatMul"}
+
+
 @dataclass
 class IntTensor:
     name: str
     scale: float
     bits: int
+    alpha: np.ndarray | None = None  # PTF: channel c of the last axis at scale * 2**alpha_c
+    log2: bool = False               # log2 codes of a Softmax (bits = code bits, scale unused)
+
+    @property
+    def scales(self) -> float | np.ndarray:
+        """The scale, or the per-channel scales of a PTF tensor."""
+        return self.scale if self.alpha is None else self.scale * np.exp2(np.asarray(self.alpha, np.float64))
 
 
 @dataclass
@@ -100,12 +112,15 @@ class _Lowerer:
         tq = self.plan.tensors.get(tensor)
         if tq is None:
             raise KeyError(f"tensor {tensor!r} has no quantization parameters")
+        if tq.is_log2:
+            raise KeyError(f"tensor {tensor!r} is log2-coded and cannot be quantized at the boundary")
         name = self.out.unique_name(f"{tensor}_q")
         self.out.set_value(name, self.src.shape(tensor), np.float64)
         node = self.out.add_node("HzQuantize", [tensor], [name], {"scale": tq.scale, "bits": tq.bits},
                                  name=f"{tensor}_HzQuantize", domain=HBTOOL_DOMAIN)
-        node.meta.update(kernel=Quantize.build(tq.scale, tq.bits), on="CPU", boundary=True)
-        it = IntTensor(name, tq.scale, tq.bits)
+        per_channel = tq.ptf_alpha is not None
+        node.meta.update(kernel=Quantize.build(tq.channel_scales(), tq.bits, axis=-1 if per_channel else None), on="CPU", boundary=True)
+        it = IntTensor(name, tq.scale, tq.bits, tq.ptf_alpha)
         self.ints[tensor] = it
         return it
 
@@ -114,10 +129,12 @@ class _Lowerer:
         if tensor in self.floats or self.src.is_const(tensor) or tensor in self.src.inputs or not tensor:
             return tensor
         it = self.ints[tensor]
+        if it.log2:
+            raise ValueError(f"log2 codes of {tensor!r} cannot leave the BPU")
         name = self.out.unique_name(f"{tensor}_deq")
         self.out.set_value(name, self.src.shape(tensor), np.float32)
         node = self.out.add_node("HzDequantize", [it.name], [name], {"scale": it.scale}, name=f"{tensor}_HzDequantize", domain=HBTOOL_DOMAIN)
-        node.meta.update(kernel=Dequantize.build(it.scale), on="CPU", boundary=True)
+        node.meta.update(kernel=Dequantize.build(it.scales, axis=-1 if it.alpha is not None else None), on="CPU", boundary=True)
         self.floats.add(name)
         return name
 
@@ -136,7 +153,7 @@ class _Lowerer:
         out_name = self.copy_value(out_tensor, as_int=True)
         new = self.out.add_node(op_type, inputs, [out_name], attrs or {}, name=node.name, domain=HBTOOL_DOMAIN)
         new.meta.update(kernel=kernel, on="BPU", subgraph=node.meta.get("subgraph"), source_op=node.op_type)
-        self.ints[out_tensor] = IntTensor(out_name, tq.scale, tq.bits)
+        self.ints[out_tensor] = IntTensor(out_name, tq.scale, tq.bits, tq.ptf_alpha, tq.is_log2)
 
     def fused_activation(self, node: Node) -> tuple[str, dict[str, Any], Node | None]:
         """A Relu/Clip(0, x) right after ``node`` that the kernel can apply as a clamp."""
@@ -161,8 +178,27 @@ class _Lowerer:
         return out, {}, None
 
     # ------------------------------------------------------------ per op
+    def _special_scales_ok(self, node: Node) -> bool:
+        """PTF / log2 tensors only meet the kernels that take them; anything else runs in float."""
+        op = node.op_type
+        for i in node.inputs:
+            it = self.ints.get(i)
+            if it is not None and it.alpha is not None and op not in _PTF_CONSUMERS:
+                return False
+            if it is not None and it.log2 and op != "MatMul":
+                return False
+        for o in node.outputs:
+            tq = self.plan.tensors.get(o)
+            if tq is not None and tq.ptf_alpha is not None and op not in _PTF_PRODUCERS:
+                return False
+            if tq is not None and tq.is_log2 and op != "Softmax":
+                return False
+        return True
+
     def lower_node(self, node: Node) -> bool:
         op = node.op_type
+        if not self._special_scales_ok(node):
+            return False
         fn: Callable[[Node], bool] | None = getattr(self, f"_lower_{op}", None)
         if op in MOVE_OPS:
             return self._move(node)
@@ -264,7 +300,7 @@ class _Lowerer:
         bias = np.zeros(w.shape[1]) if b is None else np.asarray(b, np.float64).reshape(-1)
         bias = bias + self.bias_delta.get(node.name, 0.0)
         bq = np.round(bias / (x.scale * scales.astype(np.float64))).astype(np.int64)
-        kernel = Linear.build(wq, bq, x.scale, scales, tq.scale, in_bits=x.bits, out_bits=tq.bits, rounding=self.rounding, **extra)
+        kernel = Linear.build(wq, bq, x.scale, scales, tq.channel_scales(), in_bits=x.bits, out_bits=tq.bits, rounding=self.rounding, **extra)
         self.emit_kernel(node, "HzLinear", kernel, [x.name], out)
         if act is not None:
             self.skip.add(act.name)
@@ -296,7 +332,12 @@ class _Lowerer:
         out, extra, act = self.fused_activation(node)
         tq = self.tq(out)
         k = int(self.src.shape(node.inputs[0])[-1])
-        kernel = MatMul.build(a.scale, b.scale, tq.scale, k, a.bits, b.bits, tq.bits, rounding=self.rounding, **extra)
+        if b.log2 or tq.ptf_alpha is not None:
+            return False
+        if a.log2:  # probabilities as log2 codes (softmax_log2): shifts of V and additions
+            kernel = Log2MatMul.build(b.scale, tq.scale, k, a.bits, b.bits, tq.bits, rounding=self.rounding, **extra)
+        else:
+            kernel = MatMul.build(a.scale, b.scale, tq.scale, k, a.bits, b.bits, tq.bits, rounding=self.rounding, **extra)
         self.emit_kernel(node, "HzMatMul", kernel, [a.name, b.name], out)
         if act is not None:
             self.skip.add(act.name)
@@ -343,9 +384,11 @@ class _Lowerer:
         tq = self.tq(out)
         a, b = ints
         if cls is Add:
-            kernel = Add.build(a.scale, b.scale, tq.scale, a.bits, b.bits, tq.bits, sub=node.op_type == "Sub", rounding=self.rounding, **extra)
+            kernel = Add.build(a.scales, b.scales, tq.channel_scales(), a.bits, b.bits, tq.bits, sub=node.op_type == "Sub", rounding=self.rounding, **extra)
             op = "HzAdd"
         else:
+            if a.alpha is not None or b.alpha is not None or tq.ptf_alpha is not None:
+                return False
             kernel = Mul.build(a.scale, b.scale, tq.scale, a.bits, b.bits, tq.bits, rounding=self.rounding, **extra)
             op = "HzMul"
         self.emit_kernel(node, op, kernel, [a.name, b.name], out)
@@ -382,7 +425,10 @@ class _Lowerer:
             return False
         x = self.int_input(node.inputs[0])
         tq = self.tq(node.outputs[0])
-        kernel = Softmax.build(x.scale, x.bits, tq.bits, rounding=self.rounding)
+        if tq.is_log2:
+            kernel = Softmax.build(x.scale, x.bits, 16, rounding=self.rounding, log2_bits=tq.bits)
+        else:
+            kernel = Softmax.build(x.scale, x.bits, tq.bits, rounding=self.rounding)
         self.emit_kernel(node, "HzSoftmax", kernel, [x.name], node.outputs[0])
         return True
 
@@ -396,7 +442,8 @@ class _Lowerer:
         beta = self.src.const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
         if gamma is None or (len(node.inputs) > 2 and node.inputs[2] and beta is None):
             return False
-        kernel = LayerNorm.build(x.scale, gamma, beta, float(node.attr("epsilon", 1e-5)), tq.scale, x.bits, tq.bits, n=int(shape[-1]), rounding=self.rounding)
+        kernel = LayerNorm.build(x.scale, gamma, beta, float(node.attr("epsilon", 1e-5)), tq.channel_scales(), x.bits, tq.bits, n=int(shape[-1]),
+                                 ptf_alpha=x.alpha, rounding=self.rounding)
         self.emit_kernel(node, "HzLayerNorm", kernel, [x.name], node.outputs[0])
         return True
 

@@ -32,6 +32,7 @@ class TensorStats:
     hist_range: float = 0.0  # upper edge of the histogram; 0 until the first non-zero value
     nonfinite: int = 0
     channel_mean: np.ndarray | None = None  # per-channel mean, when asked for (bias correction)
+    channel_absmax: np.ndarray | None = None  # per-channel max |x|, when asked for (PTF, SmoothQuant)
 
     @property
     def bin_width(self) -> float:

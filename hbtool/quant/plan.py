@@ -48,9 +48,27 @@ class TensorQuant:
     threshold: float
     method: str
     group: int
+    #: PTF: int64 [C] power-of-two factors, channel c of the last axis has scale ``scale * 2**alpha_c``
+    ptf_alpha: np.ndarray | None = None
+
+    @property
+    def is_log2(self) -> bool:
+        """A log2-coded tensor (``softmax_log2``): codes k stand for ``2**-k``; ``scale`` is unused."""
+        return self.method == "log2"
+
+    def channel_scales(self) -> float | np.ndarray:
+        """The scale, or with PTF the per-channel scales ``scale * 2**alpha`` (float64 [C])."""
+        if self.ptf_alpha is None:
+            return self.scale
+        return self.scale * np.exp2(np.asarray(self.ptf_alpha, np.float64))
 
     def to_json(self) -> dict[str, Any]:
-        return {"dtype": f"int{self.bits}", "scale": self.scale, "threshold": self.threshold, "method": self.method, "group": self.group}
+        out = {"dtype": f"int{self.bits}", "scale": self.scale, "threshold": self.threshold, "method": self.method, "group": self.group}
+        if self.is_log2:
+            out["dtype"] = f"log2_{self.bits}bit"
+        if self.ptf_alpha is not None:
+            out["ptf_alpha"] = [int(a) for a in np.asarray(self.ptf_alpha).reshape(-1)]
+        return out
 
 
 @dataclass

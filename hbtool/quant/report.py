@@ -8,7 +8,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from hbtool.quant.calibrate import CalibrationResult
+from hbtool.quant.calibrate import CalibrationResult, option_lines
 
 
 def _node_rows(result: CalibrationResult):
@@ -25,8 +25,14 @@ def _node_rows(result: CalibrationResult):
             node.meta.get("bpu_type") or node.op_type,
             f"{err['cosine']:.6f}" if err else "--",
             f"{tq.threshold:.6g}" if tq else "--",
-            f"int{tq.bits}" if tq else ("float32" if node.meta.get("on") != "BPU" else "--"),
+            _dtype(tq) if tq else ("float32" if node.meta.get("on") != "BPU" else "--"),
         )
+
+
+def _dtype(tq) -> str:
+    if tq.is_log2:
+        return f"log2 {tq.bits}-bit"
+    return f"int{tq.bits}" + (" ptf" if tq.ptf_alpha is not None else "")
 
 
 def _outputs_table(result: CalibrationResult) -> Table:
@@ -55,6 +61,8 @@ def render_report(result: CalibrationResult, width: int = 160) -> Console:
     cands = ", ".join(f"{k} {v:.6f}" for k, v in result.candidates.items())
     console.print(f"calibration method: {result.method} (output cosine per candidate: {cands})")
     console.print(f"samples: {result.num_samples}  time: {result.seconds:.1f}s")
+    for line in option_lines(result):
+        console.print(line, markup=False)
     for line in fallback_lines(result):
         console.print(line, markup=False)
     return console
@@ -83,6 +91,8 @@ def print_report(result: CalibrationResult, max_rows: int | None = None) -> str:
     console.print(_outputs_table(result))
     cands = ", ".join(f"{k} {v:.6f}" for k, v in result.candidates.items())
     console.print(f"calibration method: {result.method} (output cosine per candidate: {cands}); samples {result.num_samples}; {result.seconds:.1f}s")
+    for line in option_lines(result):
+        console.print(line, markup=False)
     for line in fallback_lines(result):
         console.print(line, markup=False, style="yellow")
     return text
