@@ -176,7 +176,7 @@ def kernel_macs(node, program: Graph) -> int:
         return elems * int(np.prod(kernel.weight.shape[1:]))
     if kind == "Linear":
         return elems * int(kernel.weight.shape[0])
-    if kind == "MatMul":
+    if kind in ("MatMul", "Log2MatMul"):
         return elems * int(kernel.k)
     return 0
 
