@@ -228,3 +228,25 @@ def test_memory_plan_spills_what_does_not_fit():
     assert tight.location("y") == "ddr" and tight.ddr_bytes["spill_write"] == y_bytes and tight.ddr_bytes["spill_read"] == y_bytes
     assert tight.ddr_bytes_per_frame > roomy.ddr_bytes_per_frame
     assert roomy.ddr_bytes["weights"] == 1000
+
+
+@pytest.mark.parametrize("options", [{"ptf": True}, {"softmax_log2": True}, {"bias_correction": True}])
+def test_calibration_options_compile_to_the_quantized_models_integers(tmp_path, options):
+    """Every plan a calibration option makes travels through the calibrated model into the artifact."""
+    import onnxruntime as ort
+
+    from hbtool.simulator.executor import Executor
+
+    cfg_path = tiny_config(tmp_path, "tiny_vit")
+    data = yaml.safe_load(cfg_path.read_text())
+    data["calibration_parameters"].update(options, calibration_type="max", num_samples=8)
+    cfg_path.write_text(yaml.safe_dump(data))
+    r = CliRunner().invoke(main, ["calibrate", "-c", str(cfg_path), "--max-rows", "1"])
+    assert r.exit_code == 0, r.output
+    compiled = compile_model(load_config(cfg_path))
+    wd = tmp_path / "wd"
+    sess = ort.InferenceSession(str(wd / "tiny_vit_quantized_model.onnx"), providers=["CPUExecutionProvider"])
+    ex = Executor(from_bytes(compiled.data))
+    x = np.load(ROOT / "samples" / "data" / "digits_heldout.npz")["images"][:3].astype(np.float32)
+    for i in range(len(x)):
+        np.testing.assert_array_equal(ex.run({"input": x[i:i + 1]})["logits"], sess.run(None, {"input": x[i:i + 1]})[0])
