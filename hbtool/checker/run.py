@@ -12,14 +12,14 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from hbtool.checker.placement import place_graph
-from hbtool.errors import NotDeployableError
+from hbtool.errors import InputError, NotDeployableError
 from hbtool.ir.graph import Graph
 from hbtool.ir.macs import node_macs
-from hbtool.ir.onnx_export import save_onnx
+from hbtool.ir.onnx_export import to_onnx
 from hbtool.ir.onnx_import import import_onnx
 from hbtool.ir.pass_manager import PassResult
 from hbtool.march.description import load_march
-from hbtool.utils.atomic import atomic_write_text
+from hbtool.utils.atomic import atomic_write_files
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,15 @@ def prepare_graph(
     from hbtool.ir.passes import optimize_float
 
     graph = import_onnx(model, input_shapes)
+    known = {n.name for n in graph.nodes}
     passes = optimize_float(graph)
+    known |= {n.name for n in graph.nodes}
+    for name in node_info or {}:
+        if name not in known:
+            raise InputError(
+                f"model_parameters.node_info names node '{name}', which is not in the model",
+                "use a node name from the checker table (hbtool checker without node_info)",
+            )
     place_graph(graph, load_march(march), node_info)
     return graph, passes
 
@@ -116,8 +124,11 @@ def run_checker(
         out = Path(output_dir)
         stem = model.stem
         opt_path = out / f"{stem}_optimized_float_model.onnx"
-        save_onnx(graph, opt_path, stage="optimized_float")
         json_path = out / "checker.json"
-        atomic_write_text(json_path, json.dumps(result.to_json(), indent=2) + "\n")
+        # both files or neither: a full disk or Ctrl-C leaves the earlier report as it was
+        atomic_write_files({
+            opt_path: to_onnx(graph, stage="optimized_float").SerializeToString(),
+            json_path: (json.dumps(result.to_json(), indent=2) + "\n").encode(),
+        })
         result.files = {"checker_json": json_path, "optimized_float_model": opt_path}
     return result

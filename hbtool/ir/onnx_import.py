@@ -75,6 +75,7 @@ def import_onnx(
     _check_domains(model)
     _check_opset(model)
     _check_model(model)
+    _check_input_types(model)
     model = _inline_foreign_functions(model)
     _apply_input_shapes(model, dict(input_shapes or {}))
     if fold:
@@ -121,8 +122,37 @@ def _check_model(model: onnx.ModelProto) -> None:
         # over 2 GB: the checker wants a path; the import itself can go on
         pass
     except onnx.checker.ValidationError as exc:
-        first = str(exc).strip().splitlines()[0]
+        first = " ".join(str(exc).split())[:300]  # onnx spreads one message over several lines
         raise ModelError(f"the ONNX checker rejects the model: {first}", "fix the export so that onnx.checker.check_model passes") from None
+
+
+# element types a model input may have: real numbers and booleans (the chip has no strings or complex numbers)
+_INPUT_ELEM_TYPES = {
+    onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16,
+    onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32, onnx.TensorProto.INT64,
+    onnx.TensorProto.UINT8, onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64,
+    onnx.TensorProto.BOOL,
+}
+
+
+def _check_input_types(model: onnx.ModelProto) -> None:
+    init_names = {i.name for i in model.graph.initializer}
+    for inp in model.graph.input:
+        if inp.name in init_names:
+            continue
+        kind = inp.type.WhichOneof("value")
+        if kind != "tensor_type":
+            raise ModelError(
+                f"input '{inp.name}' is a {kind or 'value of unknown kind'}, not a tensor",
+                "export the model with tensor inputs only (sequences, maps and optionals cannot be fed to the BPU)",
+            )
+        elem = inp.type.tensor_type.elem_type
+        if elem not in _INPUT_ELEM_TYPES:
+            name = onnx.TensorProto.DataType.Name(elem) if elem in onnx.TensorProto.DataType.values() else str(elem)
+            raise ModelError(
+                f"input '{inp.name}' has element type {name.lower()}, which hbtool does not support",
+                "export the model with float32 (or integer/bool) inputs; convert strings or complex numbers outside the model",
+            )
 
 
 # ------------------------------------------------------------------------ rewrites

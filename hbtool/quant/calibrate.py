@@ -3,8 +3,8 @@
 Order of work: import with the config's input shapes and fold the preprocessing (norm_type)
 into the model; float optimizations; placement; mask clamping; statistics over the
 calibration data; a plan per candidate method; pick the plan whose model output is closest
-to float; per-node error table. Every output file is written at the very end, each atomically,
-so a failure leaves the working directory as it was.
+to float; per-node error table. Every output file is written at the very end, all of them
+atomically together, so a failure leaves the working directory as it was.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 
 from hbtool.checker.placement import place_graph
 from hbtool.config import HbConfig
-from hbtool.errors import InputError
+from hbtool.errors import InputError, NotDeployableError
 from hbtool.ir.graph import Graph
 from hbtool.ir.onnx_export import to_onnx
 from hbtool.ir.onnx_import import import_onnx
@@ -40,7 +40,7 @@ from hbtool.quant.thresholds import sqnr_db, threshold
 from hbtool.quant.quantized_model import build_quantized_graph
 from hbtool.quant.smooth_quant import apply_smooth_quant, smooth_sites
 from hbtool.quant.weights import bias_corrections, input_channel_axis, plan_weights
-from hbtool.utils.atomic import atomic_write_bytes, atomic_write_text
+from hbtool.utils.atomic import atomic_write_files
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +184,11 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     ctype = cal.calibration_type
     loaded: dict | None = {} if ctype == "load" else None
     original, graph = prepare_float_graph(cfg, loaded)
+    if not any(n.meta.get("on") == "BPU" for n in graph.nodes):
+        raise NotDeployableError(
+            "no node of the model can run on the BPU, so there is nothing to quantize",
+            "see the reason of every node with hbtool checker -c cfg.yaml; the model needs at least one supported op (Conv, MatMul, ...)",
+        )
     clamp_masks(graph)
     tensors = bpu_activation_tensors(graph)
     if loaded is not None:
@@ -237,6 +242,7 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
 
     def plan_for(method: str | dict[str, str]) -> QuantPlan:
         plan = build_plan(graph, stats, method, auto16, node_info, output16, cal.max_percentile, all_int16=bool(cal.enable_int16))
+        plan.bias_delta = dict(bias_delta or {})
         if getattr(cal, "softmax_log2", False):
             done, skipped = apply_softmax_log2(graph, plan)
             options["softmax_log2"] = {"applied": done, "skipped": skipped}
@@ -265,7 +271,7 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
             qsrc.values[name].data = value
 
     def quantized(plan: QuantPlan) -> tuple[Graph, Graph]:
-        program, _ = lower_to_integer(qsrc, plan, weights, bias_delta=bias_delta)
+        program, _ = lower_to_integer(qsrc, plan, weights, rounding=cfg.compiler.rounding)
         return program, build_quantized_graph(program)
 
     def output_cosine(test: Graph) -> float:
@@ -370,7 +376,7 @@ def option_lines(result: CalibrationResult) -> list[str]:
 
 
 def write_outputs(cfg: HbConfig, result: CalibrationResult, report_text: str) -> dict[str, Path]:
-    """Write every calibrate output into working_dir (each file atomically)."""
+    """Write every calibrate output into working_dir (all or none: a failure keeps the earlier files)."""
     wd = Path(cfg.model.working_dir)
     prefix = cfg.model.output_model_file_prefix
     files = {
@@ -389,8 +395,7 @@ def write_outputs(cfg: HbConfig, result: CalibrationResult, report_text: str) ->
         "quant_info": (json.dumps(quant_info(result), indent=1) + "\n").encode(),
         "log": report_text.encode(),
     }
-    for key, path in files.items():
-        atomic_write_bytes(path, payloads[key])
+    atomic_write_files({path: payloads[key] for key, path in files.items()})
     result.files = files
     return files
 
