@@ -18,7 +18,7 @@ and three wrappers around ``emit`` shared by all kernels: :meth:`Kernel.onnx_nod
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import onnx
@@ -103,6 +103,20 @@ def check(cond: bool, message: str) -> None:
     """Raise :class:`RangeError` unless ``cond`` (kept under ``python -O``, unlike assert)."""
     if not cond:
         raise RangeError(message)
+
+
+def check_scales(kernel: str, **scales: Any) -> None:
+    """Refuse a scale (scalar or per-channel array) that is not finite and > 0, naming the kernel and the scale.
+
+    A zero scale (a tensor whose range is zero), a negative, infinite or NaN one would build a kernel
+    that computes garbage; ``build`` raises ``ValueError`` instead.
+    """
+    for name, value in scales.items():
+        s = np.asarray(value, np.float64)
+        ok = np.isfinite(s) & (s > 0)
+        if s.size == 0 or not bool(np.all(ok)):
+            got = s[~ok].flat[0] if s.size else "no value"
+            raise ValueError(f"{kernel}: {name} must be finite and > 0, got {got}")
 
 
 def as_int(q: np.ndarray, name: str = "input") -> np.ndarray:

@@ -34,7 +34,7 @@ from typing import Any, Sequence
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from hbtool.kernels.base import Kernel, as_int, check
+from hbtool.kernels.base import Kernel, as_int, check, check_scales
 from hbtool.kernels.builder import OnnxBuilder
 from hbtool.kernels.fixedpoint import DEFAULT_ROUNDING, EXACT_LIMIT, int_range
 from hbtool.kernels.linear import F32_EXACT, check_activation
@@ -202,6 +202,7 @@ class Conv(Kernel):
         hi: int | None = None,
         rounding: str = DEFAULT_ROUNDING,
     ) -> "Conv":
+        check_scales("Conv", scale_in=scale_in, scale_w=scale_w, scale_out=scale_out)
         w = as_int(weight_q, "weight")
         if w.ndim < 3:
             raise ValueError("Conv weight must be [Cout, Cin/group, *kernel]")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hbtool.kernels.base import Kernel
+from hbtool.kernels.base import Kernel, check_scales
 from hbtool.kernels.builder import OnnxBuilder
 from hbtool.kernels.fixedpoint import (
     DEFAULT_ROUNDING,
@@ -68,6 +68,7 @@ class Add(Kernel):
         hi: int | None = None,
         rounding: str = DEFAULT_ROUNDING,
     ) -> "Add":
+        check_scales("Add", scale_a=scale_a, scale_b=scale_b, scale_out=scale_out)
         if rounding not in ROUNDING_MODES:
             raise ValueError(f"rounding mode must be one of {ROUNDING_MODES}, not {rounding!r}")
         int_range(a_bits)
@@ -129,6 +130,7 @@ class Mul(Kernel):
         hi: int | None = None,
         rounding: str = DEFAULT_ROUNDING,
     ) -> "Mul":
+        check_scales("Mul", scale_a=scale_a, scale_b=scale_b, scale_out=scale_out)
         int_range(a_bits)
         int_range(b_bits)
         bound = 2 ** (a_bits - 1) * 2 ** (b_bits - 1)

@@ -11,7 +11,12 @@ factors: channel c really has scale ``s_in 2**alpha_c``, and the kernel starts f
 2. ``V = sum(d**2)`` and ``w = max(V + E, 1)`` where ``E = max(1, round(eps N 4**f / s_in**2))``
    is eps in the units of V (at least 1 when eps > 0, so a constant row never divides by
    zero however small eps is against ``s_in**2``; 0 only when eps == 0).
-   ``var + eps = s_in**2 w / (N 4**f)``.
+   ``var + eps = s_in**2 w / (N 4**f)``. When eps alone passes the 2**52 budget (an input scale
+   tiny against sqrt(eps)), ``f = 0`` and the centred values are first shifted right by the
+   smallest ``d_shift`` that fits: ``d = rshift(x - mu, d_shift)``, ``E = round(eps N / s_in**2 /
+   4**d_shift)``; V and E shrink by ``4**d_shift`` and ``d / sqrt(w)`` stays. The shift's rounding
+   moves the normalised value by at most ``sqrt(N) 2**-25`` (``E >= 2**49`` then), which shows
+   only at output scales that fine (an output calibrated on such tiny normalised values).
 3. normalisation, like a count-leading-zeros: the largest even shift ``2k`` (k <= 31, found
    by a 5-step binary search) with ``t = w 4**k < 2**52``; then ``t`` is in [2**50, 2**52).
 4. ``s = isqrt(t)`` (exact, 25-26 bits), ``R = floor(2**50 / s)`` (~2**24-2**25):
@@ -46,11 +51,12 @@ from typing import Any
 
 import numpy as np
 
-from hbtool.kernels.base import Kernel, check
+from hbtool.kernels.base import Kernel, check, check_scales
 from hbtool.kernels.builder import OnnxBuilder
 from hbtool.kernels.fixedpoint import (
     DEFAULT_ROUNDING,
     EXACT_LIMIT,
+    MAX_SHIFT,
     ROUNDING_MODES,
     floor_div_numpy,
     floor_div_onnx,
@@ -82,6 +88,7 @@ class LayerNorm(Kernel):
     hi: int
     alpha: np.ndarray | None = None  # int64 [N] power-of-two factors
     rounding: str = DEFAULT_ROUNDING
+    d_shift: int = 0  # right shift of the centred values when eps dominates (step 2)
 
     @classmethod
     def build(
@@ -103,6 +110,7 @@ class LayerNorm(Kernel):
         ``scale_out``: a scalar, or ``[N]`` per-channel output scales;
         ``ptf_alpha``: per-channel power-of-two factors (ints 0..8) of the input scale.
         """
+        check_scales("LayerNorm", scale_in=scale_in, scale_out=scale_out)
         if rounding not in ROUNDING_MODES:
             raise ValueError(f"rounding mode must be one of {ROUNDING_MODES}, not {rounding!r}")
         for v in (gamma, beta, ptf_alpha):
@@ -137,7 +145,7 @@ class LayerNorm(Kernel):
         def eps_units(f: int) -> int:
             if eps == 0:
                 return 0
-            v = eps * N * 4.0**f / (s_in * s_in)
+            v = eps * N * 4.0**f / s_in / s_in  # not s_in**2: it underflows to 0 for tiny scales
             return max(1, int(math.floor(v + 0.5))) if v < 2.0**62 else 2**62
 
         chosen = None
@@ -146,11 +154,21 @@ class LayerNorm(Kernel):
             if vmax + eps_units(f) < EXACT_LIMIT:
                 chosen = (f, eps_units(f))
                 break
+        d_shift = 0
         if chosen is None:
             vmax0 = -(-(N * (W * W + 1)) // 4)
             if vmax0 >= EXACT_LIMIT // 2:
                 raise ValueError(f"LayerNorm of {N} int{in_bits} values (PTF up to 2**{amax}) can exceed 2**52")
-            chosen = (0, EXACT_LIMIT - 1 - vmax0)  # eps dominates the variance by >2**50: clamp it
+            # eps alone passes 2**52: shift d right (V and E shrink by 4**j, d / sqrt(V + E) stays); the bound
+            # on V allows the shift's rounding (|d_j| <= |d| / 2**j + 1)
+            v = eps * N / s_in / s_in
+            for d_shift in range(1, MAX_SHIFT + 1):
+                vmax_j = (vmax0 >> (2 * d_shift)) + ((2 * N * W) >> d_shift) + N + 2
+                e_j = v / 4.0**d_shift
+                if vmax_j + e_j < EXACT_LIMIT - 1:
+                    break
+            room = EXACT_LIMIT - 1 - vmax_j  # e_j too large even at the last shift: d is 0 there anyway
+            chosen = (0, min(max(1, int(math.floor(e_j + 0.5))), room) if e_j < room else room)
         f, E = chosen
         check(N * (2 ** (in_bits - 1) << (amax + f + 1)) + 4 * N < 2**53, "LayerNorm mean division bound")
 
@@ -159,13 +177,13 @@ class LayerNorm(Kernel):
         br = np.clip(bet / s_out, -lim, lim)
         top = float(max(np.abs(gr).max(), np.abs(br).max(), 2.0**-40))
         g = min(20 - math.frexp(top)[1], 22)
-        if g < -30:
+        if g < -30 or not math.isfinite(top):
             raise ValueError("gamma / scale_out or beta / scale_out too large (over 2**50)")
         shift = 30 + g
         G = np.floor(np.ldexp(gr, g) + 0.5).astype(np.int64)
         B = np.floor(np.ldexp(br, shift) + 0.5).astype(np.int64)
         return cls(n=N, in_bits=in_bits, out_bits=out_bits, f=f, E=int(E), G=G, B=B, shift=shift, lo=qmin, hi=qmax,
-                   alpha=alpha, rounding=rounding)
+                   alpha=alpha, rounding=rounding, d_shift=d_shift)
 
     # ------------------------------------------------------------------------- numpy
     def apply_numpy(self, q: np.ndarray) -> np.ndarray:
@@ -176,6 +194,8 @@ class LayerNorm(Kernel):
         S = x.sum(axis=-1, keepdims=True)
         mu = floor_div_numpy((S << (self.f + 1)) + N, np.int64(2 * N))
         d = (x << self.f) - mu
+        if self.d_shift:
+            d = rounding_shift_numpy(d, self.d_shift, self.rounding)
         w = np.maximum((d * d).sum(axis=-1, keepdims=True) + self.E, 1)
         check(bool(np.all(w < EXACT_LIMIT)), "LayerNorm variance sum reaches 2**52")
         t, p = w, np.ones_like(w)
@@ -198,6 +218,8 @@ class LayerNorm(Kernel):
         S = b.reduce("ReduceSum", x, [-1])
         mu = floor_div_onnx(b, b.add(b.mul(S, b.const(2.0 ** (self.f + 1))), b.const(float(N))), b.const(2.0 * N))
         d = b.sub(b.mul(x, b.const(2.0**self.f)), mu) if self.f else b.sub(x, mu)
+        if self.d_shift:
+            d = rounding_shift_onnx(b, d, self.d_shift, self.rounding)
         V = b.reduce("ReduceSum", b.mul(d, d), [-1])
         t = b.op("Max", b.add(V, b.const(float(self.E))), b.const(1.0))
         p = b.const(1.0)

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from hbtool.kernels.base import Kernel, as_int, check
+from hbtool.kernels.base import Kernel, as_int, check, check_scales
 from hbtool.kernels.builder import OnnxBuilder
 from hbtool.kernels.fixedpoint import DEFAULT_ROUNDING, EXACT_LIMIT, int_range
 from hbtool.kernels.requantize import Requantize
@@ -81,6 +81,7 @@ class Linear(Kernel):
         hi: int | None = None,
         rounding: str = DEFAULT_ROUNDING,
     ) -> "Linear":
+        check_scales("Linear", scale_in=scale_in, scale_w=scale_w, scale_out=scale_out)
         w = as_int(weight_q, "weight")
         if w.ndim != 2:
             raise ValueError("Linear weight must be [K, N]")
@@ -142,6 +143,7 @@ class MatMul(Kernel):
         rounding: str = DEFAULT_ROUNDING,
     ) -> "MatMul":
         """``k`` is the contracted length (last dim of A), needed for the exactness bound."""
+        check_scales("MatMul", scale_a=scale_a, scale_b=scale_b, scale_out=scale_out)
         int_range(a_bits)
         int_range(b_bits)
         bound = int(k) * 2 ** (a_bits - 1) * 2 ** (b_bits - 1)
@@ -192,6 +194,7 @@ class Log2MatMul(Kernel):
         rounding: str = DEFAULT_ROUNDING,
     ) -> "Log2MatMul":
         """``k``: the contracted length; ``code_bits``: bits of the log2 codes (Softmax's ``log2_bits``)."""
+        check_scales("Log2MatMul", scale_b=scale_b, scale_out=scale_out)
         if not 2 <= code_bits <= 4:
             raise ValueError("code_bits must be within 2..4")
         int_range(b_bits)

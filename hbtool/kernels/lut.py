@@ -44,7 +44,7 @@ from typing import Callable
 
 import numpy as np
 
-from hbtool.kernels.base import Kernel
+from hbtool.kernels.base import Kernel, check_scales
 from hbtool.kernels.builder import OnnxBuilder
 from hbtool.kernels.fixedpoint import DEFAULT_ROUNDING, ROUNDING_MODES, int_range, rounding_shift_numpy, rounding_shift_onnx
 from hbtool.kernels.linear import check_activation
@@ -143,6 +143,7 @@ class Lut(Kernel):
     ) -> "Lut":
         """``f``: a name in :data:`LUT_FUNCTIONS`, a float64 array function, or a ``(function, domain)``
         pair such as ``pow_fn(1.5)``; ``domain`` (lo, hi) clamps the function's input."""
+        check_scales("Lut", scale_in=scale_in, scale_out=scale_out)
         if rounding not in ROUNDING_MODES:
             raise ValueError(f"rounding mode must be one of {ROUNDING_MODES}, not {rounding!r}")
         if isinstance(f, tuple):  # (callable, domain), as pow_fn() and friends return

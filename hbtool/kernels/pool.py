@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from hbtool.kernels.base import Kernel, check
+from hbtool.kernels.base import Kernel, check, check_scales
 from hbtool.kernels.builder import OnnxBuilder
 from hbtool.kernels.conv import conv_geometry, emit_float_conv, pad_numpy, plan_float_conv, windows_numpy
 from hbtool.kernels.fixedpoint import DEFAULT_ROUNDING, int_range
@@ -71,6 +71,7 @@ class AvgPool(Kernel):
         rounding: str = DEFAULT_ROUNDING,
     ) -> "AvgPool":
         """``channels`` sizes the depthwise ONNX Conv; ``spatial_shape`` is needed for border counts."""
+        check_scales("AvgPool", scale_in=scale_in, scale_out=scale_out)
         k = tuple(int(v) for v in kernel_shape)
         s, p, _ = conv_geometry(len(k), strides, pads, None)
         int_range(in_bits)
@@ -124,6 +125,7 @@ class ReduceMean(Kernel):
         rounding: str = DEFAULT_ROUNDING,
     ) -> "ReduceMean":
         """``count``: the number of elements averaged (product of the reduced dimensions)."""
+        check_scales("ReduceMean", scale_in=scale_in, scale_out=scale_out)
         int_range(in_bits)
         rq = Requantize.build(float(scale_in) / (float(scale_out) * int(count)), out_bits,
                               acc_bound=2 ** (in_bits - 1) * int(count), relu=relu, rounding=rounding)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from onnx import TensorProto
 
-from hbtool.kernels.base import Kernel, as_int
+from hbtool.kernels.base import Kernel, as_int, check_scales
 from hbtool.kernels.builder import OnnxBuilder
 from hbtool.kernels.fixedpoint import int_range
 from hbtool.kernels.requantize import channel_shape
@@ -39,6 +39,7 @@ class Quantize(Kernel):
 
     @classmethod
     def build(cls, scale: Any, bits: int = 8, axis: int | None = None) -> "Quantize":
+        check_scales("Quantize", scale=scale)
         s = channel_shape(np.asarray(scale, np.float32), axis)
         if not np.all(s > 0):
             raise ValueError("quantization scales must be > 0")
@@ -66,6 +67,7 @@ class Dequantize(Kernel):
 
     @classmethod
     def build(cls, scale: Any, axis: int | None = None) -> "Dequantize":
+        check_scales("Dequantize", scale=scale)
         s = channel_shape(np.asarray(scale, np.float32), axis)
         if not np.all(s > 0):
             raise ValueError("quantization scales must be > 0")

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hbtool.kernels.base import Kernel, check
+from hbtool.kernels.base import Kernel, check, check_scales
 from hbtool.kernels.builder import OnnxBuilder
 from hbtool.kernels.fixedpoint import DEFAULT_ROUNDING, ROUNDING_MODES, int_range, rounding_shift_numpy, rounding_shift_onnx
 from hbtool.kernels.linear import check_activation
@@ -78,6 +78,7 @@ class Softmax(Kernel):
               mask_min: bool = True, rounding: str = DEFAULT_ROUNDING, log2_bits: int = 0) -> "Softmax":
         """``exp_bits`` (E) fractional bits of the exponentials, 8..25; ``mask_min``: see step 3;
         ``log2_bits``: 0 for the linear output, 2..4 for log2 codes (``out_bits`` is then unused)."""
+        check_scales("Softmax", scale_in=scale_in)
         if log2_bits and not 2 <= log2_bits <= 4:
             raise ValueError("log2_bits must be 0 (linear output) or within 2..4")
         int_range(in_bits)
