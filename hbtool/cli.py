@@ -42,7 +42,7 @@ class HbGroup(click.Group):
             _usage_exit(exc)
 
     def invoke(self, ctx: click.Context):
-        verbose = bool(ctx.params.get("verbose")) or "--verbose" in sys.argv[1:] or "-v" in sys.argv[1:]
+        verbose = bool(ctx.params.get("verbose"))  # hbtool -v ...; not sys.argv, which is pytest's under CliRunner
         try:
             return super().invoke(ctx)
         except HbError as exc:
