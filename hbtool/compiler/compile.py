@@ -199,13 +199,12 @@ def write_compile_outputs(cfg: HbConfig, result: CompiledModel, path: Path) -> l
 
     from hbtool.compiler.artifact import from_bytes
     from hbtool.compiler.info import print_info
-    from hbtool.utils.atomic import atomic_write_bytes
+    from hbtool.utils.atomic import atomic_write_files
 
     path = Path(path)
     log_path = path.parent / "hb_compile.log"
     text = compile_log(result)
-    atomic_write_bytes(path, result.data)
-    atomic_write_bytes(log_path, text.encode("utf-8"))
+    atomic_write_files({path: result.data, log_path: text.encode("utf-8")})
     result.path = path
     print_info(from_bytes(result.data), Console())
     print(f"compiled in {result.seconds:.2f} s")

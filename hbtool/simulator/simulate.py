@@ -102,19 +102,16 @@ def simulate(artifact: Path, inputs: dict[str, Path], output_dir: Path | None = 
             result.comparisons.append(OutputComparison(o, e["cosine"], e["l1"], e["l2"], e["chebyshev"],
                                                        m if n else None, ok / n if n else None))
     if output_dir is not None:
-        from hbtool.utils.atomic import atomic_write_bytes
+        from hbtool.utils.atomic import atomic_write_files
 
         output_dir = Path(output_dir)
         if output_dir.exists() and not output_dir.is_dir():
             raise InputError(f"--output-dir {output_dir} is a file", "give a folder (it is created if missing)")
-        try:
-            output_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise InputError(f"--output-dir {output_dir}: cannot create it ({exc.strerror})", "give a folder you can write to") from None
+        payloads = {}
         for o, arr in result.outputs.items():
             buf = io.BytesIO()
             np.save(buf, arr)
-            path = output_dir / f"{safe_file_name(o)}.npy"
-            atomic_write_bytes(path, buf.getvalue())
-            result.files.append(path)
+            payloads[output_dir / f"{safe_file_name(o)}.npy"] = buf.getvalue()
+        atomic_write_files(payloads)
+        result.files.extend(payloads)
     return result
