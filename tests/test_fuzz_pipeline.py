@@ -15,7 +15,6 @@ import os
 import numpy as np
 import onnx
 import onnxruntime as ort
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper

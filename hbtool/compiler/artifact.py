@@ -46,7 +46,7 @@ class ArtifactError(InputError):
 
 
 def _kernel_classes() -> dict[str, type]:
-    import hbtool.kernels  # noqa: F401  (registers every kernel class)
+    import hbtool.kernels  # noqa: F401  (importing it defines every kernel class)
     from hbtool.kernels.base import Kernel
 
     out: dict[str, type] = {}

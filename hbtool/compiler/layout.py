@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hbtool.compiler.units import CPU, DATA_MOVEMENT, TENSOR, VECTOR
+from hbtool.compiler.units import CPU, DATA_MOVEMENT
 from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node
 from hbtool.march.description import March
 

@@ -15,8 +15,6 @@ thousands of images, so its hot paths are replaced here by equivalent computatio
   built; otherwise the kernel's own form runs).
 * **Tables**: an elementwise kernel of one int8/int16 input (LUT activations) is evaluated
   once on all 256 / 65536 codes by its own numpy form; running it is one gather.
-* Large elementwise work is split into row blocks run on a small thread pool (numpy releases
-  the GIL).
 
 Every accelerated kernel is checked against the kernel's numpy form in the tests; anything
 not covered here runs the kernel's numpy form unchanged.
@@ -24,45 +22,14 @@ not covered here runs the kernel's numpy form unchanged.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 import numpy as np
 
+from hbtool.kernels.conv import plan_float_conv, split_weight
+
 F32_EXACT = 2**24
 PRODUCT_LIMIT = 2**62
-_PARALLEL_MIN = 1 << 18
-
-_pool: ThreadPoolExecutor | None = None
-_ORT_THREADS = 0  # 0: onnxruntime's default (one per core)
-
-
-def _threads() -> ThreadPoolExecutor:
-    global _pool
-    if _pool is None:
-        import os
-
-        _pool = ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1)))
-    return _pool
-
-
-def blockwise(fn: Callable[[np.ndarray], np.ndarray], x: np.ndarray, axis: int | None = None) -> np.ndarray:
-    """``fn`` applied to blocks of ``x`` in parallel.
-
-    ``fn`` must act elementwise, with any per-channel parameters broadcasting along axes other
-    than ``axis``; ``axis=None`` splits the flattened array (scalar parameters only).
-    """
-    pool = _threads()
-    workers = pool._max_workers  # noqa: SLF001 - the pool is ours
-    if x.size < _PARALLEL_MIN or workers < 2:
-        return fn(x)
-    if axis is None:
-        parts = list(pool.map(fn, np.array_split(x.reshape(-1), workers)))
-        return np.concatenate(parts).reshape(x.shape)
-    if x.shape[axis] < workers:
-        return fn(x)
-    parts = list(pool.map(fn, np.array_split(x, workers, axis=axis)))
-    return np.concatenate(parts, axis=axis)
 
 
 # ------------------------------------------------------------------------------ requantize
@@ -101,7 +68,7 @@ def tabulate_unary(kernel, in_bits: int) -> Callable[[np.ndarray], np.ndarray]:
     offset = -lo
 
     def apply(x: np.ndarray) -> np.ndarray:
-        return blockwise(lambda c: table[c + offset], x)
+        return table[x + offset]
 
     return apply
 
@@ -112,17 +79,11 @@ def _digits16(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return hi, x - (hi << 8)
 
 
-def _weight_digits(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    hi = (w + 8) >> 4
-    return hi, w - 16 * hi
-
-
 def _session(model):
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
-    opts.intra_op_num_threads = _ORT_THREADS
     opts.inter_op_num_threads = 1
     # many small sessions take turns with numpy: idle ORT threads must not spin on the cores
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -173,19 +134,12 @@ class FloatProduct:
         return acc
 
 
-def _plan(wsum_of: Callable[[np.ndarray], int], w: np.ndarray, in_bits: int) -> tuple[bool, bool] | None:
-    """(split x, split w) keeping every partial sum at most 2**24, or None."""
-    xmax = 1 << (in_bits - 1)
-    full = wsum_of(w)
-    hi, lo = _weight_digits(w)
-    split = max(wsum_of(hi), wsum_of(lo))
-    options = [(False, False, xmax * full), (False, True, xmax * split)]
-    if in_bits > 8:
-        options += [(True, False, 128 * full), (True, True, 128 * split)]
-    for sx, sw, bound in options:
-        if bound <= F32_EXACT:
-            return sx, sw
-    return None
+def _plan(w_out_first: np.ndarray, in_bits: int) -> tuple[bool, bool] | None:
+    """(split x, split w) keeping every partial sum at most 2**24 (the kernels' own plan), or None."""
+    try:
+        return plan_float_conv(w_out_first, in_bits)
+    except ValueError:
+        return None
 
 
 def linear_product(kernel) -> Callable[[np.ndarray], np.ndarray] | None:
@@ -193,11 +147,11 @@ def linear_product(kernel) -> Callable[[np.ndarray], np.ndarray] | None:
     from onnx import TensorProto, helper, numpy_helper
 
     w = np.asarray(kernel.weight, np.int64)
-    plan = _plan(lambda a: int(np.abs(a).sum(axis=0).max(initial=0)), w, kernel.in_bits)
+    plan = _plan(w.T, kernel.in_bits)
     if plan is None:
         return None
     sx, sw = plan
-    weights = list(zip([16, 1], _weight_digits(w))) if sw else [(1, w)]
+    weights = list(zip([16, 1], split_weight(w))) if sw else [(1, w)]
     nodes, inits, outs = [], [], []
     for k, (_, wp) in enumerate(weights):
         inits.append(numpy_helper.from_array(wp.astype(np.float32), f"w{k}"))
@@ -222,11 +176,11 @@ def conv_product(kernel) -> Callable[[np.ndarray], np.ndarray] | None:
     from onnx import TensorProto, helper, numpy_helper
 
     w = np.asarray(kernel.weight, np.int64)
-    plan = _plan(lambda a: int(np.abs(a).reshape(a.shape[0], -1).sum(axis=1).max(initial=0)), w, kernel.in_bits)
+    plan = _plan(w, kernel.in_bits)
     if plan is None:
         return None
     sx, sw = plan
-    weights = list(zip([16, 1], _weight_digits(w))) if sw else [(1, w)]
+    weights = list(zip([16, 1], split_weight(w))) if sw else [(1, w)]
     attrs = dict(kernel_shape=list(w.shape[2:]), strides=list(kernel.strides), pads=list(kernel.pads),
                  dilations=list(kernel.dilations), group=int(kernel.group))
     nodes, inits, outs = [], [], []
