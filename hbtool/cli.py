@@ -218,7 +218,7 @@ def info(artifact: Path, as_json: bool) -> None:
 @click.option("--input", "-i", "inputs", multiple=True, required=True, metavar="NAME=PATH", help="Samples for an input: a .npy stacked on the first axis, or a folder of images/.npy (repeat per input).")
 @click.option("--output-dir", "-o", type=click.Path(path_type=Path), default=None, help="Write <output name>.npy (dequantized float32, one row per sample) here.")
 @click.option("--compare", type=click.Path(path_type=Path), default=None, help="ONNX model (float or quantized) to compare the outputs with.")
-@click.option("--threads", type=int, default=None, help="onnxruntime threads for CPU subgraphs and --compare.")
+@click.option("--threads", type=int, default=None, help="CPU threads for the emulator, CPU subgraphs and --compare (default: all cores).")
 def simulate(artifact: Path, inputs: tuple[str, ...], output_dir: Path | None, compare: Path | None, threads: int | None) -> None:
     """Run an artifact's integer program on inputs, bit-exactly, and compare with an ONNX model."""
     from hbtool.simulator.inputs import parse_input_args

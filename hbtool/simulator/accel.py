@@ -3,21 +3,23 @@
 The numpy forms in :mod:`hbtool.kernels` define the arithmetic; the emulator must run
 thousands of images, so its hot paths are replaced here by equivalent computations:
 
-* **Products** (Conv, Linear, MatMul accumulators) run as float32 GEMM/convolutions in
-  onnxruntime (MLAS, several times faster than numpy's BLAS here) on operands split into
-  digits small enough that every partial sum is an integer of at most 2**24, hence exact in
-  any summation order: int16 activations as ``256 * hi + lo`` and, when needed, int8
-  weights as ``16 * hi + lo`` (the kernels' own ONNX forms use the same splits). The parts
-  are recombined in int64.
-* **Requantization** with per-channel shifts is rewritten to one common shift:
-  ``round(acc * M_c / 2**n_c) == round(acc * (M_c << (n - n_c)) / 2**n)`` exactly for the
-  ``half_up`` and ``floor`` modes, as long as the product stays below 2**62 (checked when
-  built; otherwise the kernel's own form runs).
+* **Products** (Linear, MatMul, Conv accumulators) run as onnxruntime float GEMMs or
+  convolutions (MLAS) on operands holding small integers, exact because every partial sum
+  is an integer the float type represents exactly, in any summation order: float32 while
+  the worst-case partial sum is at most ``2**24``, otherwise float64 (``2**53``; Linear and
+  MatMul). Convolution has only a float32 kernel in onnxruntime, so past ``2**24`` its
+  operands are split into digits (int16 activations as ``256 * hi + lo``, int8 weights as
+  ``16 * hi + lo``, the kernels' own ONNX forms use the same splits) and the parts recombined.
+* **Everything after the product** (bias, digit recombination, requantization) and the
+  elementwise and row kernels (Add, Mul, LayerNorm, Softmax, table lookups) run as the
+  single-pass integer loops of :mod:`.fused`, writing int16 tensors instead of int64.
 * **Tables**: an elementwise kernel of one int8/int16 input (LUT activations) is evaluated
   once on all 256 / 65536 codes by its own numpy form; running it is one gather.
 
-Every accelerated kernel is checked against the kernel's numpy form in the tests; anything
-not covered here runs the kernel's numpy form unchanged.
+The fast forms trust their inputs to lie in the declared ranges (the producing kernel
+guarantees it), unlike the numpy forms, which check. Every accelerated kernel is checked
+against the kernel's numpy form in the tests; anything not covered here runs the kernel's
+numpy form unchanged.
 """
 
 from __future__ import annotations
@@ -27,36 +29,88 @@ from typing import Callable
 import numpy as np
 
 from hbtool.kernels.conv import plan_float_conv, split_weight
+from hbtool.kernels.fixedpoint import int_range
+try:  # numba is a dependency; without it (an unsupported platform) simulate runs the numpy forms
+    from hbtool.simulator import fused
+except ImportError:  # pragma: no cover - exercised only where numba cannot be installed
+    fused = None
 
 F32_EXACT = 2**24
-PRODUCT_LIMIT = 2**62
+F64_EXACT = 2**53
+_NO_CLAMP = np.int64(2**62)
+_ONE = np.ones(1, np.int64)
+
+
+def storage_dtype(lo: int, hi: int) -> np.dtype:
+    """The dtype activations in ``[lo, hi]`` are stored in: int16 for every 8/16-bit range.
+
+    One storage type (not int8 for 8-bit ranges) keeps each fused loop at one compiled
+    signature; int8 would save little on tensors this size.
+    """
+    for dt in (np.int16, np.int32):
+        info = np.iinfo(dt)
+        if info.min <= lo and hi <= info.max:
+            return np.dtype(dt)
+    return np.dtype(np.int64)
+
+
+def as_stored(x: np.ndarray) -> np.ndarray:
+    """A C-contiguous int16 array of an 8/16-bit activation (producers outside this module write int64)."""
+    return np.ascontiguousarray(x, dtype=np.int16)
 
 
 # ------------------------------------------------------------------------------ requantize
-def fast_requantize(rq) -> Callable[[np.ndarray], np.ndarray]:
-    """A function equal to ``rq.apply_trusted`` (see the module docstring)."""
-    if rq.clamp_acc is not None or rq.pre_shift is not None or rq.rounding not in ("half_up", "floor"):
-        return rq.apply_trusted
-    M = np.asarray(rq.M, np.int64)
-    n = np.asarray(rq.n, np.int64)
-    nmax = int(n.max(initial=0))
-    M2 = M << (nmax - n)
-    if rq.acc_bound * int(np.abs(M2).max(initial=0)) >= PRODUCT_LIMIT:
-        return rq.apply_trusted
-    half = (1 << (nmax - 1)) if (rq.rounding == "half_up" and nmax > 0) else 0
-    lo, hi = int(rq.lo), int(rq.hi)
-    scalar = M2.ndim == 0 or M2.size == 1
-    m_s = int(M2.reshape(-1)[0]) if scalar else None
+class RequantParams:
+    """A :class:`~hbtool.kernels.requantize.Requantize` as flat ``[C]`` int64 arrays for :mod:`.fused`."""
 
-    def apply(acc: np.ndarray) -> np.ndarray:
-        y = acc * (m_s if scalar else M2)
-        if half:
-            y += half
-        y >>= nmax
-        np.clip(y, lo, hi, out=y)
-        return y
+    def __init__(self, rq, channels: int = 1):
+        def flat(v, default):
+            arr = np.asarray(default if v is None else v, np.int64).reshape(-1)
+            return np.ascontiguousarray(np.broadcast_to(arr, (channels,)) if arr.size == 1 else arr)
 
-    return apply
+        self.M = flat(rq.M, 0)
+        self.n = flat(rq.n, 0)
+        self.clamp = flat(rq.clamp_acc, _NO_CLAMP)
+        self.pre = flat(rq.pre_shift, 0)
+        if not (self.M.size == self.n.size == self.clamp.size == self.pre.size == channels):
+            raise ValueError("requantizer channels do not match the product's")
+        self.lo, self.hi = np.int64(rq.lo), np.int64(rq.hi)
+        self.mode = fused.MODE_CODES[rq.rounding]
+        self.dtype = storage_dtype(int(rq.lo), int(rq.hi))
+        self.channels = channels
+        # the vectorising loops cover floor / half_up without accumulator clamp or pre-shift
+        self.simple = rq.rounding in ("floor", "half_up") and rq.clamp_acc is None and rq.pre_shift is None
+        up = rq.rounding == "half_up"
+        self.half = np.where((self.n > 0) & up, np.left_shift(np.int64(1), np.maximum(self.n - 1, 0)), 0).astype(np.int64)
+
+    def apply(self, parts: tuple, factors, bias: np.ndarray, per_col: bool) -> np.ndarray:
+        """Requantized ``bias + sum(factors * parts)`` over 2-D parts ``(R, Q)``; channels per column or per row."""
+        out = np.empty(parts[0].shape, self.dtype)
+        if self.simple and len(parts) <= 2 and parts[0].dtype == parts[-1].dtype:
+            y1, f1 = (parts[1], np.int64(factors[1])) if len(parts) == 2 else (parts[0], np.int64(0))
+            loop = fused.requantize_cols if per_col and self.channels > 1 else fused.requantize_rows
+            loop(parts[0], y1, np.int64(factors[0]), f1, bias, self.M, self.n, self.half, self.lo, self.hi, out)
+            return out
+        fused.requantize_parts(tuple(parts), np.asarray(factors, np.int64), bias, self.M, self.n, self.clamp, self.pre,
+                               self.lo, self.hi, self.mode, per_col, out)
+        return out
+
+
+def split_rows(x: np.ndarray) -> np.ndarray:
+    """Balanced base-256 digits of an int16 activation ``(..., Q)`` as float32 ``(2, ..., Q)``: hi, lo."""
+    x = as_stored(x)
+    out = np.empty((2,) + x.shape, np.float32)
+    Q = x.shape[-1] if x.ndim else 1
+    fused.split_digits(x.reshape(-1, Q), out.reshape(2, -1, Q))
+    return out
+
+
+def offset_u8(x: np.ndarray) -> np.ndarray:
+    """An int8-range activation as uint8 ``x + 128`` (the zero point of the integer products)."""
+    x = as_stored(x)
+    out = np.empty(x.shape, np.uint8)
+    fused.offset_u8(x.reshape(-1), out.reshape(-1))
+    return out
 
 
 # ------------------------------------------------------------------------------ tables
@@ -64,28 +118,30 @@ def tabulate_unary(kernel, in_bits: int) -> Callable[[np.ndarray], np.ndarray]:
     """One gather through the kernel's values on every input code."""
     lo = -(1 << (in_bits - 1))
     codes = np.arange(lo, -lo, dtype=np.int64)
-    table = np.asarray(kernel.apply_numpy(codes), np.int64)
-    offset = -lo
+    values = np.asarray(kernel.apply_numpy(codes), np.int64)
+    table = values.astype(storage_dtype(int(values.min()), int(values.max())))
+    offset = np.int64(-lo)
 
     def apply(x: np.ndarray) -> np.ndarray:
-        return table[x + offset]
+        x = as_stored(x)
+        out = np.empty(x.shape, table.dtype)
+        fused.lookup(x.reshape(-1), table, offset, out.reshape(-1))
+        return out
 
     return apply
 
 
 # ------------------------------------------------------------------------------ products
-def _digits16(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    hi = (x + 128) >> 8
-    return hi, x - (hi << 8)
-
-
-def _session(model):
+def _session(model, threads: int | None = None):
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
+    if threads:
+        opts.intra_op_num_threads = int(threads)
     opts.log_severity_level = 3
     opts.inter_op_num_threads = 1
-    # many small sessions take turns with numpy: idle ORT threads must not spin on the cores
+    # many small sessions take turns with the parallel numba loops: idle ORT threads must not
+    # spin on the cores (measured: spinning makes Swin-T simulate 5x slower on 2 cores)
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
@@ -99,167 +155,358 @@ def _model(nodes, inputs, outputs, inits):
     return m
 
 
-class FloatProduct:
-    """Exact integer products through float32 onnxruntime ops on digit-split operands.
+def _float_type(bound: int) -> np.dtype | None:
+    """float32 when ``bound <= 2**24``, float64 when ``< 2**53``, else None (no exact float product)."""
+    if bound <= F32_EXACT:
+        return np.dtype(np.float32)
+    if bound < F64_EXACT:
+        return np.dtype(np.float64)
+    return None
 
-    ``parts`` is a list of ``(factor, ...)`` of the split; the result is
-    ``sum(factor * part_result)`` in int64.
+
+def linear_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.ndarray] | None:
+    """``requantize(x @ W + b)`` of a Linear kernel: one exact float GEMM and one fused pass.
+
+    float32 on the whole operands when the worst partial sum allows, else on base-256
+    digits of the activation (both digits in one GEMM of twice the rows) and, if needed,
+    base-16 digits of the weight (:func:`plan_float_conv`); float64 when no split fits.
     """
-
-    def __init__(self, session, x_split: bool, w_factors: list[int]):
-        self.session = session
-        self.x_split = x_split
-        self.w_factors = w_factors
-
-    def run(self, x: np.ndarray, extra: dict | None = None) -> np.ndarray:
-        if self.x_split:
-            hi, lo = _digits16(x)
-            feed = np.concatenate([hi, lo], axis=0).astype(np.float32)
-        else:
-            feed = x.astype(np.float32)
-        feeds = {"x": feed}
-        if extra:
-            feeds.update(extra)
-        outs = self.session.run(None, feeds)
-        n = x.shape[0]
-        acc = None
-        for f, y in zip(self.w_factors, outs):
-            if self.x_split:
-                part = (y[:n].astype(np.int64) << 8) + y[n:].astype(np.int64)
-            else:
-                part = y.astype(np.int64)
-            if f != 1:
-                part *= f
-            acc = part if acc is None else acc + part
-        return acc
-
-
-def _plan(w_out_first: np.ndarray, in_bits: int) -> tuple[bool, bool] | None:
-    """(split x, split w) keeping every partial sum at most 2**24 (the kernels' own plan), or None."""
-    try:
-        return plan_float_conv(w_out_first, in_bits)
-    except ValueError:
-        return None
-
-
-def linear_product(kernel) -> Callable[[np.ndarray], np.ndarray] | None:
-    """``x @ W + b`` (int64) of a Linear kernel through onnxruntime, or None if not exact."""
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
+    from onnx.helper import np_dtype_to_tensor_dtype
 
     w = np.asarray(kernel.weight, np.int64)
-    plan = _plan(w.T, kernel.in_bits)
-    if plan is None:
-        return None
-    sx, sw = plan
+    K, N = w.shape
+    try:
+        sx, sw = plan_float_conv(w.T, kernel.in_bits)
+        dt = np.dtype(np.float32)
+    except ValueError:
+        sx, sw = False, False
+        dt = _float_type((1 << (kernel.in_bits - 1)) * int(np.abs(w).sum(axis=0).max(initial=0)))
+        if dt is None:
+            return None
     weights = list(zip([16, 1], split_weight(w))) if sw else [(1, w)]
+    ttype = np_dtype_to_tensor_dtype(dt)
     nodes, inits, outs = [], [], []
     for k, (_, wp) in enumerate(weights):
-        inits.append(numpy_helper.from_array(wp.astype(np.float32), f"w{k}"))
+        inits.append(numpy_helper.from_array(wp.astype(dt), f"w{k}"))
         nodes.append(helper.make_node("MatMul", ["x", f"w{k}"], [f"y{k}"]))
-        outs.append(helper.make_tensor_value_info(f"y{k}", TensorProto.FLOAT, None))
-    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)], outs, inits)
-    prod = FloatProduct(_session(model), sx, [f for f, _ in weights])
-    bias = None if kernel.bias is None else np.asarray(kernel.bias, np.int64)
+        outs.append(helper.make_tensor_value_info(f"y{k}", ttype, None))
+    session = _session(_model(nodes, [helper.make_tensor_value_info("x", ttype, None)], outs, inits), threads)
+    rq = RequantParams(kernel.requant, N)
+    bias = np.zeros(N, np.int64) if kernel.bias is None else np.ascontiguousarray(np.asarray(kernel.bias, np.int64).reshape(-1))
+    factors = [f * d for f, _ in weights for d in ((256, 1) if sx else (1,))]
 
     def run(x: np.ndarray) -> np.ndarray:
         shape = x.shape
-        acc = prod.run(x.reshape(-1, shape[-1]))
-        if bias is not None:
-            acc += bias
-        return acc.reshape(shape[:-1] + (acc.shape[-1],))
+        if sx:
+            feed = split_rows(x.reshape(-1, K)).reshape(-1, K)
+        else:
+            feed = np.ascontiguousarray(x, dtype=dt).reshape(-1, K)
+        ys = session.run(None, {"x": feed})
+        rows = feed.shape[0] // 2 if sx else feed.shape[0]
+        parts = [p for y in ys for p in ((y[:rows], y[rows:]) if sx else (y,))]
+        return rq.apply(tuple(parts), factors, bias, True).reshape(shape[:-1] + (N,))
 
     return run
 
 
-def conv_product(kernel) -> Callable[[np.ndarray], np.ndarray] | None:
-    """``conv(x, W) + b`` (int64) of a Conv kernel through onnxruntime, or None if not exact."""
+def _pointwise_integer_conv(kernel, w: np.ndarray, attrs: dict, threads: int | None):
+    """onnxruntime ConvInteger (uint8 x uint8, int32 accumulators) for a pointwise int8 convolution, or None.
+
+    For 1x1 kernels MLAS runs this as a plain integer GEMM, faster than the float convolution
+    with its layout reorders. Operands are offset to uint8 (``q + 128`` with zero point 128):
+    the uint8 x uint8 kernels widen to 16 bits before multiplying (no saturating pair sums,
+    unlike uint8 x int8 on CPUs without VNNI), and ``K * 255 * 255 < 2**31`` keeps the int32
+    sums exact.
+    """
+    from onnx import TensorProto, helper, numpy_helper
+
+    K = int(np.prod(w.shape[1:]))
+    if kernel.in_bits != 8 or any(k != 1 for k in w.shape[2:]) or int(kernel.group) != 1 or K * 255 * 255 >= 2**31:
+        return None
+    inits = [numpy_helper.from_array((w + 128).astype(np.uint8), "w"), numpy_helper.from_array(np.array(128, np.uint8), "xz"),
+             numpy_helper.from_array(np.array(128, np.uint8), "wz")]
+    node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], **attrs)
+    return _session(_model([node], [helper.make_tensor_value_info("x", TensorProto.UINT8, None)],
+                           [helper.make_tensor_value_info("y", TensorProto.INT32, None)], inits), threads)
+
+
+def conv_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.ndarray] | None:
+    """``requantize(conv(x, W) + b)`` of a Conv kernel: an exact product in onnxruntime, one fused pass.
+
+    Pointwise int8 convolutions run as integer GEMMs (:func:`_pointwise_integer_conv`); the
+    others as float32 convolutions of the operands or of their digit parts.
+    """
     from onnx import TensorProto, helper, numpy_helper
 
     w = np.asarray(kernel.weight, np.int64)
-    plan = _plan(w, kernel.in_bits)
-    if plan is None:
-        return None
-    sx, sw = plan
-    weights = list(zip([16, 1], split_weight(w))) if sw else [(1, w)]
     attrs = dict(kernel_shape=list(w.shape[2:]), strides=list(kernel.strides), pads=list(kernel.pads),
                  dilations=list(kernel.dilations), group=int(kernel.group))
+    C = w.shape[0]
+    rq = RequantParams(kernel.requant, C)
+    bias = np.zeros(C, np.int64) if kernel.bias is None else np.ascontiguousarray(np.asarray(kernel.bias, np.int64).reshape(-1))
+    integer = _pointwise_integer_conv(kernel, w, attrs, threads)
+    if integer is not None:
+        def run_integer(x: np.ndarray) -> np.ndarray:
+            y = integer.run(None, {"x": offset_u8(x)})[0]
+            return rq.apply((y.reshape(y.shape[0] * C, -1),), _ONE, bias, False).reshape(y.shape)
+
+        return run_integer
+    try:
+        sx, sw = plan_float_conv(w, kernel.in_bits)
+    except ValueError:
+        return None
+    weights = list(zip([16, 1], split_weight(w))) if sw else [(1, w)]
     nodes, inits, outs = [], [], []
     for k, (_, wp) in enumerate(weights):
         inits.append(numpy_helper.from_array(wp.astype(np.float32), f"w{k}"))
         nodes.append(helper.make_node("Conv", ["x", f"w{k}"], [f"y{k}"], **attrs))
         outs.append(helper.make_tensor_value_info(f"y{k}", TensorProto.FLOAT, None))
-    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)], outs, inits)
-    prod = FloatProduct(_session(model), sx, [f for f, _ in weights])
-    bias = None if kernel.bias is None else np.asarray(kernel.bias, np.int64).reshape((-1,) + (1,) * (w.ndim - 2))
+    session = _session(_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)], outs, inits), threads)
+    factors = [f * d for f, _ in weights for d in ((256, 1) if sx else (1,))]
 
     def run(x: np.ndarray) -> np.ndarray:
-        acc = prod.run(x)
-        if bias is not None:
-            acc += bias
-        return acc
+        n = x.shape[0]
+        if sx:
+            feed = split_rows(x).reshape((2 * n,) + x.shape[1:])
+        else:
+            feed = np.ascontiguousarray(x, dtype=np.float32)
+        ys = session.run(None, {"x": feed})
+        out_shape = (n,) + ys[0].shape[1:]
+        rows = n * C
+        parts = []
+        for y in ys:
+            if sx:
+                parts += [y[:n].reshape(rows, -1), y[n:].reshape(rows, -1)]
+            else:
+                parts.append(y.reshape(rows, -1))
+        return rq.apply(tuple(parts), factors, bias, False).reshape(out_shape)
 
     return run
 
 
-def matmul_product(kernel) -> Callable[[np.ndarray, np.ndarray], np.ndarray] | None:
-    """``a @ b`` (int64) of two activations through onnxruntime, or None if not exact."""
-    from onnx import TensorProto, helper
+def matmul_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray, np.ndarray], np.ndarray] | None:
+    """``requantize(a @ b)`` of two activations: exact float batched GEMMs and one fused pass.
+
+    float32 when ``k * |a|max * |b|max <= 2**24``, else with the int16 operand(s) split into
+    base-256 digits stacked on a new leading axis (one broadcast MatMul computes every digit
+    product); float64 when even that does not fit.
+    """
+    from onnx import helper
+    from onnx.helper import np_dtype_to_tensor_dtype
 
     k = int(kernel.k)
     amax, bmax = 1 << (kernel.a_bits - 1), 1 << (kernel.b_bits - 1)
+    plan = None
     for sa, sb in ((False, False), (True, False), (False, True), (True, True)):
-        if sa and kernel.a_bits <= 8 or sb and kernel.b_bits <= 8:
+        if (sa and kernel.a_bits <= 8) or (sb and kernel.b_bits <= 8):
             continue
         if k * (128 if sa else amax) * (128 if sb else bmax) <= F32_EXACT:
+            plan, dt = (sa, sb), np.dtype(np.float32)
             break
-    else:
-        return None
+    if plan is None:
+        dt = _float_type(k * amax * bmax)
+        if dt is None:
+            return None
+        plan = (False, False)
+    sa, sb = plan
+    ttype = np_dtype_to_tensor_dtype(dt)
     model = _model([helper.make_node("MatMul", ["a", "b"], ["y"])],
-                   [helper.make_tensor_value_info("a", TensorProto.FLOAT, None), helper.make_tensor_value_info("b", TensorProto.FLOAT, None)],
-                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [])
-    session = _session(model)
-
-    def parts(x: np.ndarray, split: bool) -> list[tuple[int, np.ndarray]]:
-        if not split:
-            return [(0, x.astype(np.float32))]
-        hi, lo = _digits16(x)
-        return [(8, hi.astype(np.float32)), (0, lo.astype(np.float32))]
+                   [helper.make_tensor_value_info("a", ttype, None), helper.make_tensor_value_info("b", ttype, None)],
+                   [helper.make_tensor_value_info("y", ttype, None)], [])
+    session = _session(model, threads)
+    rq = RequantParams(kernel.requant, 1)
+    zero = np.zeros(1, np.int64)
+    fa = (256, 1) if sa else (1,)
+    fb = (256, 1) if sb else (1,)
+    factors = [x * y for x in fa for y in fb]
 
     def run(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        acc = None
-        for sa_shift, ap in parts(a, sa):
-            for sb_shift, bp in parts(b, sb):
-                y = session.run(None, {"a": ap, "b": bp})[0].astype(np.int64)
-                if sa_shift + sb_shift:
-                    y <<= sa_shift + sb_shift
-                acc = y if acc is None else acc + y
-        return acc
+        nd = max(a.ndim, b.ndim)
+        a = a.reshape((1,) * (nd - a.ndim) + a.shape)
+        b = b.reshape((1,) * (nd - b.ndim) + b.shape)
+        # digit axes: a's at 0, b's at 1, so the product holds every (a digit, b digit) pair
+        a_in = split_rows(a)[:, None] if sa else np.ascontiguousarray(a, dtype=dt)[None, None]
+        b_in = split_rows(b)[None] if sb else np.ascontiguousarray(b, dtype=dt)[None, None]
+        y = session.run(None, {"a": a_in, "b": b_in})[0]
+        shape = y.shape[2:]
+        if y.size == 0:
+            return np.zeros(shape, rq.dtype)
+        parts = tuple(y[i, j].reshape(-1, shape[-1]) for i in range(len(fa)) for j in range(len(fb)))
+        return rq.apply(parts, factors, zero, True).reshape(shape)
+
+    return run
+
+
+def maxpool_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.ndarray]:
+    """:meth:`MaxPool.apply_numpy` as onnxruntime's float32 MaxPool (a max of small integers is exact)."""
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=list(kernel.kernel_shape), strides=list(kernel.strides),
+                            pads=list(kernel.pads), dilations=list(kernel.dilations), ceil_mode=int(kernel.ceil_mode))
+    session = _session(_model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], []), threads)
+
+    def run(x: np.ndarray) -> np.ndarray:
+        y = session.run(None, {"x": np.ascontiguousarray(x, dtype=np.float32)})[0]
+        return y.astype(np.int16)
+
+    return run
+
+
+# ------------------------------------------------------------------------------ elementwise
+def _rows(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool, tuple] | None:
+    """2-D views ``(R, C)`` / ``(Rb, C)`` of two broadcasting operands with ``R % Rb == 0``.
+
+    Returns ``(big, small, swapped, out_shape)``: ``small``'s rows repeat over ``big``'s; a
+    pattern the row form cannot express is broadcast to full size first (one copy).
+    """
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    if len(shape) == 0 or 0 in shape:
+        return None
+    C = shape[-1]
+
+    def as_rows(x):
+        core = x.shape
+        while core and core[0] == 1:
+            core = core[1:]
+        if tuple(shape[len(shape) - len(core):]) == tuple(core) and (core or C == 1):
+            return as_stored(x).reshape(-1, C)
+        return None
+
+    swapped = False
+    big, small = a, b
+    if tuple(a.shape) != tuple(shape):
+        if tuple(b.shape) == tuple(shape):
+            big, small, swapped = b, a, True
+        else:
+            big = np.broadcast_to(a, shape)
+    big2 = as_stored(big).reshape(-1, C)
+    small2 = as_rows(small)
+    if small2 is None:
+        small2 = as_stored(np.broadcast_to(small, shape)).reshape(-1, C)
+    return big2, small2, swapped, shape
+
+
+def _per_channel(v, C: int) -> np.ndarray:
+    arr = np.asarray(v, np.int64).reshape(-1)
+    return np.ascontiguousarray(np.broadcast_to(arr, (C,)) if arr.size == 1 else arr)
+
+
+def add_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """:meth:`Add.apply_numpy` as one fused pass (operands broadcast by rows)."""
+    A = np.asarray(kernel.A, np.int64)
+    B = kernel.sign * np.asarray(kernel.B, np.int64)
+    n = np.asarray(kernel.n, np.int64)
+    lo, hi = np.int64(kernel.lo), np.int64(kernel.hi)
+    dtype = storage_dtype(kernel.lo, kernel.hi)
+    mode = fused.MODE_CODES[kernel.rounding]
+
+    def run(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        plan = _rows(np.asarray(a), np.asarray(b))
+        if plan is None:
+            return kernel.apply_numpy(a, b)
+        big, small, swapped, shape = plan
+        C = shape[-1]
+        if A.size > 1 and A.size != C:
+            return kernel.apply_numpy(a, b)
+        fa, fb = (_per_channel(B, C), _per_channel(A, C)) if swapped else (_per_channel(A, C), _per_channel(B, C))
+        out = np.empty(big.shape, dtype)
+        fused.add_rows(big, small, fa, fb, _per_channel(n, C), lo, hi, mode, out)
+        return out.reshape(shape)
+
+    return run
+
+
+def mul_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray, np.ndarray], np.ndarray] | None:
+    """:meth:`Mul.apply_numpy` as one fused pass (scalar requantizer)."""
+    rq = kernel.requant
+    if np.size(rq.M) != 1:
+        return None
+    p = RequantParams(rq, 1)
+
+    def run(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        plan = _rows(np.asarray(a), np.asarray(b))
+        if plan is None:
+            return kernel.apply_numpy(a, b)
+        big, small, _, shape = plan
+        out = np.empty(big.shape, p.dtype)
+        fused.mul_rows(big, small, p.M[0], p.n[0], p.clamp[0], p.pre[0], p.lo, p.hi, p.mode, out)
+        return out.reshape(shape)
+
+    return run
+
+
+def layernorm_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.ndarray]:
+    """:meth:`LayerNorm.apply_numpy` as a row loop."""
+    N = int(kernel.n)
+    alpha = np.zeros(N, np.int64) if kernel.alpha is None else np.ascontiguousarray(np.asarray(kernel.alpha, np.int64))
+    G = np.ascontiguousarray(np.asarray(kernel.G, np.int64))
+    B = np.ascontiguousarray(np.asarray(kernel.B, np.int64))
+    dtype = storage_dtype(kernel.lo, kernel.hi)
+    args = (np.int64(kernel.f), np.int64(kernel.E), G, B, np.int64(kernel.shift), np.int64(kernel.lo),
+            np.int64(kernel.hi), np.int64(kernel.d_shift), fused.MODE_CODES[kernel.rounding])
+
+    def run(q: np.ndarray) -> np.ndarray:
+        if q.shape[-1] != N or q.size == 0:
+            return kernel.apply_numpy(q)
+        q2 = as_stored(q).reshape(-1, N)
+        out = np.empty(q2.shape, dtype)
+        fused.layernorm_rows(q2, alpha, *args, out)
+        return out.reshape(q.shape)
+
+    return run
+
+
+def softmax_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.ndarray]:
+    """:meth:`Softmax.apply_numpy` as a row loop."""
+    p = kernel.log2_prob_bits if kernel.log2_bits else kernel.p
+    thresholds = kernel.log2_thresholds if kernel.log2_bits else np.zeros(0, np.int64)
+    ymax = np.int64(2**kernel.p - 1)
+    dtype = storage_dtype(0, int(ymax))
+    t_hi = np.ascontiguousarray(np.asarray(kernel.t_hi, np.int64))
+    t_lo = np.ascontiguousarray(np.asarray(kernel.t_lo, np.int64))
+    qmin = np.int64(int_range(kernel.in_bits)[0])
+    mode = fused.MODE_CODES[kernel.rounding]
+
+    def run(q: np.ndarray) -> np.ndarray:
+        N = q.shape[-1] if q.ndim else 0
+        if q.size == 0 or N * 2 ** (kernel.exp_bits + 2) + 2 ** (kernel.exp_bits + p) >= 2**53:
+            return kernel.apply_numpy(q)  # empty, or the numpy form's own range error
+        q2 = as_stored(q).reshape(-1, N)
+        out = np.empty(q2.shape, dtype)
+        fused.softmax_rows(q2, t_hi, t_lo, kernel.in_bits == 8, np.int64(kernel.exp_bits), bool(kernel.mask_min), qmin,
+                           np.int64(p), ymax, thresholds, mode, out)
+        return out.reshape(q.shape)
 
     return run
 
 
 # ------------------------------------------------------------------------------ dispatch
-def accelerate(kernel) -> Callable | None:
-    """An equivalent faster function for ``kernel.apply_numpy``, or None to keep the kernel's own."""
+_BUILDERS = {
+    "Linear": linear_fast,
+    "Conv": conv_fast,
+    "MatMul": matmul_fast,
+    "Add": add_fast,
+    "Mul": mul_fast,
+    "LayerNorm": layernorm_fast,
+    "Softmax": softmax_fast,
+    "MaxPool": maxpool_fast,
+}
+
+
+def accelerate(kernel, threads: int | None = None) -> Callable | None:
+    """An equivalent faster function for ``kernel.apply_numpy``, or None to keep the kernel's own.
+
+    ``threads``: onnxruntime intra-op threads of the product sessions (None: one per core).
+    """
     kind = type(kernel).__name__
+    if fused is None:
+        return None
     try:
-        if kind == "Linear":
-            prod, rq = linear_product(kernel), fast_requantize(kernel.requant)
-            if prod is None:
-                return None
-            return lambda x: rq(prod(np.asarray(x, np.int64)))
-        if kind == "Conv":
-            prod, rq = conv_product(kernel), fast_requantize(kernel.requant)
-            if prod is None:
-                return None
-            return lambda x: rq(prod(np.asarray(x, np.int64)))
-        if kind == "MatMul":
-            prod, rq = matmul_product(kernel), fast_requantize(kernel.requant)
-            if prod is None:
-                return None
-            return lambda a, b: rq(prod(np.asarray(a, np.int64), np.asarray(b, np.int64)))
         if kind == "Lut":
             return tabulate_unary(kernel, int(kernel.in_bits))
+        build = _BUILDERS.get(kind)
+        return build(kernel, threads) if build is not None else None
     except Exception:  # an unexpected kernel layout: the kernel's own form is always correct
         return None
-    return None

@@ -5,7 +5,8 @@ product is provably exact, see :mod:`hbtool.kernels`) or an equivalent faster fo
 :mod:`.accel` (``fast=True``, the default), after the operand read orders the
 compiler's passes recorded (``in_perms``/``out_perm``); data-movement nodes run
 :mod:`.movement`; CPU subgraphs run in onnxruntime, as on the A55 cluster. Integer tensors
-are int64 arrays; a tensor is freed as soon as its last reader has run.
+are int16 arrays where a fast form wrote them and int64 where a numpy form did (every form
+accepts any integer dtype); a tensor is freed as soon as its last reader has run.
 """
 
 from __future__ import annotations
@@ -33,11 +34,11 @@ class _Step:
     free_after: list[str]
 
 
-def _kernel_step(node: Node, fast: bool) -> Callable:
+def _kernel_step(node: Node, fast: bool, threads: int | None) -> Callable:
     kernel = node.meta["kernel"]
     perms = node.meta.get("in_perms") or {}
     out_perm = node.meta.get("out_perm")
-    apply = (accelerate(kernel) if fast else None) or kernel.apply_numpy
+    apply = (accelerate(kernel, threads) if fast else None) or kernel.apply_numpy
 
     def run(xs: list[Any]) -> list[np.ndarray]:
         if perms:
@@ -114,6 +115,11 @@ class Executor:
     """Runs one artifact's program on one batch of inputs at a time."""
 
     def __init__(self, artifact: Artifact, threads: int | None = None, fast: bool = True):
+        """``threads``: cores for onnxruntime and the numba loops (None: all); numba's count is process-wide."""
+        if threads:
+            import numba
+
+            numba.set_num_threads(max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS)))
         self.header = artifact.header
         self.program = program_from_section(artifact.header["program"])
         subgraphs = artifact.header.get("cpu_subgraphs", [])
@@ -129,7 +135,7 @@ class Executor:
             if n.op_type == CPU_SUBGRAPH_OP:
                 run = _cpu_step(n, subgraphs[int(n.attrs["index"])], threads)
             elif "kernel" in n.meta:
-                run = _kernel_step(n, fast)
+                run = _kernel_step(n, fast, threads)
             else:
                 run = _movement_step(n, self.program)
             free = [i for i in dict.fromkeys(n.inputs) if i and last_use.get(i) == k and i not in keep and not self.program.is_const(i)]

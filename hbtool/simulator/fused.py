@@ -1,0 +1,239 @@
+"""Single-pass integer loops for ``simulate``'s hot kernels, compiled by numba.
+
+The kernels' numpy forms (:mod:`hbtool.kernels`) spell each step as a whole-array int64
+operation: a requantization is four passes over the tensor, a LayerNorm about twenty. On
+a memory-bound two-core machine those passes, not the products, dominated the emulator's
+time. The loops here do the same integer arithmetic element by element, in one or two
+passes, on narrow (int8/int16) tensors, in parallel over rows. They are the same
+definitions in another spelling; ``tests/test_simulate.py`` and the fuzzer check each one
+bit for bit against the kernel's numpy form, rounding ties and saturation included.
+
+Every function takes its output array (allocated by the caller in the narrowest dtype
+that holds the clamp range) and integer parameters only; float appears only as the
+exact-integer accumulators an ORT product returns (read with an exact ``int64`` cast).
+
+Rounding modes are passed as small ints (:data:`MODE_CODES`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+MODE_CODES = {"floor": 0, "half_up": 1, "half_away": 2, "half_even": 3}
+_OPTS = dict(cache=True, nogil=True)
+
+
+@njit(inline="always", **_OPTS)
+def _rshift(x, n, mode):
+    """``rounding_shift_numpy`` of one int64 by ``n >= 0`` (see :mod:`hbtool.kernels.fixedpoint`)."""
+    if n == 0:
+        return x
+    if mode == 0:
+        return x >> n
+    half = np.int64(1) << (n - 1)
+    if mode == 1:
+        return (x + half) >> n
+    if mode == 2:
+        m = (abs(x) + half) >> n
+        return -m if x < 0 else m
+    q = x >> n
+    r = x - (q << n)
+    if r > half or (r == half and (q & 1) == 1):
+        q += 1
+    return q
+
+
+@njit(inline="always", **_OPTS)
+def _clip(x, lo, hi):
+    return lo if x < lo else (hi if x > hi else x)
+
+
+@njit(inline="always", **_OPTS)
+def _requant_one(acc, m, n, clamp, pre, lo, hi, mode):
+    """:meth:`Requantize.apply_trusted` of one accumulator."""
+    if acc > clamp:
+        acc = clamp
+    elif acc < -clamp:
+        acc = -clamp
+    if pre:
+        acc = _rshift(acc, pre, mode)
+    return _clip(_rshift(acc * m, n - pre, mode), lo, hi)
+
+
+@njit(parallel=True, **_OPTS)
+def requantize_parts(parts, factors, bias, M, n, clamp, pre, lo, hi, mode, per_col, out):
+    """``out[r,q] = requant_c(bias[c] + sum_k factors[k] * parts[k][r,q])``.
+
+    ``parts``: a tuple of 2-D arrays ``(R, Q)`` holding exact integers (the digit parts of a
+    product, or one accumulator); per-channel parameters are ``[C]`` int64 arrays, channel
+    ``c = q`` (``per_col``: channels last, as Linear) or ``c = r % C`` (rows of NCHW, as Conv).
+    """
+    R, Q = out.shape
+    C = M.shape[0]
+    K = len(parts)
+    for r in prange(R):
+        cr = 0 if C == 1 else r % C
+        for q in range(Q):
+            c = (q if C > 1 else 0) if per_col else cr
+            acc = bias[c]
+            for k in range(K):
+                acc += factors[k] * np.int64(parts[k][r, q])
+            out[r, q] = _requant_one(acc, M[c], n[c], clamp[c], pre[c], lo, hi, mode)
+
+
+@njit(parallel=True, **_OPTS)
+def requantize_cols(y0, y1, f0, f1, bias, M, n, half, lo, hi, out):
+    """The common case of :func:`requantize_parts`, written to vectorise: at most two parts
+    (``f1 = 0`` for one), channels along columns, ``floor``/``half_up`` (``half`` = 0 or
+    ``2**(n-1)`` per channel), no accumulator clamp or pre-shift."""
+    R, Q = out.shape
+    for r in prange(R):
+        for q in range(Q):
+            acc = bias[q] + f0 * np.int64(y0[r, q]) + f1 * np.int64(y1[r, q])
+            v = (acc * M[q] + half[q]) >> n[q]
+            out[r, q] = min(max(v, lo), hi)
+
+
+@njit(parallel=True, **_OPTS)
+def requantize_rows(y0, y1, f0, f1, bias, M, n, half, lo, hi, out):
+    """:func:`requantize_cols` with the channel of row ``r`` being ``r % C`` (NCHW rows; C = 1: per tensor)."""
+    R, Q = out.shape
+    C = M.shape[0]
+    for r in prange(R):
+        c = r % C
+        b, m, nn, h = bias[c], M[c], n[c], half[c]
+        for q in range(Q):
+            acc = b + f0 * np.int64(y0[r, q]) + f1 * np.int64(y1[r, q])
+            v = (acc * m + h) >> nn
+            out[r, q] = min(max(v, lo), hi)
+
+
+@njit(parallel=True, **_OPTS)
+def split_digits(x, out):
+    """``x = 256 * hi + lo`` with ``hi = (x + 128) >> 8``, ``lo`` in [-128, 127]: ``out[0] = hi``, ``out[1] = lo`` (float32).
+
+    ``x`` and ``out[0]`` are 2-D ``(R, Q)``; the balanced digits keep ``|digit| <= 128``.
+    """
+    R, Q = x.shape
+    for r in prange(R):
+        for q in range(Q):
+            v = np.int64(x[r, q])
+            h = (v + 128) >> 8
+            out[0, r, q] = h
+            out[1, r, q] = v - (h << 8)
+
+
+@njit(parallel=True, **_OPTS)
+def layernorm_rows(q, alpha, f, E, G, B, shift, lo, hi, d_shift, mode, out):
+    """:meth:`LayerNorm.apply_numpy` on rows ``q[r, :]`` (three passes over each row, no temporaries)."""
+    R, N = q.shape
+    two_n = np.int64(2 * N)
+    for r in prange(R):
+        S = np.int64(0)
+        for j in range(N):
+            S += np.int64(q[r, j]) << alpha[j]
+        mu = ((S << (f + 1)) + N) // two_n
+        V = np.int64(0)
+        for j in range(N):
+            d = ((np.int64(q[r, j]) << alpha[j]) << f) - mu
+            if d_shift:
+                d = _rshift(d, d_shift, mode)
+            V += d * d
+        w = V + E
+        if w < 1:
+            w = np.int64(1)
+        t = w
+        p = np.int64(1)
+        for step in (16, 8, 4, 2, 1):
+            if t < (np.int64(1) << (52 - 2 * step)):
+                t = t << (2 * step)
+                p = p << step
+        s = np.int64(np.sqrt(np.float64(t)))  # exact floor sqrt after the fix-ups (t < 2**52)
+        while s * s > t:
+            s -= 1
+        while (s + 1) * (s + 1) <= t:
+            s += 1
+        Rr = (np.int64(1) << 50) // s
+        for j in range(N):
+            d = ((np.int64(q[r, j]) << alpha[j]) << f) - mu
+            if d_shift:
+                d = _rshift(d, d_shift, mode)
+            u = _rshift(d * Rr * p, 20, mode)
+            out[r, j] = _clip(_rshift(u * G[j] + B[j], shift, mode), lo, hi)
+
+
+@njit(inline="always", **_OPTS)
+def _exp_fixed(qv, m, t_hi, t_lo, in8, exp_bits, mask_min, qmin, mode):
+    u = m - np.int64(qv)
+    if in8:
+        e = t_lo[u]
+    else:
+        e = _rshift(t_hi[u >> 8] * t_lo[u & 255], exp_bits, mode)
+    if mask_min and qv == qmin and u > 0:
+        e = np.int64(0)
+    return e
+
+
+@njit(parallel=True, **_OPTS)
+def softmax_rows(q, t_hi, t_lo, in8, exp_bits, mask_min, qmin, p, ymax, thresholds, mode, out):
+    """:meth:`Softmax.apply_numpy` on rows ``q[r, :]``; ``thresholds`` non-empty means log2 codes."""
+    R, N = q.shape
+    L = len(thresholds)
+    for r in prange(R):
+        m = np.int64(q[r, 0])
+        for j in range(1, N):
+            if q[r, j] > m:
+                m = np.int64(q[r, j])
+        total = np.int64(0)
+        for j in range(N):
+            total += _exp_fixed(q[r, j], m, t_hi, t_lo, in8, exp_bits, mask_min, qmin, mode)
+        half_total = total >> 1
+        for j in range(N):
+            e = _exp_fixed(q[r, j], m, t_hi, t_lo, in8, exp_bits, mask_min, qmin, mode)
+            y = ((e << p) + half_total) // total
+            if L:
+                k = 0
+                for i in range(L):
+                    if y < thresholds[i]:
+                        k += 1
+                out[r, j] = k
+            else:
+                out[r, j] = _clip(y, 0, ymax)
+
+
+@njit(parallel=True, **_OPTS)
+def add_rows(a, b, A, B, n, lo, hi, mode, out):
+    """:meth:`Add.apply_numpy` with ``b``'s rows repeating over ``a``'s (``R % Rb == 0``); ``B`` carries the sign."""
+    R, C = out.shape
+    Rb = b.shape[0]
+    for r in prange(R):
+        rb = r % Rb
+        for c in range(C):
+            acc = np.int64(a[r, c]) * A[c] + B[c] * np.int64(b[rb, c])
+            out[r, c] = _clip(_rshift(acc, n[c], mode), lo, hi)
+
+
+@njit(parallel=True, **_OPTS)
+def mul_rows(a, b, m, n, clamp, pre, lo, hi, mode, out):
+    """:meth:`Mul.apply_numpy` (scalar requantizer) with ``b``'s rows repeating over ``a``'s."""
+    R, C = out.shape
+    Rb = b.shape[0]
+    for r in prange(R):
+        rb = r % Rb
+        for c in range(C):
+            out[r, c] = _requant_one(np.int64(a[r, c]) * np.int64(b[rb, c]), m, n, clamp, pre, lo, hi, mode)
+
+
+@njit(parallel=True, **_OPTS)
+def lookup(x, table, offset, out):
+    """``out[i] = table[x[i] + offset]`` (a whole-code-range table of an elementwise kernel)."""
+    for i in prange(x.size):
+        out[i] = table[np.int64(x[i]) + offset]
+
+
+@njit(parallel=True, **_OPTS)
+def offset_u8(x, out):
+    """``out = x + 128`` as uint8 for an int8-range ``x``."""
+    for i in prange(x.size):
+        out[i] = np.uint8(x[i] + 128)
