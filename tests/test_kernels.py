@@ -416,6 +416,28 @@ def test_add_power_of_two_output_factors_only_shift():
         Add.build(np.ones(3), np.ones(4), 1.0)
 
 
+@pytest.mark.parametrize("ratio_a", [2.0**15, 135423.0, 2.0**22])
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_add_with_an_input_lsb_over_2_14_output_lsb(ratio_a, per_channel):
+    """A ratio a 15-bit multiplier with a right shift cannot serve (an int8 operand of wide range added into a fine int16
+    output, as HF Swin's attention scores + relative position bias with random calibration) takes
+    a wider multiplier: exact in both forms, within 1 LSB of float, the small operand kept."""
+    rng = np.random.default_rng(3)
+    so = 1e-3 if not per_channel else 1e-3 * 2.0 ** np.array([0, 1, 0, 1])
+    k = Add.build(ratio_a * 1e-3, 0.37e-3, so, 8, 16, 16, rounding="half_up")
+    assert np.all(np.asarray(k.n) >= 0)
+    a = int_data(rng, (5, 4), 8, "edge")
+    a[0] = 0  # the output is then the small operand alone
+    b = int_data(rng, (5, 4), 16, "random")
+    y = assert_bit_exact(k, a, b)
+    exact = (a * ratio_a * 1e-3 + b * 0.37e-3) / so
+    assert np.all(np.abs(y - np.clip(exact, -32768, 32767)) <= 1.0)
+    # far beyond any use the small operand's precision goes, never the exactness of both forms
+    huge = Add.build(2.0**34, 0.37, 1.0, 16, 16, 16)
+    assert huge.n == 0 and huge.A == 2**34
+    assert_bit_exact(huge, a, b)
+
+
 # =========================================================================== LUT
 LUT_NAMES = sorted(set(LUT_FUNCTIONS) - {"swish"})
 

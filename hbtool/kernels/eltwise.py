@@ -4,7 +4,10 @@
 ``y = clamp(rshift(a * A +- b * B, n), lo, hi)`` with ``A ~ (s_a / s_out) 2**n`` and
 ``B ~ (s_b / s_out) 2**n``. ``n`` comes from :func:`quantize_multiplier` of the larger ratio,
 so the larger of A, B lies in [2**14, 2**15) and the smaller one keeps the same absolute
-precision. ``|a A + b B| <= 2 * 2**15 * 2**15 = 2**31``: exact everywhere.
+precision. ``|a A + b B| <= 2 * 2**15 * 2**15 = 2**31``: exact everywhere. A ratio of
+``2**14`` or more (one input's LSB spans that many output LSB: the shift would be 0 or 1, or
+negative past ``2**15``) takes wider multipliers instead: the largest ``n >= 0`` with ``|a A| + |b B| < 2**50``,
+still exact in int64 and in the ONNX form's doubles.
 
 Per-channel scales (power-of-two factors, FQ-ViT's PTF): any of ``s_a``, ``s_b``, ``s_out`` may
 be a 1-D array over the last axis (channel ``c``). Then ``A``, ``B`` and ``n`` are int64
@@ -28,6 +31,7 @@ from hbtool.kernels.base import Kernel, check_scales
 from hbtool.kernels.builder import OnnxBuilder
 from hbtool.kernels.fixedpoint import (
     DEFAULT_ROUNDING,
+    MAX_SHIFT,
     ROUNDING_MODES,
     int_range,
     quantize_multiplier,
@@ -36,6 +40,36 @@ from hbtool.kernels.fixedpoint import (
 )
 from hbtool.kernels.linear import check_activation
 from hbtool.kernels.requantize import Requantize, clamp_bounds
+
+
+WIDE_LIMIT = 2**50  # bound on |a A| + |b B| when a ratio needs a multiplier past 15 bits
+
+
+def _common_shift(ra: np.ndarray, rb: np.ndarray, a_bits: int, b_bits: int) -> np.ndarray:
+    """The shift ``n`` of an Add: :func:`quantize_multiplier`'s for the larger ratio (15-bit
+    multiplier) while that is below ``2**14``. From ``2**14`` on (an input LSB spanning that
+    many output LSB, e.g. a wide-range int8 operand added into a fine int16 output) that shift
+    is 0 or 1, which rounds the smaller ratio to an integer (a wrong or vanished smaller
+    operand), and past ``2**15`` it does not exist; there the largest ``n >= 0`` keeping
+    ``|a A| + |b B|`` below ``2**50`` is taken instead: both multipliers carry as many bits as
+    the int64 budget allows."""
+    ra, rb = np.broadcast_arrays(np.asarray(ra, np.float64), np.asarray(rb, np.float64))
+    r = np.maximum(ra, rb)
+    wide = r >= 2.0**14
+    _, n = quantize_multiplier(np.where(wide, 1.0, r))
+    n = np.asarray(n, np.int64)
+    if np.any(wide):
+        top = np.ldexp(ra, a_bits - 1) + np.ldexp(rb, b_bits - 1)
+        _, e = np.frexp(np.where(wide, top, 1.0))  # top < 2**e
+        n = np.where(wide, np.clip(50 - e, 0, MAX_SHIFT), n)
+    return n
+
+
+def _check_add_bound(A, B, a_bits: int, b_bits: int) -> None:
+    """``|a A| + |b B| < 2**51``: exact in int64 and in the ONNX form's doubles."""
+    top = (int(np.max(np.abs(A))) << (a_bits - 1)) + (int(np.max(np.abs(B))) << (b_bits - 1))
+    if top >= 2**51:
+        raise ValueError(f"Add ratios too large for exact integer arithmetic (|a A| + |b B| up to 2**{top.bit_length()})")
 
 
 @dataclass(frozen=True, eq=False)
@@ -78,20 +112,21 @@ class Add(Kernel):
         if all(np.ndim(s) == 0 for s in (scale_a, scale_b, scale_out)):
             ra = float(scale_a) / float(scale_out)
             rb = float(scale_b) / float(scale_out)
-            _, n = quantize_multiplier(max(ra, rb))
+            n = int(_common_shift(ra, rb, a_bits, b_bits))
             A = int(np.floor(np.ldexp(ra, n) + 0.5))
             B = int(np.floor(np.ldexp(rb, n) + 0.5))
-            return cls(A=A, B=B, n=int(n), sign=sign, a_bits=a_bits, b_bits=b_bits, lo=low, hi=high, rounding=rounding)
+            _check_add_bound(A, B, a_bits, b_bits)
+            return cls(A=A, B=B, n=n, sign=sign, a_bits=a_bits, b_bits=b_bits, lo=low, hi=high, rounding=rounding)
         sizes = {np.size(s) for s in (scale_a, scale_b, scale_out) if np.ndim(s) > 0}
         if len(sizes) != 1 or any(np.ndim(s) > 1 for s in (scale_a, scale_b, scale_out)):
             raise ValueError("per-channel Add scales must be 1-D arrays of one length (the last axis)")
         ra = np.asarray(scale_a, np.float64) / np.asarray(scale_out, np.float64)
         rb = np.asarray(scale_b, np.float64) / np.asarray(scale_out, np.float64)
         ra, rb = np.broadcast_arrays(ra, rb)
-        _, nv = quantize_multiplier(np.maximum(ra, rb))
-        nv = np.asarray(nv, np.int64)
+        nv = np.asarray(_common_shift(ra, rb, a_bits, b_bits), np.int64)
         Av = np.floor(np.ldexp(ra, nv) + 0.5).astype(np.int64)
         Bv = np.floor(np.ldexp(rb, nv) + 0.5).astype(np.int64)
+        _check_add_bound(Av, Bv, a_bits, b_bits)
         return cls(A=Av, B=Bv, n=nv, sign=sign, a_bits=a_bits, b_bits=b_bits, lo=low, hi=high, rounding=rounding)
 
     def apply_numpy(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:

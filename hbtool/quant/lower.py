@@ -548,15 +548,17 @@ class _Lowerer:
             if node.name in self.skip:
                 continue
             if node.meta.get("on") == "BPU" and all(o in self.plan.tensors or not o for o in node.outputs):
+                why = ""
                 try:
                     ok = self.lower_node(node)
                 except (KeyError, ValueError) as exc:
                     log.debug("lowering %s failed: %s", node.name, exc)
-                    ok = False
+                    ok, why = False, f" ({exc})"
                 if ok:
                     continue
-                self.report.fallbacks.append((node.name, node.op_type, "no integer lowering for this form yet"))
-                self.float_node(node, reason="no integer lowering for this form yet")
+                reason = "no integer lowering for this form yet" + why
+                self.report.fallbacks.append((node.name, node.op_type, reason))
+                self.float_node(node, reason=reason)
                 continue
             self.float_node(node)
         outputs = []
