@@ -21,10 +21,23 @@ import numpy as np
 from numba import njit, prange
 
 MODE_CODES = {"floor": 0, "half_up": 1, "half_away": 2, "half_even": 3}
-_OPTS = dict(cache=True, nogil=True)
 
 
-@njit(inline="always", **_OPTS)
+def _jit(**options):
+    """``numba.njit`` with the on-disk cache (compiled once per machine) where a folder for it is
+    writable (beside this file, ``NUMBA_CACHE_DIR`` or the user's cache directory); without one,
+    numba refuses ``cache=True`` and the loops are compiled in every process instead."""
+    def decorate(fn):
+        try:
+            return njit(cache=True, nogil=True, **options)(fn)
+        except RuntimeError:
+            return njit(cache=False, nogil=True, **options)(fn)
+
+    return decorate
+
+
+
+@_jit(inline="always")
 def _rshift(x, n, mode):
     """``rounding_shift_numpy`` of one int64 by ``n >= 0`` (see :mod:`hbtool.kernels.fixedpoint`)."""
     if n == 0:
@@ -44,12 +57,12 @@ def _rshift(x, n, mode):
     return q
 
 
-@njit(inline="always", **_OPTS)
+@_jit(inline="always")
 def _clip(x, lo, hi):
     return lo if x < lo else (hi if x > hi else x)
 
 
-@njit(inline="always", **_OPTS)
+@_jit(inline="always")
 def _requant_one(acc, m, n, clamp, pre, lo, hi, mode):
     """:meth:`Requantize.apply_trusted` of one accumulator."""
     if acc > clamp:
@@ -61,7 +74,7 @@ def _requant_one(acc, m, n, clamp, pre, lo, hi, mode):
     return _clip(_rshift(acc * m, n - pre, mode), lo, hi)
 
 
-@njit(parallel=True, **_OPTS)
+@_jit(parallel=True)
 def requantize_parts(parts, factors, bias, M, n, clamp, pre, lo, hi, mode, per_col, out):
     """``out[r,q] = requant_c(bias[c] + sum_k factors[k] * parts[k][r,q])``.
 
@@ -82,7 +95,7 @@ def requantize_parts(parts, factors, bias, M, n, clamp, pre, lo, hi, mode, per_c
             out[r, q] = _requant_one(acc, M[c], n[c], clamp[c], pre[c], lo, hi, mode)
 
 
-@njit(parallel=True, **_OPTS)
+@_jit(parallel=True)
 def requantize_cols(y0, y1, f0, f1, bias, M, n, half, lo, hi, out):
     """The common case of :func:`requantize_parts`, written to vectorise: at most two parts
     (``f1 = 0`` for one), channels along columns, ``floor``/``half_up`` (``half`` = 0 or
@@ -95,7 +108,7 @@ def requantize_cols(y0, y1, f0, f1, bias, M, n, half, lo, hi, out):
             out[r, q] = min(max(v, lo), hi)
 
 
-@njit(parallel=True, **_OPTS)
+@_jit(parallel=True)
 def requantize_rows(y0, y1, f0, f1, bias, M, n, half, lo, hi, out):
     """:func:`requantize_cols` with the channel of row ``r`` being ``r % C`` (NCHW rows; C = 1: per tensor)."""
     R, Q = out.shape
@@ -109,7 +122,7 @@ def requantize_rows(y0, y1, f0, f1, bias, M, n, half, lo, hi, out):
             out[r, q] = min(max(v, lo), hi)
 
 
-@njit(parallel=True, **_OPTS)
+@_jit(parallel=True)
 def split_digits(x, out):
     """``x = 256 * hi + lo`` with ``hi = (x + 128) >> 8``, ``lo`` in [-128, 127]: ``out[0] = hi``, ``out[1] = lo`` (float32).
 
@@ -124,7 +137,7 @@ def split_digits(x, out):
             out[1, r, q] = v - (h << 8)
 
 
-@njit(parallel=True, **_OPTS)
+@_jit(parallel=True)
 def layernorm_rows(q, alpha, f, E, G, B, shift, lo, hi, d_shift, mode, out):
     """:meth:`LayerNorm.apply_numpy` on rows ``q[r, :]`` (three passes over each row, no temporaries)."""
     R, N = q.shape
@@ -163,7 +176,7 @@ def layernorm_rows(q, alpha, f, E, G, B, shift, lo, hi, d_shift, mode, out):
             out[r, j] = _clip(_rshift(u * G[j] + B[j], shift, mode), lo, hi)
 
 
-@njit(inline="always", **_OPTS)
+@_jit(inline="always")
 def _exp_fixed(qv, m, t_hi, t_lo, in8, exp_bits, mask_min, qmin, mode):
     u = m - np.int64(qv)
     if in8:
@@ -175,7 +188,7 @@ def _exp_fixed(qv, m, t_hi, t_lo, in8, exp_bits, mask_min, qmin, mode):
     return e
 
 
-@njit(parallel=True, **_OPTS)
+@_jit(parallel=True)
 def softmax_rows(q, t_hi, t_lo, in8, exp_bits, mask_min, qmin, p, ymax, thresholds, mode, out):
     """:meth:`Softmax.apply_numpy` on rows ``q[r, :]``; ``thresholds`` non-empty means log2 codes."""
     R, N = q.shape
@@ -189,9 +202,17 @@ def softmax_rows(q, t_hi, t_lo, in8, exp_bits, mask_min, qmin, p, ymax, threshol
         for j in range(N):
             total += _exp_fixed(q[r, j], m, t_hi, t_lo, in8, exp_bits, mask_min, qmin, mode)
         half_total = total >> 1
+        inv = 1.0 / np.float64(total)
         for j in range(N):
             e = _exp_fixed(q[r, j], m, t_hi, t_lo, in8, exp_bits, mask_min, qmin, mode)
-            y = ((e << p) + half_total) // total
+            num = (e << p) + half_total
+            # floor(num / total) by the reciprocal: num < 2**53 and the quotient < 2**23, so the
+            # float estimate is within 1 of it; one integer check each way makes it exact
+            y = np.int64(np.float64(num) * inv)
+            if y * total > num:
+                y -= 1
+            elif (y + 1) * total <= num:
+                y += 1
             if L:
                 k = 0
                 for i in range(L):
@@ -202,7 +223,7 @@ def softmax_rows(q, t_hi, t_lo, in8, exp_bits, mask_min, qmin, p, ymax, threshol
                 out[r, j] = _clip(y, 0, ymax)
 
 
-@njit(parallel=True, **_OPTS)
+@_jit(parallel=True)
 def add_rows(a, b, A, B, n, lo, hi, mode, out):
     """:meth:`Add.apply_numpy` with ``b``'s rows repeating over ``a``'s (``R % Rb == 0``); ``B`` carries the sign."""
     R, C = out.shape
@@ -214,7 +235,7 @@ def add_rows(a, b, A, B, n, lo, hi, mode, out):
             out[r, c] = _clip(_rshift(acc, n[c], mode), lo, hi)
 
 
-@njit(parallel=True, **_OPTS)
+@_jit(parallel=True)
 def mul_rows(a, b, m, n, clamp, pre, lo, hi, mode, out):
     """:meth:`Mul.apply_numpy` (scalar requantizer) with ``b``'s rows repeating over ``a``'s."""
     R, C = out.shape
@@ -225,14 +246,14 @@ def mul_rows(a, b, m, n, clamp, pre, lo, hi, mode, out):
             out[r, c] = _requant_one(np.int64(a[r, c]) * np.int64(b[rb, c]), m, n, clamp, pre, lo, hi, mode)
 
 
-@njit(parallel=True, **_OPTS)
+@_jit(parallel=True)
 def lookup(x, table, offset, out):
     """``out[i] = table[x[i] + offset]`` (a whole-code-range table of an elementwise kernel)."""
     for i in prange(x.size):
         out[i] = table[np.int64(x[i]) + offset]
 
 
-@njit(parallel=True, **_OPTS)
+@_jit(parallel=True)
 def offset_u8(x, out):
     """``out = x + 128`` as uint8 for an int8-range ``x``."""
     for i in prange(x.size):
