@@ -115,11 +115,64 @@ def test_linear_fast_form_is_bit_exact(in_bits, k, wmax):
     np.testing.assert_array_equal(fast(x), kern.apply_numpy(x))
 
 
+class _SaturatingInt8Gemm:
+    """onnxruntime's uint8 x int8 GEMM as pre-VNNI x86 kernels compute it: products of adjacent
+    pairs summed in saturating int16 (vpmaddubsw), then in int32, minus the zero point's share."""
+
+    def __init__(self, w):
+        self.w = np.asarray(w, np.int64)
+
+    def run(self, _, feeds):
+        t = feeds["x"].astype(np.int64)
+        K = t.shape[1]
+        prods = t[:, :, None] * self.w[None]
+        if K % 2:
+            prods = np.concatenate([prods, np.zeros_like(prods[:, :1])], axis=1)
+        pairs = np.clip(prods[:, 0::2] + prods[:, 1::2], -32768, 32767)
+        return [(pairs.sum(axis=1) - 128 * self.w.sum(axis=0)).astype(np.int32)]
+
+
+def test_integer_gemm_self_test_catches_saturating_kernels_and_only_those():
+    big = RNG.integers(-127, 128, size=(64, 12))
+    big[10:12, 3] = 120  # one same-signed pair that saturates at 255: 255 * 240 > 32767
+    assert not accel._integer_gemm_is_exact(_SaturatingInt8Gemm(big), big)
+    small = RNG.integers(-64, 65, size=(64, 12))  # |w1 + w2| <= 128: no pair can saturate
+    assert accel._integer_gemm_is_exact(_SaturatingInt8Gemm(small), small)
+    x = RNG.integers(0, 256, size=(500, 64)).astype(np.uint8)
+    x[:4] = 255
+    got = _SaturatingInt8Gemm(small).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, (x.astype(np.int64) - 128) @ small)
+
+
+@pytest.mark.parametrize("in_bits", [8, 16])
+def test_linear_integer_form_is_bit_exact(monkeypatch, in_bits):
+    """The uint8 x int8 GEMM path, forced on with weights no CPU's kernel can saturate (|w| <= 64)."""
+    monkeypatch.setattr(accel, "_integer_gemm_is_exact", lambda session, w: True)
+    w = RNG.integers(-64, 65, size=(300, 24))
+    kern = Linear.build(w, RNG.integers(-5000, 5000, 24), 0.02, RNG.uniform(0.001, 0.01, 24), 0.7, in_bits=in_bits, out_bits=16)
+    fast = accel.accelerate(kern)
+    assert "integer" in fast.__code__.co_freevars
+    x = _edge_input((2, 9, 300), in_bits)
+    np.testing.assert_array_equal(fast(x), kern.apply_numpy(x))
+
+
+@pytest.mark.parametrize("in_bits", [8, 16])
+def test_linear_float_form_when_the_integer_gemm_is_not_exact(monkeypatch, in_bits):
+    monkeypatch.setattr(accel, "_integer_gemm_is_exact", lambda session, w: False)
+    w = RNG.integers(-127, 128, size=(300, 24))
+    kern = Linear.build(w, RNG.integers(-5000, 5000, 24), 0.02, RNG.uniform(0.001, 0.01, 24), 0.7, in_bits=in_bits, out_bits=8)
+    fast = accel.accelerate(kern)
+    assert "integer" not in fast.__code__.co_freevars
+    x = _edge_input((2, 9, 300), in_bits)
+    np.testing.assert_array_equal(fast(x), kern.apply_numpy(x))
+
+
 def test_linear_float64_form_when_no_digit_split_fits(monkeypatch):
     def no_plan(*_):
         raise ValueError("no split")
 
     monkeypatch.setattr(accel, "plan_float_conv", no_plan)
+    monkeypatch.setattr(accel, "_integer_linear", lambda w, threads: None)
     w = RNG.integers(-127, 128, size=(700, 9))
     kern = Linear.build(w, None, 0.02, RNG.uniform(0.001, 0.01, 9), 0.7, in_bits=16, out_bits=16)
     fast = accel.accelerate(kern)

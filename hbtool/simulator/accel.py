@@ -3,13 +3,17 @@
 The numpy forms in :mod:`hbtool.kernels` define the arithmetic; the emulator must run
 thousands of images, so its hot paths are replaced here by equivalent computations:
 
-* **Products** (Linear, MatMul, Conv accumulators) run as onnxruntime float GEMMs or
-  convolutions (MLAS) on operands holding small integers, exact because every partial sum
-  is an integer the float type represents exactly, in any summation order: float32 while
-  the worst-case partial sum is at most ``2**24``, otherwise float64 (``2**53``; Linear and
-  MatMul). Convolution has only a float32 kernel in onnxruntime, so past ``2**24`` its
-  operands are split into digits (int16 activations as ``256 * hi + lo``, int8 weights as
-  ``16 * hi + lo``, the kernels' own ONNX forms use the same splits) and the parts recombined.
+* **Products** (Linear, MatMul, Conv accumulators) run in onnxruntime (MLAS):
+  Linear as a uint8 x int8 integer GEMM (int16 activations as two base-256 digits in one
+  call) wherever a worst-case self-test shows this CPU's kernel exact
+  (:func:`_integer_gemm_is_exact`); pointwise int8 convolutions as uint8 x uint8 integer
+  GEMMs; everything else as float GEMMs or convolutions on operands holding small integers,
+  exact because every partial sum is an integer the float type represents exactly, in any
+  summation order: float32 while the worst-case partial sum is at most ``2**24``, otherwise
+  float64 (``2**53``; Linear and MatMul). Convolution has only a float32 kernel in
+  onnxruntime, so past ``2**24`` its operands are split into digits (int16 activations as
+  ``256 * hi + lo``, int8 weights as ``16 * hi + lo``, the kernels' own ONNX forms use the
+  same splits) and the parts recombined.
 * **Everything after the product** (bias, digit recombination, requantization) and the
   elementwise and row kernels (Add, Mul, LayerNorm, Softmax, table lookups) run as the
   single-pass integer loops of :mod:`.fused`, writing int16 tensors instead of int64.
@@ -164,6 +168,41 @@ def _float_type(bound: int) -> np.dtype | None:
     return None
 
 
+def _integer_gemm_is_exact(session, w: np.ndarray) -> bool:
+    """Whether onnxruntime's uint8 x int8 GEMM is exact for this weight on this CPU.
+
+    CPUs with VNNI/AMX accumulate each product in int32; older x86 kernels first add pairs of
+    uint8 x int8 products in saturating int16, which overflows when two same-signed weights are
+    large. The worst input for column ``j`` is uint8 255 under all its positive weights (0
+    elsewhere), and likewise for its negative weights: every same-signed pair then reaches its
+    largest sum, and saturation can only shrink it. One GEMM of those ``2N`` rows, compared with
+    the exact sums, decides for every input.
+    """
+    K, N = w.shape
+    pos = np.where(w.T > 0, 255, 0).astype(np.uint8)
+    neg = np.where(w.T < 0, 255, 0).astype(np.uint8)
+    test = np.concatenate([pos, neg])  # (2N, K)
+    got = session.run(None, {"x": test})[0].astype(np.int64)
+    cols = np.concatenate([np.arange(N), np.arange(N)])
+    want = ((test.astype(np.int64) - 128) * np.concatenate([w.T, w.T])).sum(axis=1)
+    return bool(np.array_equal(got[np.arange(2 * N), cols], want))
+
+
+def _integer_linear(w: np.ndarray, threads: int | None):
+    """A ``MatMulInteger`` session (uint8 activations with zero point 128, int8 weights), or None
+    when the weight is not int8, the int32 sums could overflow, or the CPU's kernel is not exact."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    K, N = w.shape
+    if w.min(initial=0) < -128 or w.max(initial=0) > 127 or K * 255 * 128 >= 2**31:
+        return None
+    inits = [numpy_helper.from_array(w.astype(np.int8), "w"), numpy_helper.from_array(np.array(128, np.uint8), "xz")]
+    node = helper.make_node("MatMulInteger", ["x", "w", "xz"], ["y"])
+    session = _session(_model([node], [helper.make_tensor_value_info("x", TensorProto.UINT8, None)],
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, None)], inits), threads)
+    return session if _integer_gemm_is_exact(session, w) else None
+
+
 def linear_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.ndarray] | None:
     """``requantize(x @ W + b)`` of a Linear kernel: one exact float GEMM and one fused pass.
 
@@ -176,6 +215,29 @@ def linear_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np
 
     w = np.asarray(kernel.weight, np.int64)
     K, N = w.shape
+    rq = RequantParams(kernel.requant, N)
+    bias = np.zeros(N, np.int64) if kernel.bias is None else np.ascontiguousarray(np.asarray(kernel.bias, np.int64).reshape(-1))
+    integer = _integer_linear(w, threads)
+    if integer is not None:
+        if kernel.in_bits <= 8:
+            def run_int8(x: np.ndarray) -> np.ndarray:
+                y = integer.run(None, {"x": offset_u8(x.reshape(-1, K))})[0]
+                return rq.apply((y,), _ONE, bias, True).reshape(x.shape[:-1] + (N,))
+
+            return run_int8
+        # x = 256 hi + lo: the GEMM sees hi and lo - 128, so 128 * colsum(W) goes back in with the bias
+        bias_lo = bias + 128 * w.sum(axis=0)
+        factors16 = [256, 1]
+
+        def run_int16(x: np.ndarray) -> np.ndarray:
+            x2 = as_stored(x).reshape(-1, K)
+            digits = np.empty((2,) + x2.shape, np.uint8)
+            fused.digits_u8(x2, digits)
+            y = integer.run(None, {"x": digits.reshape(-1, K)})[0]
+            rows = x2.shape[0]
+            return rq.apply((y[:rows], y[rows:]), factors16, bias_lo, True).reshape(x.shape[:-1] + (N,))
+
+        return run_int16
     try:
         sx, sw = plan_float_conv(w.T, kernel.in_bits)
         dt = np.dtype(np.float32)
@@ -192,8 +254,6 @@ def linear_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np
         nodes.append(helper.make_node("MatMul", ["x", f"w{k}"], [f"y{k}"]))
         outs.append(helper.make_tensor_value_info(f"y{k}", ttype, None))
     session = _session(_model(nodes, [helper.make_tensor_value_info("x", ttype, None)], outs, inits), threads)
-    rq = RequantParams(kernel.requant, N)
-    bias = np.zeros(N, np.int64) if kernel.bias is None else np.ascontiguousarray(np.asarray(kernel.bias, np.int64).reshape(-1))
     factors = [f * d for f, _ in weights for d in ((256, 1) if sx else (1,))]
 
     def run(x: np.ndarray) -> np.ndarray:

@@ -258,3 +258,15 @@ def offset_u8(x, out):
     """``out = x + 128`` as uint8 for an int8-range ``x``."""
     for i in prange(x.size):
         out[i] = np.uint8(x[i] + 128)
+
+
+@_jit(parallel=True)
+def digits_u8(x, out):
+    """Base-256 digits of an int16 ``x`` (2-D) as uint8 with zero point 128: ``out[0] = (x >> 8) + 128``
+    (the signed high digit) and ``out[1] = x & 255`` (the low digit, read as ``lo - 128``)."""
+    R, Q = x.shape
+    for r in prange(R):
+        for q in range(Q):
+            v = np.int64(x[r, q])
+            out[0, r, q] = np.uint8((v >> 8) + 128)
+            out[1, r, q] = np.uint8(v & 255)
