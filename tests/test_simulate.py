@@ -145,24 +145,16 @@ def test_integer_gemm_self_test_catches_saturating_kernels_and_only_those():
 
 
 @pytest.mark.parametrize("in_bits", [8, 16])
-def test_linear_integer_form_is_bit_exact(monkeypatch, in_bits):
-    """The uint8 x int8 GEMM path, forced on with weights no CPU's kernel can saturate (|w| <= 64)."""
-    monkeypatch.setattr(accel, "_integer_gemm_is_exact", lambda session, w: True)
-    w = RNG.integers(-64, 65, size=(300, 24))
+@pytest.mark.parametrize("integer", [True, False])
+def test_linear_integer_and_float_forms_are_bit_exact(monkeypatch, in_bits, integer):
+    """The uint8 x int8 GEMM path (forced on with weights no CPU's kernel can saturate, |w| <= 64)
+    and the float path the self-test falls back to."""
+    monkeypatch.setattr(accel, "_integer_gemm_is_exact", lambda session, w: integer)
+    wmax = 64 if integer else 127
+    w = RNG.integers(-wmax, wmax + 1, size=(300, 24))
     kern = Linear.build(w, RNG.integers(-5000, 5000, 24), 0.02, RNG.uniform(0.001, 0.01, 24), 0.7, in_bits=in_bits, out_bits=16)
     fast = accel.accelerate(kern)
-    assert "integer" in fast.__code__.co_freevars
-    x = _edge_input((2, 9, 300), in_bits)
-    np.testing.assert_array_equal(fast(x), kern.apply_numpy(x))
-
-
-@pytest.mark.parametrize("in_bits", [8, 16])
-def test_linear_float_form_when_the_integer_gemm_is_not_exact(monkeypatch, in_bits):
-    monkeypatch.setattr(accel, "_integer_gemm_is_exact", lambda session, w: False)
-    w = RNG.integers(-127, 128, size=(300, 24))
-    kern = Linear.build(w, RNG.integers(-5000, 5000, 24), 0.02, RNG.uniform(0.001, 0.01, 24), 0.7, in_bits=in_bits, out_bits=8)
-    fast = accel.accelerate(kern)
-    assert "integer" not in fast.__code__.co_freevars
+    assert ("integer" in fast.__code__.co_freevars) == integer
     x = _edge_input((2, 9, 300), in_bits)
     np.testing.assert_array_equal(fast(x), kern.apply_numpy(x))
 
