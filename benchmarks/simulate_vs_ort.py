@@ -32,6 +32,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 MODELS_DIR = ROOT / "benchmarks" / "_models"
 OUT = ROOT / "benchmarks" / "_out" / "simulate_vs_ort"
 
@@ -98,13 +99,12 @@ def _feeds(cfg, n: int, seed: int = 1) -> list[dict[str, np.ndarray]]:
 
 
 def run_model(name: str, samples: int, threads: int) -> dict:
-    import onnxruntime as ort
+    from _simcompare import compare_with_ort
 
     from hbtool.compiler.artifact import from_bytes
     from hbtool.compiler.compile import compile_model
     from hbtool.config import load_config
     from hbtool.quant.calibrate import run_calibration, write_outputs
-    from hbtool.quant.metrics import RunningCosine
     from hbtool.simulator.executor import Executor
 
     cfg_path, real_feeds = _config(name, samples)
@@ -122,43 +122,9 @@ def run_model(name: str, samples: int, threads: int) -> dict:
         blobs.append(result.data)
     (wd / f"{prefix}.hbm").write_bytes(blobs[0])
     executor = Executor(from_bytes(blobs[0]), threads=threads)
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.log_severity_level = 3
-    float_sess = ort.InferenceSession(str(wd / f"{prefix}_original_float_model.onnx"), opts, providers=["CPUExecutionProvider"])
-    quant_sess = ort.InferenceSession(str(wd / f"{prefix}_quantized_model.onnx"), opts, providers=["CPUExecutionProvider"])
     feeds = real_feeds or _feeds(cfg, samples)
-    outs = executor.output_names
-    scales = {o["name"]: (o.get("dequantize") or {}).get("scale") for o in result.header["outputs"]}
-    # warm-up (first-call allocations, BLAS thread start)
-    executor.run(feeds[0])
-    float_sess.run(outs, feeds[0])
-    t = time.perf_counter()
-    sims = [executor.run(f) for f in feeds]
-    t_sim = (time.perf_counter() - t) / len(feeds)
-    t = time.perf_counter()
-    floats = [float_sess.run(outs, f) for f in feeds]
-    t_float = (time.perf_counter() - t) / len(feeds)
-    quants = [quant_sess.run(outs, f) for f in feeds]
-    within = total = 0
-    max_lsb = 0.0
-    cos_sim, cos_q = {o: RunningCosine() for o in outs}, {o: RunningCosine() for o in outs}
-    for s, fl, q in zip(sims, floats, quants):
-        for k, o in enumerate(outs):
-            a, b = np.asarray(s[o], np.float64), np.asarray(q[k], np.float64)
-            d = np.abs(a - b) / (scales[o] or 1.0)
-            within += int(np.count_nonzero(d <= 1 + 1e-6))
-            total += d.size
-            max_lsb = max(max_lsb, float(d.max()))
-            cos_sim[o].update(fl[k], s[o])
-            cos_q[o].update(fl[k], q[k])
-    return {
-        "model": name, "compile_s": [round(x, 2) for x in times], "identical_bytes": blobs[0] == blobs[1],
-        "artifact_bytes": len(blobs[0]), "simulate_ms": round(1000 * t_sim, 1), "ort_float_ms": round(1000 * t_float, 1),
-        "ratio": round(t_sim / t_float, 2), "within_1lsb": within / max(total, 1), "max_lsb": max_lsb,
-        "cos_float_vs_sim": float(np.mean([c.value for c in cos_sim.values()])),
-        "cos_float_vs_quant": float(np.mean([c.value for c in cos_q.values()])), "samples": len(feeds), "threads": threads,
-    }
+    return {"model": name, "compile_s": [round(x, 2) for x in times], "identical_bytes": blobs[0] == blobs[1],
+            "artifact_bytes": len(blobs[0]), **compare_with_ort(executor, result.header, wd, prefix, feeds, threads)}
 
 
 def main() -> None:

@@ -26,6 +26,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 OUT = ROOT / "benchmarks" / "_out" / "third_party_simulate"
 IMAGE = {"input_type_train": "rgb", "input_type_rt": "rgb", "input_layout_train": "NCHW", "norm_type": "data_mean_and_scale",
          "mean_value": "123.675 116.28 103.53", "scale_value": "0.01712475 0.017507 0.01742919"}
@@ -116,14 +117,13 @@ BUILDERS = {"vit": vit, "convnext": convnext, "mobilenet_v2": mobilenet_v2, "swi
 
 
 def run(name: str, samples: int, threads: int) -> dict:
-    import onnxruntime as ort
+    from _simcompare import compare_with_ort
 
     from hbtool.compiler.artifact import from_bytes
     from hbtool.compiler.compile import compile_model
     from hbtool.config import load_config
     from hbtool.quant.calibrate import run_calibration, write_outputs
     from hbtool.quant.data import random_calibration_data
-    from hbtool.quant.metrics import RunningCosine
     from hbtool.simulator.executor import Executor
 
     case = BUILDERS[name]()
@@ -142,36 +142,9 @@ def run(name: str, samples: int, threads: int) -> dict:
     (wd / f"{prefix}.hbm").write_bytes(compiled.data)
     executor = Executor(from_bytes(compiled.data), threads=threads)
     feeds = case.get("feeds") or [random_calibration_data(cfg, samples, 1).sample(i) for i in range(samples)]
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.log_severity_level = 3
-    float_sess = ort.InferenceSession(str(wd / f"{prefix}_original_float_model.onnx"), opts, providers=["CPUExecutionProvider"])
-    quant_sess = ort.InferenceSession(str(wd / f"{prefix}_quantized_model.onnx"), opts, providers=["CPUExecutionProvider"])
-    outs = executor.output_names
-    scales = {o["name"]: (o.get("dequantize") or {}).get("scale") for o in compiled.header["outputs"]}
-    executor.run(feeds[0])
-    float_sess.run(outs, feeds[0])
-    t = time.perf_counter()
-    sims = [executor.run(f) for f in feeds]
-    t_sim = (time.perf_counter() - t) / len(feeds)
-    t = time.perf_counter()
-    floats = [float_sess.run(outs, f) for f in feeds]
-    t_float = (time.perf_counter() - t) / len(feeds)
-    quants = [quant_sess.run(outs, f) for f in feeds]
-    within = total = 0
-    max_lsb = 0.0
-    cos = RunningCosine()
-    for s, fl, q in zip(sims, floats, quants):
-        for k, o in enumerate(outs):
-            d = np.abs(np.asarray(s[o], np.float64) - np.asarray(q[k], np.float64)) / (scales[o] or 1.0)
-            within += int(np.count_nonzero(d <= 1 + 1e-6))
-            total += d.size
-            max_lsb = max(max_lsb, float(d.max()))
-            cos.update(fl[k], s[o])
     return {"model": name, "nodes": len(compiled.program.nodes), "fallbacks": len(compiled.header.get("fallbacks", [])),
             "fallback_reasons": compiled.header.get("fallbacks", [])[:5], "compile_s": round(compile_s, 2),
-            "simulate_ms": round(1000 * t_sim, 1), "ort_float_ms": round(1000 * t_float, 1), "ratio": round(t_sim / t_float, 2),
-            "within_1lsb": within / max(total, 1), "max_lsb": max_lsb, "cos_float_vs_sim": cos.value, "samples": len(feeds)}
+            **compare_with_ort(executor, compiled.header, wd, prefix, feeds, threads)}
 
 
 def main() -> int:

@@ -159,6 +159,40 @@ def _model(nodes, inputs, outputs, inits):
     return m
 
 
+def _integer_session(node, inits, threads: int | None):
+    """A one-node onnxruntime session: uint8 input ``x``, int32 output ``y``."""
+    from onnx import TensorProto, helper
+
+    return _session(_model([node], [helper.make_tensor_value_info("x", TensorProto.UINT8, None)],
+                           [helper.make_tensor_value_info("y", TensorProto.INT32, None)], inits), threads)
+
+
+def _weight_digit_session(op: str, w: np.ndarray, split_w: bool, split_x: bool, dt: np.dtype, attrs: dict,
+                          threads: int | None):
+    """One session running ``op(x, W_k)`` for the weight or its base-16 digits (outputs ``y0``, ``y1``),
+    and the factor of each part the runner recombines (activation digits hi, lo per output when ``split_x``)."""
+    from onnx import helper, numpy_helper
+    from onnx.helper import np_dtype_to_tensor_dtype
+
+    weights = list(zip([16, 1], split_weight(w))) if split_w else [(1, w)]
+    ttype = np_dtype_to_tensor_dtype(dt)
+    nodes, inits, outs = [], [], []
+    for k, (_, wp) in enumerate(weights):
+        inits.append(numpy_helper.from_array(wp.astype(dt), f"w{k}"))
+        nodes.append(helper.make_node(op, ["x", f"w{k}"], [f"y{k}"], **attrs))
+        outs.append(helper.make_tensor_value_info(f"y{k}", ttype, None))
+    session = _session(_model(nodes, [helper.make_tensor_value_info("x", ttype, None)], outs, inits), threads)
+    factors = [f * d for f, _ in weights for d in ((256, 1) if split_x else (1,))]
+    return session, factors
+
+
+def _bias(kernel, channels: int) -> np.ndarray:
+    """The kernel's int64 bias as a flat ``[channels]`` array (zeros without one)."""
+    if kernel.bias is None:
+        return np.zeros(channels, np.int64)
+    return np.ascontiguousarray(np.asarray(kernel.bias, np.int64).reshape(-1))
+
+
 def _float_type(bound: int) -> np.dtype | None:
     """float32 when ``bound <= 2**24``, float64 when ``< 2**53``, else None (no exact float product)."""
     if bound <= F32_EXACT:
@@ -191,32 +225,29 @@ def _integer_gemm_is_exact(session, w: np.ndarray) -> bool:
 def _integer_linear(w: np.ndarray, threads: int | None):
     """A ``MatMulInteger`` session (uint8 activations with zero point 128, int8 weights), or None
     when the weight is not int8, the int32 sums could overflow, or the CPU's kernel is not exact."""
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
 
     K, N = w.shape
     if w.min(initial=0) < -128 or w.max(initial=0) > 127 or K * 255 * 128 >= 2**31:
         return None
     inits = [numpy_helper.from_array(w.astype(np.int8), "w"), numpy_helper.from_array(np.array(128, np.uint8), "xz")]
-    node = helper.make_node("MatMulInteger", ["x", "w", "xz"], ["y"])
-    session = _session(_model([node], [helper.make_tensor_value_info("x", TensorProto.UINT8, None)],
-                              [helper.make_tensor_value_info("y", TensorProto.INT32, None)], inits), threads)
+    session = _integer_session(helper.make_node("MatMulInteger", ["x", "w", "xz"], ["y"]), inits, threads)
     return session if _integer_gemm_is_exact(session, w) else None
 
 
 def linear_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.ndarray] | None:
-    """``requantize(x @ W + b)`` of a Linear kernel: one exact float GEMM and one fused pass.
+    """``requantize(x @ W + b)`` of a Linear kernel: one exact GEMM and one fused pass.
 
-    float32 on the whole operands when the worst partial sum allows, else on base-256
-    digits of the activation (both digits in one GEMM of twice the rows) and, if needed,
-    base-16 digits of the weight (:func:`plan_float_conv`); float64 when no split fits.
+    A uint8 x int8 integer GEMM where this CPU's kernel is exact (:func:`_integer_linear`;
+    int16 activations as two base-256 digits in one call). Otherwise float32 on the whole
+    operands when the worst partial sum allows, else on base-256 digits of the activation
+    (both digits in one GEMM of twice the rows) and, if needed, base-16 digits of the weight
+    (:func:`plan_float_conv`); float64 when no split fits.
     """
-    from onnx import helper, numpy_helper
-    from onnx.helper import np_dtype_to_tensor_dtype
-
     w = np.asarray(kernel.weight, np.int64)
     K, N = w.shape
     rq = RequantParams(kernel.requant, N)
-    bias = np.zeros(N, np.int64) if kernel.bias is None else np.ascontiguousarray(np.asarray(kernel.bias, np.int64).reshape(-1))
+    bias = _bias(kernel, N)
     integer = _integer_linear(w, threads)
     if integer is not None:
         if kernel.in_bits <= 8:
@@ -246,15 +277,7 @@ def linear_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np
         dt = _float_type((1 << (kernel.in_bits - 1)) * int(np.abs(w).sum(axis=0).max(initial=0)))
         if dt is None:
             return None
-    weights = list(zip([16, 1], split_weight(w))) if sw else [(1, w)]
-    ttype = np_dtype_to_tensor_dtype(dt)
-    nodes, inits, outs = [], [], []
-    for k, (_, wp) in enumerate(weights):
-        inits.append(numpy_helper.from_array(wp.astype(dt), f"w{k}"))
-        nodes.append(helper.make_node("MatMul", ["x", f"w{k}"], [f"y{k}"]))
-        outs.append(helper.make_tensor_value_info(f"y{k}", ttype, None))
-    session = _session(_model(nodes, [helper.make_tensor_value_info("x", ttype, None)], outs, inits), threads)
-    factors = [f * d for f, _ in weights for d in ((256, 1) if sx else (1,))]
+    session, factors = _weight_digit_session("MatMul", w, sw, sx, dt, {}, threads)
 
     def run(x: np.ndarray) -> np.ndarray:
         shape = x.shape
@@ -279,16 +302,14 @@ def _pointwise_integer_conv(kernel, w: np.ndarray, attrs: dict, threads: int | N
     unlike uint8 x int8 on CPUs without VNNI), and ``K * 255 * 255 < 2**31`` keeps the int32
     sums exact.
     """
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
 
     K = int(np.prod(w.shape[1:]))
     if kernel.in_bits != 8 or any(k != 1 for k in w.shape[2:]) or int(kernel.group) != 1 or K * 255 * 255 >= 2**31:
         return None
     inits = [numpy_helper.from_array((w + 128).astype(np.uint8), "w"), numpy_helper.from_array(np.array(128, np.uint8), "xz"),
              numpy_helper.from_array(np.array(128, np.uint8), "wz")]
-    node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], **attrs)
-    return _session(_model([node], [helper.make_tensor_value_info("x", TensorProto.UINT8, None)],
-                           [helper.make_tensor_value_info("y", TensorProto.INT32, None)], inits), threads)
+    return _integer_session(helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], **attrs), inits, threads)
 
 
 def conv_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.ndarray] | None:
@@ -297,14 +318,12 @@ def conv_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.n
     Pointwise int8 convolutions run as integer GEMMs (:func:`_pointwise_integer_conv`); the
     others as float32 convolutions of the operands or of their digit parts.
     """
-    from onnx import TensorProto, helper, numpy_helper
-
     w = np.asarray(kernel.weight, np.int64)
     attrs = dict(kernel_shape=list(w.shape[2:]), strides=list(kernel.strides), pads=list(kernel.pads),
                  dilations=list(kernel.dilations), group=int(kernel.group))
     C = w.shape[0]
     rq = RequantParams(kernel.requant, C)
-    bias = np.zeros(C, np.int64) if kernel.bias is None else np.ascontiguousarray(np.asarray(kernel.bias, np.int64).reshape(-1))
+    bias = _bias(kernel, C)
     integer = _pointwise_integer_conv(kernel, w, attrs, threads)
     if integer is not None:
         def run_integer(x: np.ndarray) -> np.ndarray:
@@ -316,14 +335,7 @@ def conv_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.n
         sx, sw = plan_float_conv(w, kernel.in_bits)
     except ValueError:
         return None
-    weights = list(zip([16, 1], split_weight(w))) if sw else [(1, w)]
-    nodes, inits, outs = [], [], []
-    for k, (_, wp) in enumerate(weights):
-        inits.append(numpy_helper.from_array(wp.astype(np.float32), f"w{k}"))
-        nodes.append(helper.make_node("Conv", ["x", f"w{k}"], [f"y{k}"], **attrs))
-        outs.append(helper.make_tensor_value_info(f"y{k}", TensorProto.FLOAT, None))
-    session = _session(_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)], outs, inits), threads)
-    factors = [f * d for f, _ in weights for d in ((256, 1) if sx else (1,))]
+    session, factors = _weight_digit_session("Conv", w, sw, sx, np.dtype(np.float32), attrs, threads)
 
     def run(x: np.ndarray) -> np.ndarray:
         n = x.shape[0]
