@@ -1,4 +1,12 @@
-"""Integer LayerNorm over the last axis (N elements, N up to 8192).
+"""Integer LayerNorm over the last axis, or over any run of consecutive axes (N elements, N up to 8192).
+
+``axes`` (negative, consecutive, default ``(-1,)``) are the normalised axes: ``(-3,)`` is
+ConvNeXt's channel LayerNorm of an NCHW tensor (each pixel normalised over its C channels),
+``(-3, -2, -1)`` ONNX ``LayerNormalization(axis=1)`` of NCHW (over C, H and W). The sums run
+over those axes wherever they sit -- the vector unit walks a non-last axis with a stride, no
+transpose -- and ``G``/``B`` are shaped ``normalised shape + (1,) * trailing axes`` so that they
+broadcast onto the input; every step below is otherwise unchanged, and integer sums do not
+depend on their order, so both forms stay exact. Power-of-two factors need ``axes == (-1,)``.
 
 Input int8/int16 ``q`` at scale ``s_in`` (optionally with FQ-ViT-style power-of-two
 factors: channel c really has scale ``s_in 2**alpha_c``, and the kernel starts from
@@ -74,7 +82,7 @@ _NORM_STEPS = (16, 8, 4, 2, 1)
 
 @dataclass(frozen=True, eq=False)
 class LayerNorm(Kernel):
-    """LayerNorm over the last axis; make it with :meth:`build`."""
+    """LayerNorm over the last axis (or ``axes``); make it with :meth:`build`."""
 
     n: int
     in_bits: int
@@ -89,6 +97,18 @@ class LayerNorm(Kernel):
     alpha: np.ndarray | None = None  # int64 [N] power-of-two factors
     rounding: str = DEFAULT_ROUNDING
     d_shift: int = 0  # right shift of the centred values when eps dominates (step 2)
+    axes: tuple[int, ...] = (-1,)  # the normalised axes, negative and consecutive (module docstring)
+
+    @property
+    def norm_shape(self) -> tuple[int, ...]:
+        """The shape of the normalised axes (G without its trailing broadcast ones)."""
+        return tuple(int(d) for d in np.shape(self.G)[: len(self.axes)])
+
+    def _check_shape(self, shape: tuple[int, ...]) -> None:
+        first, last = self.axes[0], self.axes[-1]
+        check(len(shape) >= -first, f"LayerNorm over axes {self.axes} needs rank >= {-first}, got {len(shape)}")
+        got = tuple(shape[first: last + 1 if last < -1 else None])
+        check(got == self.norm_shape, f"normalised dimensions are {got}, built for {self.norm_shape}")
 
     @classmethod
     def build(
@@ -103,13 +123,22 @@ class LayerNorm(Kernel):
         n: int | None = None,
         ptf_alpha: Any = None,
         rounding: str = DEFAULT_ROUNDING,
+        axes: Any = (-1,),
+        norm_shape: Any = None,
     ) -> "LayerNorm":
         """Integer parameters of LayerNorm(eps) followed by ``gamma``/``beta`` (None: 1 / 0).
 
         ``n`` is the normalised length (needed only when gamma and beta are both None);
         ``scale_out``: a scalar, or ``[N]`` per-channel output scales;
-        ``ptf_alpha``: per-channel power-of-two factors (ints 0..8) of the input scale.
+        ``ptf_alpha``: per-channel power-of-two factors (ints 0..8) of the input scale;
+        ``axes``: the normalised axes, negative and consecutive; ``norm_shape``: their sizes
+        (default: ``(N,)`` for one axis; gamma and beta are read in that shape's C order).
         """
+        axes = tuple(int(a) for a in np.atleast_1d(np.asarray(axes)).reshape(-1))
+        if not axes or axes[-1] >= 0 or list(axes) != list(range(axes[0], axes[-1] + 1)):
+            raise ValueError(f"LayerNorm axes must be negative and consecutive, got {axes}")
+        if ptf_alpha is not None and axes != (-1,):
+            raise ValueError("LayerNorm power-of-two factors need the last axis")
         check_scales("LayerNorm", scale_in=scale_in, scale_out=scale_out)
         if rounding not in ROUNDING_MODES:
             raise ValueError(f"rounding mode must be one of {ROUNDING_MODES}, not {rounding!r}")
@@ -182,21 +211,27 @@ class LayerNorm(Kernel):
         shift = 30 + g
         G = np.floor(np.ldexp(gr, g) + 0.5).astype(np.int64)
         B = np.floor(np.ldexp(br, shift) + 0.5).astype(np.int64)
+        if axes != (-1,) or norm_shape is not None:
+            shape = (N,) if norm_shape is None else tuple(int(d) for d in norm_shape)
+            if len(shape) != len(axes) or int(np.prod(shape)) != N:
+                raise ValueError(f"norm_shape {shape} does not fit {N} elements over axes {axes}")
+            bshape = shape + (1,) * (-1 - axes[-1])
+            G, B = G.reshape(bshape), B.reshape(bshape)
         return cls(n=N, in_bits=in_bits, out_bits=out_bits, f=f, E=int(E), G=G, B=B, shift=shift, lo=qmin, hi=qmax,
-                   alpha=alpha, rounding=rounding, d_shift=d_shift)
+                   alpha=alpha, rounding=rounding, d_shift=d_shift, axes=axes)
 
     # ------------------------------------------------------------------------- numpy
     def apply_numpy(self, q: np.ndarray) -> np.ndarray:
         q = check_activation(q, self.in_bits)
-        check(q.shape[-1] == self.n, f"last dimension is {q.shape[-1]}, built for {self.n}")
-        N = self.n
+        self._check_shape(q.shape)
+        N, axes = self.n, self.axes
         x = q << self.alpha if self.alpha is not None else q
-        S = x.sum(axis=-1, keepdims=True)
+        S = x.sum(axis=axes, keepdims=True)
         mu = floor_div_numpy((S << (self.f + 1)) + N, np.int64(2 * N))
         d = (x << self.f) - mu
         if self.d_shift:
             d = rounding_shift_numpy(d, self.d_shift, self.rounding)
-        w = np.maximum((d * d).sum(axis=-1, keepdims=True) + self.E, 1)
+        w = np.maximum((d * d).sum(axis=axes, keepdims=True) + self.E, 1)
         check(bool(np.all(w < EXACT_LIMIT)), "LayerNorm variance sum reaches 2**52")
         t, p = w, np.ones_like(w)
         for step in _NORM_STEPS:
@@ -215,12 +250,12 @@ class LayerNorm(Kernel):
         x = q
         if self.alpha is not None:
             x = b.mul(x, b.int_const(1 << self.alpha, np.float64, "ptf"))
-        S = b.reduce("ReduceSum", x, [-1])
+        S = b.reduce("ReduceSum", x, self.axes)
         mu = floor_div_onnx(b, b.add(b.mul(S, b.const(2.0 ** (self.f + 1))), b.const(float(N))), b.const(2.0 * N))
         d = b.sub(b.mul(x, b.const(2.0**self.f)), mu) if self.f else b.sub(x, mu)
         if self.d_shift:
             d = rounding_shift_onnx(b, d, self.d_shift, self.rounding)
-        V = b.reduce("ReduceSum", b.mul(d, d), [-1])
+        V = b.reduce("ReduceSum", b.mul(d, d), self.axes)
         t = b.op("Max", b.add(V, b.const(float(self.E))), b.const(1.0))
         p = b.const(1.0)
         for step in _NORM_STEPS:
