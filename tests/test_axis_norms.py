@@ -70,6 +70,25 @@ def test_softmax_over_any_axis_numpy_onnx_fast_agree_and_match_float(axis, in_bi
     assert np.abs(ref * 2.0**-15 - e / e.sum(axis, keepdims=True)).max() < 2**-13
 
 
+@pytest.mark.parametrize("eps", [1e-6, 1e-2, 1.0])
+def test_layernorm_eps_outside_the_root_matches_float(eps):
+    q = RNG.integers(-3000, 3001, size=(2, 24, 5, 7))
+    q[0, :, 0, 0] = 7  # a constant pixel: the root is eps alone
+    gamma, beta = RNG.normal(1, 0.3, 24), RNG.normal(0, 0.3, 24)
+    s_in, s_out = 1e-3, 4.0 / 127
+    k = LayerNorm.build(s_in, gamma, beta, eps, s_out, 16, 8, axes=(-3,), eps_outside=True)
+    ref = k.apply_numpy(q)
+    assert np.array_equal(run_onnx(k, q), ref)
+    assert np.array_equal(accelerate(k)(q) if accelerate(k) else k.apply_numpy(q), ref)
+    x = q * s_in
+    y = (x - x.mean(1, keepdims=True)) / (x.std(1, keepdims=True) + eps) * gamma.reshape(24, 1, 1) + beta.reshape(24, 1, 1)
+    want = np.clip(np.floor(y / s_out + 0.5), -128, 127)
+    assert np.abs(ref - want).max() <= 1 and np.mean(ref == want) > 0.999
+    inside = LayerNorm.build(s_in, gamma, beta, eps, s_out, 16, 8, axes=(-3,)).apply_numpy(q)
+    if eps >= 1e-2:  # the two placements of eps differ there: the kernel follows the model's
+        assert not np.array_equal(inside, ref)
+
+
 def test_layernorm_axes_refuse_ptf_and_bad_axes():
     with pytest.raises(ValueError, match="last axis"):
         LayerNorm.build(1e-3, np.ones(4), None, 1e-5, 0.1, 16, 8, ptf_alpha=[0, 1, 0, 1], axes=(-3,))
@@ -136,15 +155,20 @@ def test_torch_channels_first_layernorm_fuses_to_one_node(tmp_path, opset):
     assert [n.op_type for n in again.nodes] == ["Conv", "ChannelLayerNorm", "Conv"] and again.nodes[1].body is not None
 
 
-def _channel_ln(inv: str = "div", square: str = "pow", eps_first: bool = False, affine: bool = True, axis: int = 1):
+def _channel_ln(inv: str = "div", square: str = "pow", eps_first: bool = False, affine: bool = True, axis: int = 1,
+                eps_outside: bool = False):
     """A hand-written channel LayerNorm on (1, 8, 4, 4) in one of its spellings."""
     c = 8
     nodes = [helper.make_node("ReduceMean", ["x"], ["m"], axes=[axis], keepdims=1, name="rm1"),
              helper.make_node("Sub", ["x", "m"], ["d"], name="sub")]
     nodes.append(helper.make_node("Pow", ["d", "two"], ["sq"], name="sq") if square == "pow" else helper.make_node("Mul", ["d", "d"], ["sq"], name="sq"))
-    nodes += [helper.make_node("ReduceMean", ["sq"], ["var"], axes=[axis], keepdims=1, name="rm2"),
-              helper.make_node("Add", ["eps", "var"] if eps_first else ["var", "eps"], ["ve"], name="add_eps"),
-              helper.make_node("Sqrt", ["ve"], ["std"], name="sqrt")]
+    nodes.append(helper.make_node("ReduceMean", ["sq"], ["var"], axes=[axis], keepdims=1, name="rm2"))
+    if eps_outside:  # d / (sqrt(var) + eps)
+        nodes += [helper.make_node("Sqrt", ["var"], ["root"], name="sqrt"),
+                  helper.make_node("Add", ["eps", "root"] if eps_first else ["root", "eps"], ["std"], name="add_eps")]
+    else:
+        nodes += [helper.make_node("Add", ["eps", "var"] if eps_first else ["var", "eps"], ["ve"], name="add_eps"),
+                  helper.make_node("Sqrt", ["ve"], ["std"], name="sqrt")]
     out = "y" if not affine else "n"
     if inv == "div":
         nodes.append(helper.make_node("Div", ["d", "std"], [out], name="div"))
@@ -159,6 +183,7 @@ def _channel_ln(inv: str = "div", square: str = "pow", eps_first: bool = False, 
 
 @pytest.mark.parametrize("kwargs", [
     {}, {"inv": "reciprocal"}, {"square": "mul"}, {"eps_first": True}, {"affine": False}, {"axis": 2},
+    {"eps_outside": True}, {"eps_outside": True, "inv": "reciprocal", "eps_first": True},
 ])
 def test_channel_layernorm_spellings_fuse_exactly(kwargs):
     model = _channel_ln(**kwargs)
@@ -167,7 +192,31 @@ def test_channel_layernorm_spellings_fuse_exactly(kwargs):
     # over axis 2 the (C, 1, 1) gamma/beta vary over another axis: they stay outside the LayerNorm
     assert [n.op_type for n in g.nodes] == (["ChannelLayerNorm"] if kwargs.get("axis", 1) == 1 else ["ChannelLayerNorm", "Mul", "Add"])
     assert g.nodes[0].attrs["axis"] == kwargs.get("axis", 1)
+    assert g.nodes[0].attrs.get("eps_outside", 0) == int(kwargs.get("eps_outside", False))
     _same_in_float(model, g, (1, 8, 4, 4))
+
+
+def test_layernorm_with_eps_outside_the_root_over_trailing_axes_stays_decomposed():
+    model = _channel_ln(eps_outside=True, axis=3, affine=False)
+    g = import_onnx(model)
+    assert fuse_layernorm(g) == 0 and "ReduceMean" in g.op_types()
+
+
+def test_channel_layernorm_with_eps_outside_runs_in_integers(tmp_path):
+    model = _channel_ln(eps_outside=True)
+    conv = helper.make_node("Conv", ["y", "w"], ["z"], name="conv")
+    model.graph.node.append(conv)
+    model.graph.initializer.append(tensor("w", np.random.default_rng(2).normal(0, 0.5, (4, 8, 1, 1)).astype(np.float32)))
+    del model.graph.output[:]
+    model.graph.output.append(vinfo("z", [1, 4, 4, 4]))
+    model.graph.input[0].name = "x"
+    path = tmp_path / "eo.onnx"
+    onnx.save(model, str(path))
+    result, compiled = _pipeline(path, (1, 8, 4, 4), tmp_path)
+    ln = next(n for n in result.program.nodes if n.op_type == "HzLayerNorm")
+    assert ln.meta["kernel"].eps_root > 0 and ln.meta["kernel"].E == 0
+    _assert_integer_and_exact(result, compiled, path, (1, 8, 4, 4), "HzLayerNorm")
+    _bit_exact_against_quantized_onnx(compiled, tmp_path, (1, 8, 4, 4))
 
 
 # ---------------------------------------------------------------------------- pipeline

@@ -29,6 +29,11 @@ factors: channel c really has scale ``s_in 2**alpha_c``, and the kernel starts f
    by a 5-step binary search) with ``t = w 4**k < 2**52``; then ``t`` is in [2**50, 2**52).
 4. ``s = isqrt(t)`` (exact, 25-26 bits), ``R = floor(2**50 / s)`` (~2**24-2**25):
    ``1/sqrt(w) ~= R 2**k / 2**50``.
+4b. eps outside the root (``d / (sqrt(var) + eps)``, ``eps_outside``): ``E = 0`` and
+   ``s = isqrt(t) + rshift(C 2**k, m)`` before the division, with ``C = round(c 2**m) < 2**27``,
+   ``c = eps sqrt(N) 2**f / s_in`` (eps in the units of ``sqrt(V)``), so ``s ~= (sqrt(w) + c) 2**k``;
+   ``C 2**k < 2**52`` since ``k <= 25``. A larger ``s`` only shrinks ``R`` and ``u`` (bounds below hold);
+   ``R`` keeps 2**50 / s bits, fewer only where eps dominates the root and the output is near 0.
 5. ``u = rshift(d R 2**k, 20)``: ``d / sqrt(w)`` in Q30, ``|u| <= 2**30 (1 + 2**-23)`` because
    ``d**2 <= V <= w``.
 6. ``y = clamp(rshift(u G_c + B_c, shift))`` with ``G_c = round(gamma_c sqrt(N) / s_out 2**g)``,
@@ -98,6 +103,8 @@ class LayerNorm(Kernel):
     rounding: str = DEFAULT_ROUNDING
     d_shift: int = 0  # right shift of the centred values when eps dominates (step 2)
     axes: tuple[int, ...] = (-1,)  # the normalised axes, negative and consecutive (module docstring)
+    eps_root: int = 0  # eps outside the root, ``d / (sqrt(var) + eps)``: C of step 4b (0: eps inside)
+    eps_root_shift: int = 0  # m of step 4b
 
     @property
     def norm_shape(self) -> tuple[int, ...]:
@@ -125,6 +132,7 @@ class LayerNorm(Kernel):
         rounding: str = DEFAULT_ROUNDING,
         axes: Any = (-1,),
         norm_shape: Any = None,
+        eps_outside: bool = False,
     ) -> "LayerNorm":
         """Integer parameters of LayerNorm(eps) followed by ``gamma``/``beta`` (None: 1 / 0).
 
@@ -132,7 +140,8 @@ class LayerNorm(Kernel):
         ``scale_out``: a scalar, or ``[N]`` per-channel output scales;
         ``ptf_alpha``: per-channel power-of-two factors (ints 0..8) of the input scale;
         ``axes``: the normalised axes, negative and consecutive; ``norm_shape``: their sizes
-        (default: ``(N,)`` for one axis; gamma and beta are read in that shape's C order).
+        (default: ``(N,)`` for one axis; gamma and beta are read in that shape's C order);
+        ``eps_outside``: eps added to the root, ``(x - mean) / (sqrt(var) + eps)`` (step 4b).
         """
         axes = tuple(int(a) for a in np.atleast_1d(np.asarray(axes)).reshape(-1))
         if not axes or axes[-1] >= 0 or list(axes) != list(range(axes[0], axes[-1] + 1)):
@@ -172,7 +181,7 @@ class LayerNorm(Kernel):
         W = (2**in_bits - 1) << amax
 
         def eps_units(f: int) -> int:
-            if eps == 0:
+            if eps == 0 or eps_outside:
                 return 0
             v = eps * N * 4.0**f / s_in / s_in  # not s_in**2: it underflows to 0 for tiny scales
             return max(1, int(math.floor(v + 0.5))) if v < 2.0**62 else 2**62
@@ -200,6 +209,13 @@ class LayerNorm(Kernel):
             chosen = (0, min(max(1, int(math.floor(e_j + 0.5))), room) if e_j < room else room)
         f, E = chosen
         check(N * (2 ** (in_bits - 1) << (amax + f + 1)) + 4 * N < 2**53, "LayerNorm mean division bound")
+        eps_root = eps_root_shift = 0
+        if eps_outside and eps > 0:
+            c = eps * math.sqrt(N) * 2.0**f / s_in
+            eps_root_shift = min(40, 26 - math.frexp(c)[1])
+            if eps_root_shift < 0:
+                raise ValueError("LayerNorm eps outside the root is over 2**26 input steps: it swamps the spread")
+            eps_root = int(math.floor(math.ldexp(c, eps_root_shift) + 0.5))
 
         gr = gam * math.sqrt(N) / s_out
         lim = np.abs(gr) + 2 ** (out_bits - 1) + 2
@@ -218,7 +234,7 @@ class LayerNorm(Kernel):
             bshape = shape + (1,) * (-1 - axes[-1])
             G, B = G.reshape(bshape), B.reshape(bshape)
         return cls(n=N, in_bits=in_bits, out_bits=out_bits, f=f, E=int(E), G=G, B=B, shift=shift, lo=qmin, hi=qmax,
-                   alpha=alpha, rounding=rounding, d_shift=d_shift, axes=axes)
+                   alpha=alpha, rounding=rounding, d_shift=d_shift, axes=axes, eps_root=eps_root, eps_root_shift=eps_root_shift)
 
     # ------------------------------------------------------------------------- numpy
     def apply_numpy(self, q: np.ndarray) -> np.ndarray:
@@ -239,6 +255,8 @@ class LayerNorm(Kernel):
             t = np.where(c, t << (2 * step), t)
             p = np.where(c, p << step, p)
         s = isqrt_numpy(t)
+        if self.eps_root:
+            s = s + rounding_shift_numpy(self.eps_root * p, self.eps_root_shift, self.rounding)
         R = (1 << 50) // s
         u = rounding_shift_numpy(d * R * p, 20, self.rounding)
         z = u * self.G + self.B
@@ -263,6 +281,8 @@ class LayerNorm(Kernel):
             t = b.where(c, b.mul(t, b.const(4.0**step)), t)
             p = b.where(c, b.mul(p, b.const(2.0**step)), p)
         s = isqrt_onnx(b, t)
+        if self.eps_root:
+            s = b.add(s, rounding_shift_onnx(b, b.mul(p, b.const(float(self.eps_root))), self.eps_root_shift, self.rounding))
         R = b.floor(b.div(b.const(2.0**50), s))
         u = rounding_shift_onnx(b, b.mul(b.mul(d, R), p), 20, self.rounding)
         z = b.add(b.mul(u, b.int_const(self.G, np.float64, "gamma")), b.const(self.B.astype(np.float64), hint="beta"))

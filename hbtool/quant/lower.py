@@ -459,7 +459,8 @@ class _Lowerer:
         tq = self.tq(node.outputs[0])
         kernel = LayerNorm.build(x.scale, params[0], params[1], float(node.attr("epsilon", 1e-5)), tq.channel_scales(), x.bits, tq.bits,
                                  n=int(np.prod(norm_shape)), ptf_alpha=x.alpha, rounding=self.rounding,
-                                 axes=tuple(a - rank for a in axes), norm_shape=norm_shape)
+                                 axes=tuple(a - rank for a in axes), norm_shape=norm_shape,
+                                 eps_outside=bool(node.attr("eps_outside", 0)))
         self.emit_kernel(node, "HzLayerNorm", kernel, [x.name], node.outputs[0])
         return True
 

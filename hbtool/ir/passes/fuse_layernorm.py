@@ -29,7 +29,9 @@ LayerNorm: ``ReduceMean(axes=[1])`` of NCHW, gamma and beta shaped ``(C, 1, 1)``
 standard op -- ``LayerNormalization(axis=1)`` would normalise over C, H and W together -- so
 it becomes ``hbtool::ChannelLayerNorm(x, scale, bias, axis=a, epsilon=eps)`` whose body is
 the matched nodes themselves (exact in float by construction); its scale and bias are the
-model's gamma / beta constants (ones / zeros when missing, then unused by the body).
+model's gamma / beta constants (ones / zeros when missing, then unused by the body). There eps
+may also sit outside the root, ``d / (Sqrt(var) + eps)`` (``eps_outside=1``); over trailing
+axes that form has no standard op either and stays decomposed.
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ def _single_inner_axis(axes: list[int] | None, rank: int) -> int | None:
 
 
 def _match(graph: Graph, cm: dict[str, list[Node]], pm: dict[str, Node], rm1: Node):
-    """Match the pattern rooted at the mean ``rm1``: returns (nodes, x, k, eps, y_tensor) or None."""
+    """Match the pattern rooted at the mean ``rm1``: (nodes, x, k or [axis], eps, y_tensor, eps_outside) or None."""
     x = rm1.inputs[0]
     x_shape = graph.shape(x)
     if x_shape is None or not _keepdims(rm1):
@@ -136,18 +138,30 @@ def _match(graph: Graph, cm: dict[str, list[Node]], pm: dict[str, Node], rm1: No
     rm2 = sole_consumer(graph, cm, sq.outputs[0])
     if not _is(rm2, "ReduceMean") or rm2.inputs[0] != sq.outputs[0] or not _keepdims(rm2) or reduce_axes(graph, rm2) != axes:
         return None
-    add_eps = sole_consumer(graph, cm, rm2.outputs[0])
+    first = sole_consumer(graph, cm, rm2.outputs[0])
+    root = first if _is(first, "Sqrt") and k is None else None  # eps outside the root (channel form only)
+    add_eps = sole_consumer(graph, cm, root.outputs[0]) if root is not None else first
     if not _is(add_eps, "Add"):
         return None
     ca = const_and_other(graph, add_eps)
-    if ca is None or ca[1] != rm2.outputs[0]:
+    if ca is None or ca[1] != (root.outputs[0] if root is not None else rm2.outputs[0]):
         return None
     eps = scalar(graph, ca[0])
     if eps is None or not eps > 0 or eps > 1.0:
         return None
     ve = add_eps.outputs[0]
     inv_nodes: list[Node] = []
-    if _is(div_like, "Div"):
+    if root is not None:  # d / (sqrt(var) + eps), d * Reciprocal(...) or d * (1 / ...)
+        if _is(div_like, "Div"):
+            if div_like.inputs[1] != ve:
+                return None
+            inv_nodes = [root]
+        else:
+            rp = pm.get(other_input(div_like, d_norm) or "")
+            if not (_is(rp, "Reciprocal") or (_is(rp, "Div") and scalar_is(graph, rp.inputs[0], 1.0))) or rp.inputs[-1] != ve:
+                return None
+            inv_nodes = [root, rp]
+    elif _is(div_like, "Div"):
         sqrt = pm.get(div_like.inputs[1])
         if not _is(sqrt, "Sqrt") or sqrt.inputs[0] != ve:
             return None
@@ -168,7 +182,7 @@ def _match(graph: Graph, cm: dict[str, list[Node]], pm: dict[str, Node], rm1: No
     for n in nodes[:-1]:
         if not used_only_by(graph, cm, n.outputs[0], nodes):
             return None
-    return nodes, x, (k if k is not None else list(axes)), eps, div_like.outputs[0]
+    return nodes, x, (k if k is not None else list(axes)), eps, div_like.outputs[0], root is not None
 
 
 def _rsqrt_chain(graph: Graph, cm, sq: Node, axes):
@@ -334,7 +348,7 @@ def _replace(graph: Graph, nodes: list[Node], x: str, k: int, eps: float, out: s
     )
 
 
-def _fuse_channel(graph: Graph, cm, nodes: list[Node], x: str, axes: list[int], eps: float, y: str) -> None:
+def _fuse_channel(graph: Graph, cm, nodes: list[Node], x: str, axes: list[int], eps: float, y: str, eps_outside: bool) -> None:
     """Take the optional per-channel gamma Mul and beta Add after a channel LayerNorm core, then fuse."""
     x_shape = tuple(graph.shape(x))
     gamma = beta = None
@@ -353,10 +367,11 @@ def _fuse_channel(graph: Graph, cm, nodes: list[Node], x: str, axes: list[int], 
             beta = ca[0]
             nodes.append(nxt)
             out = nxt.outputs[0]
-    _replace_channel(graph, nodes, x, axes[0], eps, out, gamma, beta)
+    _replace_channel(graph, nodes, x, axes[0], eps, out, gamma, beta, eps_outside)
 
 
-def _replace_channel(graph: Graph, nodes: list[Node], x: str, axis: int, eps: float, out: str, gamma: str | None, beta: str | None) -> None:
+def _replace_channel(graph: Graph, nodes: list[Node], x: str, axis: int, eps: float, out: str, gamma: str | None, beta: str | None,
+                     eps_outside: bool = False) -> None:
     """``hbtool::ChannelLayerNorm`` over ``axis`` with the matched nodes as its body (module docstring)."""
     name = fused_name(graph, nodes, "LayerNorm")
     x_shape = graph.shape(x)
@@ -367,8 +382,10 @@ def _replace_channel(graph: Graph, nodes: list[Node], x: str, axis: int, eps: fl
     if beta is None:
         beta = graph.add_const(np.zeros(param_shape, dtype), hint=f"{name}.bias")
     nodes = [n for n in graph.nodes if any(n is m for m in nodes)]
-    graph.fuse(nodes, "ChannelLayerNorm", [x, gamma, beta], [out], attrs={"axis": int(axis), "epsilon": float(eps)},
-               domain=HBTOOL_DOMAIN, name=name, keep_body=True)
+    attrs = {"axis": int(axis), "epsilon": float(eps)}
+    if eps_outside:
+        attrs["eps_outside"] = 1
+    graph.fuse(nodes, "ChannelLayerNorm", [x, gamma, beta], [out], attrs=attrs, domain=HBTOOL_DOMAIN, name=name, keep_body=True)
 
 
 def fuse_layernorm(graph: Graph) -> int:
@@ -399,11 +416,11 @@ def fuse_layernorm(graph: Graph) -> int:
             if m is None:
                 undo()
                 continue
-        nodes, x, k, eps, y = m
+        nodes, x, k, eps, y, eps_outside = m
         x_shape = graph.shape(x)
         dtype = graph.dtype(x)
         if not isinstance(k, int):
-            _fuse_channel(graph, cm, nodes, x, k, eps, y)
+            _fuse_channel(graph, cm, nodes, x, k, eps, y, eps_outside)
             count += 1
             continue
         norm_shape = tuple(x_shape[len(x_shape) - k :])
