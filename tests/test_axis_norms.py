@@ -305,6 +305,25 @@ def test_softmax_over_a_non_last_axis_runs_in_integers(tmp_path, shape, axis):
     _bit_exact_against_quantized_onnx(compiled, tmp_path, shape)
 
 
+def test_yolov8_dfl_head_with_its_view_and_transpose_runs_in_integers(tmp_path):
+    """The box head as exported: (1, 64, A) viewed as (1, 4, 16, A), transposed to (1, 16, 4, A), Softmax(1), 1x1 conv."""
+    rng = np.random.default_rng(14)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c"], pads=[1, 1, 1, 1], name="box_conv"),
+             helper.make_node("Reshape", ["c", "s1"], ["r"], name="view"),
+             helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1, 3], name="transpose"),
+             helper.make_node("Softmax", ["t"], ["p"], axis=1, name="softmax"),
+             helper.make_node("Conv", ["p", "w2"], ["d"], name="dfl_conv"),
+             helper.make_node("Reshape", ["d", "s2"], ["y"], name="boxes")]
+    inits = [tensor("w1", rng.normal(0, 0.3, (64, 8, 3, 3)).astype(np.float32)), tensor("s1", np.array([1, 4, 16, 64], np.int64)),
+             tensor("w2", np.arange(16, dtype=np.float32).reshape(1, 16, 1, 1)), tensor("s2", np.array([1, 4, 64], np.int64))]
+    path = tmp_path / "dfl.onnx"
+    onnx.save(make_model(nodes, [vinfo("x", [1, 8, 8, 8])], [vinfo("y", [1, 4, 64])], inits), str(path))
+    result, compiled = _pipeline(path, (1, 8, 8, 8), tmp_path)
+    assert next(n for n in result.program.nodes if n.op_type == "HzSoftmax").meta["kernel"].axis == -3
+    _assert_integer_and_exact(result, compiled, path, (1, 8, 8, 8), "HzSoftmax", min_cosine=0.999)
+    _bit_exact_against_quantized_onnx(compiled, tmp_path, (1, 8, 8, 8))
+
+
 def test_opset11_softmax_flattens_from_its_axis_and_runs_in_integers(tmp_path):
     """Opset-11 Softmax(axis=1) of (1, 8, 64) is one softmax over all 512 values (coerced to 2-D)."""
     c = 8
@@ -351,14 +370,20 @@ def test_layernormalization_axis1_on_nchw_runs_in_integers(tmp_path):
     _bit_exact_against_quantized_onnx(compiled, tmp_path, (1, 3, 8, 8))
 
 
-def test_instance_normalization_names_its_cpu_reason():
-    from hbtool.checker.placement import place_graph
-    from hbtool.march.description import load_march
-
-    nodes = [helper.make_node("InstanceNormalization", ["x", "g", "b"], ["y"], name="inorm")]
-    model = make_model(nodes, [vinfo("x", [1, 4, 8, 8])], [vinfo("y", [1, 4, 8, 8])],
-                       [tensor("g", np.ones(4, np.float32)), tensor("b", np.zeros(4, np.float32))])
-    g = import_onnx(model)
-    place_graph(g, load_march("bayes"))
-    node = g.nodes[0]
-    assert node.meta["on"] == "CPU" and "InstanceNormalization has no integer kernel" in node.meta["reason"]
+def test_instance_normalization_runs_in_integers(tmp_path):
+    """InstanceNormalization: LayerNorm over H, W with gamma/beta per channel (the kernel's ``param_shape``)."""
+    c = 8
+    rng = np.random.default_rng(13)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+             helper.make_node("InstanceNormalization", ["c1", "g", "b"], ["n"], epsilon=1e-5, name="inorm"),
+             helper.make_node("Conv", ["n", "w2"], ["y"], name="conv2")]
+    inits = [tensor("w1", rng.normal(0, 0.5, (c, 3, 3, 3)).astype(np.float32)),
+             tensor("g", rng.uniform(0.5, 1.5, c).astype(np.float32)), tensor("b", rng.normal(0, 0.3, c).astype(np.float32)),
+             tensor("w2", rng.normal(0, 0.5, (4, c, 1, 1)).astype(np.float32))]
+    path = tmp_path / "inorm.onnx"
+    onnx.save(make_model(nodes, [vinfo("x", [1, 3, 8, 8])], [vinfo("y", [1, 4, 8, 8])], inits), str(path))
+    result, compiled = _pipeline(path, (1, 3, 8, 8), tmp_path)
+    k = next(n for n in result.program.nodes if n.op_type == "HzLayerNorm").meta["kernel"]
+    assert k.axes == (-2, -1) and k.norm_dims == (8, 8) and k.G.shape == (c, 1, 1)
+    _assert_integer_and_exact(result, compiled, path, (1, 3, 8, 8), "HzLayerNorm")
+    _bit_exact_against_quantized_onnx(compiled, tmp_path, (1, 3, 8, 8))

@@ -364,6 +364,7 @@ VALID: dict[str, Build] = {
     "LayerNormalization": onnx_node("LayerNormalization", ["x", "g", "b"], feeds={"x": [1, 4, 16]}, consts={"g": np.ones(16, F32), "b": np.zeros(16, F32)}),
     "BatchNormalization": onnx_node("BatchNormalization", ["x", "g", "b", "m", "v"], feeds={"x": _X},
                                     consts={"g": np.ones(8, F32), "b": _w(8), "m": _w(8, seed=1), "v": np.ones(8, F32)}),
+    "InstanceNormalization": onnx_node("InstanceNormalization", ["x", "g", "b"], feeds={"x": _X}, consts={"g": np.ones(8, F32), "b": _w(8)}),
     # ChannelLayerNorm is the hbtool-domain fusion of a LayerNorm over a non-last axis: build the IR.
     "ChannelLayerNorm": ir_node("ChannelLayerNorm", ["x", "g", "b"], feeds={"x": _X}, consts={"g": np.ones((8, 1, 1), F32), "b": np.zeros((8, 1, 1), F32)},
                                 outputs={"y": _X}, domain=HBTOOL_DOMAIN, axis=1, epsilon=1e-6),

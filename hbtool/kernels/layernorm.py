@@ -7,6 +7,9 @@ over those axes wherever they sit -- the vector unit walks a non-last axis with 
 transpose -- and ``G``/``B`` are shaped ``normalised shape + (1,) * trailing axes`` so that they
 broadcast onto the input; every step below is otherwise unchanged, and integer sums do not
 depend on their order, so both forms stay exact. Power-of-two factors need ``axes == (-1,)``.
+With ``param_shape`` G/B may instead vary over axes that are not normalised
+(InstanceNormalization: axes ``(-2, -1)``, G/B ``(C, 1, 1)``); ``norm_dims`` then records the
+normalised dims.
 
 Input int8/int16 ``q`` at scale ``s_in`` (optionally with FQ-ViT-style power-of-two
 factors: channel c really has scale ``s_in 2**alpha_c``, and the kernel starts from
@@ -105,10 +108,13 @@ class LayerNorm(Kernel):
     axes: tuple[int, ...] = (-1,)  # the normalised axes, negative and consecutive (module docstring)
     eps_root: int = 0  # eps outside the root, ``d / (sqrt(var) + eps)``: C of step 4b (0: eps inside)
     eps_root_shift: int = 0  # m of step 4b
+    norm_dims: tuple[int, ...] = ()  # the normalised dims when G/B vary over other axes (InstanceNorm); () = G's
 
     @property
     def norm_shape(self) -> tuple[int, ...]:
-        """The shape of the normalised axes (G without its trailing broadcast ones)."""
+        """The shape of the normalised axes (G without its trailing broadcast ones, unless ``norm_dims``)."""
+        if self.norm_dims:
+            return tuple(int(d) for d in self.norm_dims)
         return tuple(int(d) for d in np.shape(self.G)[: len(self.axes)])
 
     def _check_shape(self, shape: tuple[int, ...]) -> None:
@@ -133,6 +139,7 @@ class LayerNorm(Kernel):
         axes: Any = (-1,),
         norm_shape: Any = None,
         eps_outside: bool = False,
+        param_shape: Any = None,
     ) -> "LayerNorm":
         """Integer parameters of LayerNorm(eps) followed by ``gamma``/``beta`` (None: 1 / 0).
 
@@ -141,7 +148,10 @@ class LayerNorm(Kernel):
         ``ptf_alpha``: per-channel power-of-two factors (ints 0..8) of the input scale;
         ``axes``: the normalised axes, negative and consecutive; ``norm_shape``: their sizes
         (default: ``(N,)`` for one axis; gamma and beta are read in that shape's C order);
-        ``eps_outside``: eps added to the root, ``(x - mean) / (sqrt(var) + eps)`` (step 4b).
+        ``eps_outside``: eps added to the root, ``(x - mean) / (sqrt(var) + eps)`` (step 4b);
+        ``param_shape``: gamma/beta's own shape, right-aligned against the input, when they vary
+        over axes that are not normalised (InstanceNormalization: ``(C, 1, 1)`` over H, W; then
+        ``norm_shape`` is needed and ``scale_out`` is a scalar).
         """
         axes = tuple(int(a) for a in np.atleast_1d(np.asarray(axes)).reshape(-1))
         if not axes or axes[-1] >= 0 or list(axes) != list(range(axes[0], axes[-1] + 1)):
@@ -156,16 +166,22 @@ class LayerNorm(Kernel):
                 n = int(np.asarray(v).size)
         if n is None or n < 1:
             raise ValueError("LayerNorm needs its length: pass gamma, beta or n")
+        if param_shape is not None:
+            param_shape = tuple(int(d) for d in param_shape)
+            if norm_shape is None or ptf_alpha is not None:
+                raise ValueError("LayerNorm with gamma over other axes needs norm_shape and no power-of-two factors")
+            n = int(np.prod(norm_shape))
         N = int(n)
-        gam = np.ones(N) if gamma is None else np.asarray(gamma, np.float64).reshape(-1)
-        bet = np.zeros(N) if beta is None else np.asarray(beta, np.float64).reshape(-1)
-        if gam.size != N or bet.size != N:
-            raise ValueError("gamma and beta must have the normalised length")
+        P = N if param_shape is None else int(np.prod(param_shape))
+        gam = np.ones(P) if gamma is None else np.asarray(gamma, np.float64).reshape(-1)
+        bet = np.zeros(P) if beta is None else np.asarray(beta, np.float64).reshape(-1)
+        if gam.size != P or bet.size != P:
+            raise ValueError("gamma and beta must have the normalised length (or param_shape's size)")
         qmin, qmax = int_range(out_bits)
         int_range(in_bits)
         s_in, eps = float(scale_in), float(eps)
         s_out = np.asarray(scale_out, np.float64)
-        if s_out.ndim > 1 or (s_out.ndim == 1 and s_out.size != N):
+        if s_out.ndim > 1 or (s_out.ndim == 1 and (s_out.size != N or param_shape is not None)):
             raise ValueError("scale_out must be a scalar or one scale per normalised channel")
         if not (s_in > 0 and bool(np.all(s_out > 0)) and eps >= 0):
             raise ValueError("scales must be > 0 and eps >= 0")
@@ -227,14 +243,21 @@ class LayerNorm(Kernel):
         shift = 30 + g
         G = np.floor(np.ldexp(gr, g) + 0.5).astype(np.int64)
         B = np.floor(np.ldexp(br, shift) + 0.5).astype(np.int64)
-        if axes != (-1,) or norm_shape is not None:
+        norm_dims: tuple[int, ...] = ()
+        if param_shape is not None:
+            norm_dims = tuple(int(d) for d in norm_shape)
+            if len(norm_dims) != len(axes):
+                raise ValueError(f"norm_shape {norm_dims} does not fit axes {axes}")
+            G, B = G.reshape(param_shape), B.reshape(param_shape)
+        elif axes != (-1,) or norm_shape is not None:
             shape = (N,) if norm_shape is None else tuple(int(d) for d in norm_shape)
             if len(shape) != len(axes) or int(np.prod(shape)) != N:
                 raise ValueError(f"norm_shape {shape} does not fit {N} elements over axes {axes}")
             bshape = shape + (1,) * (-1 - axes[-1])
             G, B = G.reshape(bshape), B.reshape(bshape)
         return cls(n=N, in_bits=in_bits, out_bits=out_bits, f=f, E=int(E), G=G, B=B, shift=shift, lo=qmin, hi=qmax,
-                   alpha=alpha, rounding=rounding, d_shift=d_shift, axes=axes, eps_root=eps_root, eps_root_shift=eps_root_shift)
+                   alpha=alpha, rounding=rounding, d_shift=d_shift, axes=axes, eps_root=eps_root, eps_root_shift=eps_root_shift,
+                   norm_dims=norm_dims)
 
     # ------------------------------------------------------------------------- numpy
     def apply_numpy(self, q: np.ndarray) -> np.ndarray:

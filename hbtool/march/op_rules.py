@@ -220,8 +220,14 @@ def layernorm_size_within_limit(ctx: RuleContext) -> str | None:
         return None
     axis = int(ctx.node.attr("axis", -1))
     axis = axis + len(s) if axis < 0 else axis
-    # LayerNormalization: the axes from ``axis`` on; ChannelLayerNorm: ``axis`` alone (strided, any position)
-    size = int(s[axis]) if ctx.node.op_type == "ChannelLayerNorm" else int(np.prod(s[axis:]))
+    # LayerNormalization: the axes from ``axis`` on; ChannelLayerNorm: ``axis`` alone (strided, any position);
+    # InstanceNormalization: the spatial axes
+    if ctx.node.op_type == "ChannelLayerNorm":
+        size = int(s[axis])
+    elif ctx.node.op_type == "InstanceNormalization":
+        size = int(np.prod(s[2:]))
+    else:
+        size = int(np.prod(s[axis:]))
     return None if size <= ctx.lim("layernorm_max_size") else f"{size} elements per row"
 
 
@@ -365,7 +371,7 @@ _register(["Pow"], "HzLut", "vector", pow_exponent_is_constant)
 _register(["HzPreprocess"], "HzSQuantizedPreprocess", "vector")
 _register(["Softmax"], "HzSoftmax", "vector")
 _register(["LogSoftmax"], "HzSoftmax", "vector")
-_register(["LayerNormalization", "ChannelLayerNorm"], "HzLayerNorm", "vector", layernorm_size_within_limit)
+_register(["LayerNormalization", "ChannelLayerNorm", "InstanceNormalization"], "HzLayerNorm", "vector", layernorm_size_within_limit)
 _register(["BatchNormalization"], "HzSElementwiseMul", "vector")
 _register(["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin"], "HzSQuantizedReduce", "vector", reduce_over_one_axis_or_hw)
 _register(["MaxPool", "AveragePool"], "HzSQuantizedPool", "vector", pool_is_2d, pool_kernel_within_limit)
@@ -414,8 +420,6 @@ CPU_BY_DESIGN: dict[str, str] = {
     "ScatterElements": "scatter writes run on the CPU",
     "GatherND": "gather by run-time multi-dimensional index runs on the CPU",
     "GatherElements": "gather by run-time index runs on the CPU",
-    "InstanceNormalization": "InstanceNormalization has no integer kernel in hbtool: its gamma/beta vary over the channel axis, "
-                             "which it does not normalise (the LayerNorm kernel takes gamma over the normalised axes only)",
     "GroupNormalization": "GroupNormalization has no integer kernel in hbtool: it normalises channel groups with per-channel "
                           "gamma/beta, which needs a reshape around the LayerNorm kernel that hbtool does not emit yet",
     "If": "control flow runs on the CPU",

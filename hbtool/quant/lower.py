@@ -472,6 +472,24 @@ class _Lowerer:
         axis = axis + len(shape) if axis < 0 else axis
         return self._layernorm(node, list(range(axis, len(shape))))
 
+    def _lower_InstanceNormalization(self, node: Node) -> bool:
+        """LayerNorm over the spatial axes with gamma/beta per channel (axis 1): ``param_shape`` (C, 1, ..)."""
+        shape = self.src.shape(node.inputs[0])
+        gamma, beta = self.src.const(node.inputs[1]), self.src.const(node.inputs[2])
+        if shape is None or len(shape) < 3 or gamma is None or beta is None:
+            return False
+        rank = len(shape)
+        x = self.int_input(node.inputs[0])
+        tq = self.tq(node.outputs[0])
+        if tq.ptf_alpha is not None:
+            return False
+        norm_shape = tuple(int(d) for d in shape[2:])
+        kernel = LayerNorm.build(x.scale, np.asarray(gamma, np.float64), np.asarray(beta, np.float64), float(node.attr("epsilon", 1e-5)),
+                                 tq.scale, x.bits, tq.bits, ptf_alpha=x.alpha, rounding=self.rounding,
+                                 axes=tuple(range(2 - rank, 0)), norm_shape=norm_shape, param_shape=(int(shape[1]),) + (1,) * (rank - 2))
+        self.emit_kernel(node, "HzLayerNorm", kernel, [x.name], node.outputs[0])
+        return True
+
     def _lower_ChannelLayerNorm(self, node: Node) -> bool:
         shape = self.src.shape(node.inputs[0])
         if shape is None:

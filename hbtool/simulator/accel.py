@@ -531,8 +531,8 @@ def _rows_over(axes: tuple[int, ...], run_rows: Callable[[np.ndarray], np.ndarra
 
 def layernorm_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.ndarray]:
     """:meth:`LayerNorm.apply_numpy` as a row loop (normalised axes moved last when they are not)."""
-    if getattr(kernel, "eps_root", 0):
-        return None  # eps outside the root: the row loop does not have step 4b, the numpy form runs
+    if getattr(kernel, "eps_root", 0) or getattr(kernel, "norm_dims", ()):
+        return None  # eps outside the root (step 4b) or gamma over other axes: not in the row loop, the numpy form runs
     N = int(kernel.n)
     axes = tuple(getattr(kernel, "axes", (-1,)))
     alpha = np.zeros(N, np.int64) if kernel.alpha is None else np.ascontiguousarray(np.asarray(kernel.alpha, np.int64))
