@@ -80,7 +80,12 @@ def import_onnx(
     _apply_input_shapes(model, dict(input_shapes or {}))
     if fold:
         model = _fold_with_onnxruntime(model)
-    model = _lift_opset(model)
+    lifted = _lift_opset(model)
+    if fold and lifted is not model and any(n.op_type == "Shape" for n in lifted.graph.node):
+        # the converter writes opset-11/12 Softmax (flatten from ``axis``: a 2-D softmax) as
+        # Shape -> Flatten -> Softmax -> Reshape(Shape); the shapes are static: fold them too
+        lifted = _fold_with_onnxruntime(lifted)
+    model = lifted
     model = _infer_shapes(model)
     graph = _to_ir(model)
     _fill_missing_shapes(graph, model)

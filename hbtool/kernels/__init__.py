@@ -55,8 +55,8 @@ Modules
 :mod:`.conv`        Conv (1-3 spatial dims, groups, strides, pads, dilations)
 :mod:`.eltwise`     Add / Sub, Mul
 :mod:`.lut`         Lut (GELU, Sigmoid, Exp, Reciprocal, ... and any callable)
-:mod:`.softmax`     Softmax over the last axis, masks honoured (linear or log2 output)
-:mod:`.layernorm`   LayerNorm over the last axis (optional power-of-two factors)
+:mod:`.softmax`     Softmax over any axis (the last by default), masks honoured (linear or log2 output)
+:mod:`.layernorm`   LayerNorm over the last axis or consecutive axes anywhere (optional power-of-two factors)
 :mod:`.pool`        AvgPool, ReduceMean / GlobalAveragePool, MaxPool
 :mod:`.builder`     OnnxBuilder, the node writer the ONNX forms share
 ==================  ==========================================================

@@ -242,6 +242,10 @@ def vector_cost(node: Node, ctx: CostContext) -> OpCost:
     cpe = float(getattr(hw, f"cpe_{cls}"))
     op.components[VECTOR] = elements * cpe / hw.vector_lanes / rate / ctx.split
     op.note = f"{cls}: {cpe:g} cycles/element" + (f", int16 at {rate:g}x" if wide else "")
+    over = tuple(getattr(kernel, "axes", (getattr(kernel, "axis", -1),)))
+    if cls in ("layernorm", "softmax") and over != (-1,):
+        # the reduction walks a non-last axis with a stride in place: same element count, no transpose
+        op.note += f", over axes {list(over)} (strided, no transpose)"
     _memory_traffic(op, node, ctx)
     op.overhead = hw.per_op_cycles + (hw.dual_core_sync_cycles if ctx.split > 1 else 0)
     return op

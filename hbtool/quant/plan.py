@@ -34,8 +34,8 @@ FIXED_OUTPUT_SCALE = {"Softmax": {8: 2.0**-7, 16: 2.0**-15}}
 
 # ops whose inputs/outputs want int16 when auto_int16 is on (the J5 talk: LayerNorm, Softmax;
 # LUT ops keep their resolution with int16 in and out)
-INT16_OUTPUTS = {"Softmax", "LayerNormalization"}
-INT16_INPUTS = {"HzPreprocess", "Softmax", "LayerNormalization", "Gelu", "Erf", "Sigmoid", "Tanh", "Exp", "Swish", "HardSwish", "Sqrt", "Reciprocal", "Div", "Log", "Pow"}
+INT16_OUTPUTS = {"Softmax", "LayerNormalization", "ChannelLayerNorm", "InstanceNormalization"}
+INT16_INPUTS = {"HzPreprocess", "Softmax", "LayerNormalization", "ChannelLayerNorm", "InstanceNormalization", "Gelu", "Erf", "Sigmoid", "Tanh", "Exp", "Swish", "HardSwish", "Sqrt", "Reciprocal", "Div", "Log", "Pow"}
 
 
 @dataclass
