@@ -31,17 +31,19 @@ def _bn(name, x, y, c, gamma, rng):
     return helper.make_node("BatchNormalization", [x] + list(inits), [y], name=name), inits
 
 
-def residual_block(c: int = 8, seed: int = 0, dead_channel: bool = False, zero_input: bool = False):
-    """x -> conv-BN-ReLU -> conv-BN(gamma = 0) -> Add(x) -> ReLU -> y; optionally a second input z
-    (all zero during calibration) through its own conv, added in, and a dead filter in conv1."""
+def residual_block(c: int = 8, seed: int = 0, dead_channel: bool = False, zero_input: bool = False, gamma: float = 0.0):
+    """x -> conv-BN-ReLU -> conv-BN(gamma) -> Add(x) -> ReLU -> y; optionally a second input z
+    (all zero during calibration) through its own conv, added in, and in conv1 a dead filter and
+    a vanishing one (weights 1e-30: a denormal-sized scale that used to overflow the bias)."""
     rng = np.random.default_rng(seed)
     w1 = (rng.standard_normal((c, c, 3, 3)) * 0.2).astype(np.float32)
     if dead_channel:
         w1[3] = 0.0
+        w1[5] *= 1e-30
     w2 = (rng.standard_normal((c, c, 3, 3)) * 0.2).astype(np.float32)
     inits = {"w1": w1, "w2": w2}
     bn1, i1 = _bn("bn1", "c1", "b1", c, 1.0, rng)
-    bn2, i2 = _bn("bn2", "c2", "b2", c, 0.0, rng)
+    bn2, i2 = _bn("bn2", "c2", "b2", c, gamma, rng)
     inits.update(i1, **i2)
     nodes = [
         helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]), bn1,
@@ -126,8 +128,10 @@ def test_all_zero_input_branch_stays_integer(tmp_path):
 
 
 def test_dead_weight_channel_stays_integer(tmp_path):
-    result, compiled, q, f = _pipeline(tmp_path, residual_block(dead_channel=True), "dc")
+    result, compiled, q, f = _pipeline(tmp_path, residual_block(dead_channel=True, gamma=1.0), "dc")
     _check_clean_and_exact(result, compiled, q, f)
+    conv1 = next(n for n in compiled.program.nodes if n.name == "conv1").meta["kernel"]
+    assert np.all(conv1.weight[[3, 5]] == 0) and np.all(np.abs(conv1.bias) < 2**31)
 
 
 def test_dead_filter_gets_a_scale_near_the_live_ones():
