@@ -15,7 +15,7 @@ from onnx import helper
 from hbtool.compiler.artifact import from_bytes
 from hbtool.compiler.compile import compile_model
 from hbtool.config import config_from_dict
-from hbtool.kernels import Add, AvgPool, Conv, LayerNorm, Linear, Lut, Mul, ReduceMean, Requantize, Softmax
+from hbtool.kernels import Add, AvgPool, Conv, ConvTranspose, LayerNorm, Linear, Lut, MatMul, MaxPool, Mul, ReduceMean, Requantize, Softmax
 from hbtool.quant.calibrate import run_calibration, write_outputs
 from hbtool.quant.weights import weight_scales
 from hbtool.simulator.executor import Executor
@@ -160,6 +160,10 @@ KERNELS = {
     "conv_zero_out": (lambda: Conv.build(np.zeros_like(_W), np.zeros(4, np.int64), S, np.full(4, 1 / 127), TINY, pads=[1] * 4), _X8),
     "conv_tiny_in": (lambda: Conv.build(_W, np.zeros(4, np.int64), TINY, np.full(4, 0.01), S, pads=[1] * 4), _X8),
     "linear_zero_out": (lambda: Linear.build(np.zeros((8, 4), np.int64), np.zeros(4, np.int64), S, np.full(4, 1 / 127), TINY), _V8),
+    "conv_transpose_zero_out": (lambda: ConvTranspose.build(np.zeros((3, 2, 2, 2), np.int64), None, S, np.full(2, 1 / 127), TINY,
+                                                             strides=[2, 2]), _X8),
+    "matmul_zero_out": (lambda: MatMul.build(S, S, TINY, 8), _V8, _V8.T.copy()),
+    "maxpool": (lambda: MaxPool.build([2, 2], [2, 2]), _X8),
     "add_zero_out": (lambda: Add.build(S, S, TINY), _V8, _V8),
     "add_tiny_in": (lambda: Add.build(TINY, S, S), _V8, _V8),
     "mul_zero_out": (lambda: Mul.build(S, S, TINY), _V8, _V8),
@@ -198,3 +202,29 @@ def test_requantize_tiny_ratio_builds_and_rounds_to_zero():
     rq = Requantize.build(1e-20, 8, acc_bound=2**40)
     acc = np.array([-(2**40), -1, 0, 1, 2**40], np.int64)
     assert np.array_equal(_exact(rq, acc), np.zeros(5))
+
+
+def test_plan_gives_zero_ranges_the_neighbours_threshold_and_keeps_tiny_ranges():
+    """Add(a, z): z calibrated to exactly zero takes the consumer side's threshold (a's, the sum's);
+    Mul(z, b) -> w, a model output (zero too, no consumer): its producer's inputs decide, the larger of
+    b and the already known ones; a tensor with a tiny but non-zero range keeps its own threshold."""
+    from hbtool.ir.graph import Graph
+    from hbtool.quant.observers import TensorStats
+    from hbtool.quant.plan import build_plan
+
+    g = Graph("g", 17)
+    for t in ("a", "z", "s", "b", "w", "tiny", "t2"):
+        g.set_value(t, (1, 4), np.float32)
+    g.inputs = ["a", "z", "b", "tiny"]
+    for name, op, ins, out in [("add", "Add", ["a", "z"], "s"), ("mul", "Mul", ["z", "b"], "w"), ("neg", "Neg", ["tiny"], "t2")]:
+        g.add_node(op, ins, [out], {}, name=name).meta["on"] = "BPU"
+    g.outputs = ["s", "w", "t2"]
+    stats = {}
+    for t, v in {"a": 2.0, "s": 3.0, "z": 0.0, "b": 0.5, "w": 0.0, "tiny": 1e-12, "t2": 1e-12}.items():
+        st = TensorStats(t)
+        st.update(np.full((1, 4), v, np.float32) * np.array([1, -1, 0.5, 0], np.float32))
+        stats[t] = st
+    plan = build_plan(g, stats, "max", auto_int16=False)
+    assert plan.tensors["z"].threshold == pytest.approx(3.0) and plan.tensors["z"].method == "max+zero_range"
+    assert plan.tensors["w"].threshold == pytest.approx(0.5)  # b; z is itself zero-range, so not yet known
+    assert plan.tensors["tiny"].threshold == pytest.approx(1e-12) and plan.tensors["tiny"].method == "max"

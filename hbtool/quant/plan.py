@@ -30,7 +30,7 @@ INT8_MIN_SQNR_DB = 30.0
 
 QMAX = {8: 127, 16: 32767}
 
-#: a group threshold at or below this is a zero range (thresholds.py floors zero ranges to it)
+#: the threshold floor of a range that is not zero but yields none (thresholds.py floors zero ranges to it too)
 ZERO_RANGE = 1e-8
 #: the threshold of a zero-range group with no calibrated neighbour at all
 ZERO_RANGE_FALLBACK = 1.0
@@ -252,12 +252,13 @@ def build_plan(
                         t = max(t, threshold(st, method if isinstance(method, str) else method.get(m, "max"), q, percentile))
                 for m in members:
                     t = max(t, const_absmax.get(m, 0.0))
-                return t
+                return t if t > 0 else ZERO_RANGE
 
-            thr = group_threshold(qmax)
-            if thr <= ZERO_RANGE:
+            observed = max([stats[m].absmax for m in members if m in stats] + [const_absmax.get(m, 0.0) for m in members])
+            if not observed > 0:  # a zero range (or none observed): the neighbours decide, below
                 zero_groups[gid] = (members, bits, used)
                 continue
+            thr = group_threshold(qmax)
             if bits == 8 and auto_int16:
                 worst = min((sqnr_db(stats[m], thr, qmax) for m in members if m in stats), default=float("inf"))
                 if worst < min_sqnr_db:
