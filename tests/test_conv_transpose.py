@@ -15,6 +15,7 @@ from hbtool.compiler.artifact import from_bytes
 from hbtool.compiler.compile import compile_model
 from hbtool.config import config_from_dict
 from hbtool.kernels import ConvTranspose
+from hbtool.kernels.conv_transpose import resolve_pads
 from hbtool.perf.schedule import estimate
 from hbtool.quant.calibrate import run_calibration, write_outputs
 from hbtool.simulator import accel
@@ -90,9 +91,29 @@ def test_conv_transpose_refuses_bad_geometry():
         ConvTranspose.build(w, None, 0.1, 0.1, 0.1, group=3)
 
 
+@pytest.mark.parametrize("attrs", [dict(auto_pad="SAME_UPPER"), dict(auto_pad="SAME_LOWER"), dict(auto_pad="VALID"),
+                                   dict(output_shape=[9, 11]), dict(output_shape=[12, 10]),
+                                   dict(auto_pad="SAME_UPPER", output_padding=[1, 1])])
+@pytest.mark.parametrize("stride", [2, 3])
+def test_auto_pad_and_output_shape_resolve_to_the_pads_onnxruntime_uses(attrs, stride):
+    rng = np.random.default_rng(stride)
+    x = rng.integers(-128, 128, (1, 4, 5, 5))
+    w = rng.integers(-127, 128, (4, 3, 4, 4))
+    attrs = dict(strides=[stride, stride], **attrs)
+    op = attrs.get("output_padding", [0, 0])
+    if "output_shape" in attrs and stride == 3:
+        attrs["output_shape"] = [o + 3 for o in attrs["output_shape"]]
+    float_ct = make_model([helper.make_node("ConvTranspose", ["x", "w"], ["y"], **attrs)], [vinfo("x", list(x.shape))],
+                          [vinfo("y", None)], [tensor("w", w.astype(np.float32))])
+    want = run_ort(float_ct, {"x": x.astype(np.float32)})[0].astype(np.int64)
+    pads = resolve_pads([5, 5], [4, 4], attrs["strides"], [1, 1], op, None, attrs.get("auto_pad", "NOTSET"), attrs.get("output_shape"))
+    kern = ConvTranspose.build(w, None, 0.1, 0.1, 0.1, strides=attrs["strides"], pads=pads, output_padding=op)
+    assert np.array_equal(kern.accumulate_numpy(x), want)
+
+
 # ------------------------------------------------------------------ through the pipeline
 def upsample_head(kernel: int, pad: int, group: int, seed: int = 0):
-    """x (1, 8, 6, 6) -> ConvTranspose(stride 2) -> BN -> ReLU -> y (1, 8, 12, 12)."""
+    """x (1, 8, 6, 6) -> ConvTranspose(stride 2; ``pad=None``: auto_pad SAME_UPPER) -> BN -> ReLU -> y (1, 8, 12, 12)."""
     rng = np.random.default_rng(seed)
     c = 8
     inits = {
@@ -102,20 +123,21 @@ def upsample_head(kernel: int, pad: int, group: int, seed: int = 0):
         "m": (rng.standard_normal(c) * 0.1).astype(np.float32), "v": rng.uniform(0.5, 1.5, c).astype(np.float32),
     }
     nodes = [
-        helper.make_node("ConvTranspose", ["x", "w", "b"], ["u"], name="up", strides=[2, 2], pads=[pad] * 4, group=group),
+        helper.make_node("ConvTranspose", ["x", "w", "b"], ["u"], name="up", strides=[2, 2], group=group,
+                         **({"auto_pad": "SAME_UPPER"} if pad is None else {"pads": [pad] * 4})),
         helper.make_node("BatchNormalization", ["u", "g", "be", "m", "v"], ["n"], name="bn"),
         helper.make_node("Relu", ["n"], ["y"], name="relu"),
     ]
     return make_model(nodes, [vinfo("x", [1, c, 6, 6])], [vinfo("y", [1, c, 12, 12])], [tensor(k, v) for k, v in inits.items()])
 
 
-@pytest.mark.parametrize("kernel,pad,group", [(2, 0, 1), (4, 1, 1), (2, 0, 2), (4, 1, 4)])
+@pytest.mark.parametrize("kernel,pad,group", [(2, 0, 1), (4, 1, 1), (2, 0, 2), (4, 1, 4), (3, None, 1)])
 def test_upsampling_head_runs_integer_on_the_tensor_unit(tmp_path, kernel, pad, group):
     path = tmp_path / "up.onnx"
     onnx.save(upsample_head(kernel, pad, group), str(path))
     rng = np.random.default_rng(1)
     (tmp_path / "cal").mkdir()
-    for k in range(4):
+    for k in range(8):  # max calibration: enough samples that the test inputs rarely saturate
         np.save(tmp_path / "cal" / f"{k}.npy", rng.standard_normal((1, 8, 6, 6)).astype(np.float32))
     cfg = config_from_dict({
         "model_parameters": {"onnx_model": str(path), "working_dir": str(tmp_path / "wd"), "output_model_file_prefix": "up"},

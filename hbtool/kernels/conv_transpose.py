@@ -51,6 +51,41 @@ def transpose_output_shape(spatial: Sequence[int], kshape: Sequence[int], stride
                  for i in range(nd))
 
 
+def resolve_pads(spatial: Sequence[int], kshape: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
+                 output_padding: Sequence[int], pads: Sequence[int] | None, auto_pad: str = "NOTSET",
+                 output_shape: Sequence[int] | None = None) -> list[int]:
+    """Explicit ``pads`` of an ONNX ConvTranspose given ``auto_pad`` / ``output_shape`` (as onnxruntime reads them).
+
+    The total padding of a dimension is ``stride * (in - 1) + output_padding + dilation * (k - 1) + 1 - out``
+    with ``out`` from ``output_shape`` (its last ``nd`` entries) or ``in * stride`` for ``SAME_*``;
+    ``SAME_UPPER`` puts the odd unit at the end, ``SAME_LOWER`` and ``output_shape`` alone at the
+    beginning. ``VALID`` is no padding. Raises ValueError for a negative total (an output larger
+    than the transposed conv makes).
+    """
+    nd = len(kshape)
+    if output_shape is None and auto_pad in ("NOTSET", "", None):
+        return [int(p) for p in (pads or [0] * (2 * nd))]
+    if output_shape is None and auto_pad == "VALID":
+        return [0] * (2 * nd)
+    if output_shape is not None:
+        out = [int(o) for o in list(output_shape)[-nd:]]
+    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        out = [int(spatial[i]) * int(strides[i]) for i in range(nd)]
+    else:
+        raise ValueError(f"unknown auto_pad {auto_pad!r}")
+    head, tail = [], []
+    for i in range(nd):
+        total = strides[i] * (spatial[i] - 1) + output_padding[i] + dilations[i] * (kshape[i] - 1) + 1 - out[i]
+        if total < 0:
+            raise ValueError(f"ConvTranspose output {out[i]} is larger than the transposed conv makes")
+        small = total // 2
+        if auto_pad == "SAME_UPPER":
+            head.append(small), tail.append(total - small)
+        else:
+            head.append(total - small), tail.append(small)
+    return head + tail
+
+
 def zero_insert_numpy(x: np.ndarray, kshape: Sequence[int], strides: Sequence[int], pads: Sequence[int],
                       dilations: Sequence[int], output_padding: Sequence[int]) -> np.ndarray:
     """The input of the equivalent stride-1 Conv: zeros between samples, then the pads (negative ones crop)."""

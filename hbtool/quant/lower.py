@@ -376,10 +376,19 @@ class _Lowerer:
         """Weights ``[Cin, Cout/group, *k]`` with scales along axis 1 (``plan_weights``): with groups,
         output channel ``g * Cout/group + j`` takes scale ``j``, the per-channel scale the calibrated
         model's fake quantization applies."""
+        from hbtool.kernels.conv_transpose import resolve_pads
+
         w = self.src.const(node.inputs[1])
-        if w is None or node.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID") or node.attr("output_shape"):
+        shape = self.src.shape(node.inputs[0])
+        if w is None or shape is None:
             return False
         group = int(node.attr("group", 1))
+        nd = w.ndim - 2
+        strides = node.attr("strides") or [1] * nd
+        dilations = node.attr("dilations") or [1] * nd
+        output_padding = node.attr("output_padding") or [0] * nd
+        pads = resolve_pads(shape[2:], w.shape[2:], strides, dilations, output_padding, node.attr("pads"),
+                            node.attr("auto_pad", "NOTSET"), node.attr("output_shape"))
         x = self.int_input(node.inputs[0])
         out, extra, act = self.fused_activation(node)
         tq = self.tq(out)
@@ -392,11 +401,9 @@ class _Lowerer:
         bias = np.zeros(out_scales.size) if b is None else np.asarray(b, np.float64)
         bias = bias + self.bias_delta.get(node.name, 0.0)
         bq = np.round(bias / (x.scale * out_scales)).astype(np.int64)
-        nd = w.ndim - 2
         kernel = ConvTranspose.build(
-            wq, bq, x.scale, out_scales, tq.scale, strides=node.attr("strides") or [1] * nd,
-            pads=node.attr("pads") or [0] * (2 * nd), dilations=node.attr("dilations") or [1] * nd,
-            output_padding=node.attr("output_padding") or [0] * nd, group=group,
+            wq, bq, x.scale, out_scales, tq.scale, strides=strides, pads=pads, dilations=dilations,
+            output_padding=output_padding, group=group,
             in_bits=x.bits, out_bits=tq.bits, rounding=self.rounding, **extra,
         )
         self.emit_kernel(node, "HzConvTranspose", kernel, [x.name], out)
