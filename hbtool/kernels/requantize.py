@@ -17,8 +17,8 @@ declared bound ``acc_bound`` would break that, ``build`` adds two steps, in this
 Large ratios (``r >= 2**15``: the output step is finer than the accumulator's, e.g. a conv
 whose output calibrated to a zero range) are a 15-bit multiplier and a *left* shift
 ``M * 2**L``; ``build`` folds the shift into ``M`` (``n = 0``), so both forms are unchanged.
-Step 1 then clamps ``acc`` to a few units (everything past ``|acc| = 2`` saturates), which keeps
-``acc * M`` exact. Ratios above :data:`MAX_AMPLIFY` are implemented as ``MAX_AMPLIFY``: any
+Step 1 then clamps ``acc`` to a few units (at such ratios ``|acc| = 1`` already reaches
+saturation), which keeps ``acc * M`` exact. Ratios above :data:`MAX_AMPLIFY` are implemented as ``MAX_AMPLIFY``: any
 ``acc != 0`` saturates under both, so the output is the same for every integer input.
 
 The accumulator itself must satisfy ``|acc| <= acc_bound <= 2**52 - 1``; the numpy form
