@@ -10,6 +10,8 @@ next tile streams in):
                    ``c_out`` and the reduction (kh*kw*C_in, C_in first padded to the C
                    alignment) to ``reduce``. A batched matmul not tiled by the compiler
                    (``bmm_tiled``) issues one array pass, and pays one dispatch, per batch entry.
+                   A ConvTranspose runs as one stride-1 conv per stride phase (sub-pixel
+                   decomposition), each with its ``ceil(k / stride)`` taps.
 ``vector``         elements (padded, as stored) x cycles per element of the op's class / lanes,
                    at half rate when an operand is 16-bit.
 ``data_movement``  bytes moved / the unit's bytes per cycle, where each side moves whole
@@ -159,6 +161,8 @@ def tensor_padding(kind: str, kernel: Any, node: Node, ctx: CostContext) -> tupl
         padded = rows * align(width, aw) * align(cout, aco) * align(reduction, ar)
         note = f"W {width}->{align(width, aw)}, Cout {cout}->{align(cout, aco)}, reduction {taps * cin_g}->{align(reduction, ar)}"
         return macs, padded, 1, note
+    if kind == "ConvTranspose":
+        return _conv_transpose_padding(kernel, node, ctx, out)
     if kind == "Linear":
         k, n = (int(d) for d in kernel.weight.shape)
         m = elems // max(n, 1)
@@ -182,6 +186,35 @@ def tensor_padding(kind: str, kernel: Any, node: Node, ctx: CostContext) -> tupl
         return elems * count, padded, 1, f"mean of {count} as a ones-kernel conv"
     macs = int(node.meta.get("macs", 0))
     return macs, macs, 1, ""
+
+
+def _conv_transpose_padding(kernel: Any, node: Node, ctx: CostContext, out: Any) -> tuple[int, int, int, str]:
+    """A transposed conv on the array: one pass per stride phase (sub-pixel decomposition).
+
+    Output pixels of one phase ``(o mod stride)`` meet only the taps ``t`` with
+    ``t * dilation = o + pad (mod stride)``: ``ceil(k / stride)`` taps per dimension, a plain
+    stride-1 conv of the input with that sub-kernel. MACs are the real ones (each input sample
+    times ``Cout/group x prod(k)`` weights); padding is that of every phase conv on the array.
+    """
+    hw = ctx.hw
+    aw, aco, ar, cq = hw.array_w, hw.array_c_out, hw.array_reduce, hw.c_in_quantum
+    w = kernel.weight.shape
+    cin, og, kshape = int(w[0]), int(w[1]), [int(k) for k in w[2:]]
+    group = int(kernel.group)
+    cin_g, cout = cin // group, og * group
+    x = ctx.shape(node.inputs[0])
+    macs = int(np.prod(x, dtype=np.int64)) * og * int(np.prod(kshape, dtype=np.int64)) if x else 0
+    spatial = list(out[2:]) if out else []
+    strides = [int(s) for s in kernel.strides]
+    phases = int(np.prod(strides, dtype=np.int64))
+    sub_taps = int(np.prod([-(-k // s) for k, s in zip(kshape, strides)], dtype=np.int64))
+    width = -(-int(spatial[-1]) // strides[-1]) if spatial else 1
+    rows = (int(out[0]) * int(np.prod([-(-o // s) for o, s in zip(spatial[:-1], strides[:-1])], dtype=np.int64))) if spatial else 1
+    reduction = sub_taps * (align(cin_g, cq) if group == 1 else cin_g)
+    padded = phases * rows * align(width, aw) * align(cout, aco) * align(reduction, ar)
+    note = (f"{phases} stride phases of {sub_taps} taps, W {width}->{align(width, aw)}, Cout {cout}->{align(cout, aco)}, "
+            f"reduction {sub_taps * cin_g}->{align(reduction, ar)}")
+    return macs, max(padded, macs), phases, note
 
 
 def _operand_bits(kind: str, kernel: Any) -> tuple[int, ...]:

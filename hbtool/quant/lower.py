@@ -22,7 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node
-from hbtool.kernels import Add, Conv, LayerNorm, Linear, Log2MatMul, Lut, MatMul, Mul
+from hbtool.kernels import Add, Conv, ConvTranspose, LayerNorm, Linear, Log2MatMul, Lut, MatMul, Mul
 from hbtool.kernels.pool import AvgPool, MaxPool, ReduceMean
 from hbtool.kernels.quantize import Dequantize, Quantize
 from hbtool.kernels.softmax import Softmax
@@ -368,6 +368,45 @@ class _Lowerer:
             in_bits=x.bits, out_bits=tq.bits, rounding=self.rounding, **extra,
         )
         self.emit_kernel(node, "HzConv", kernel, [x.name], out)
+        if act is not None:
+            self.skip.add(act.name)
+        return True
+
+    def _lower_ConvTranspose(self, node: Node) -> bool:
+        """Weights ``[Cin, Cout/group, *k]`` with scales along axis 1 (``plan_weights``): with groups,
+        output channel ``g * Cout/group + j`` takes scale ``j``, the per-channel scale the calibrated
+        model's fake quantization applies."""
+        from hbtool.kernels.conv_transpose import resolve_pads
+
+        w = self.src.const(node.inputs[1])
+        shape = self.src.shape(node.inputs[0])
+        if w is None or shape is None:
+            return False
+        group = int(node.attr("group", 1))
+        nd = w.ndim - 2
+        strides = node.attr("strides") or [1] * nd
+        dilations = node.attr("dilations") or [1] * nd
+        output_padding = node.attr("output_padding") or [0] * nd
+        pads = resolve_pads(shape[2:], w.shape[2:], strides, dilations, output_padding, node.attr("pads"),
+                            node.attr("auto_pad", "NOTSET"), node.attr("output_shape"))
+        x = self.int_input(node.inputs[0])
+        out, extra, act = self.fused_activation(node)
+        tq = self.tq(out)
+        scales, _ = self.weights.get(node.inputs[1], (None, None))
+        if scales is None or scales.size != w.shape[1]:
+            scales = weight_scales(w, 1)
+        wq = quantize_weight(w, scales, 1).astype(np.int64)
+        out_scales = np.tile(np.asarray(scales, np.float64), group)
+        b = self.src.const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+        bias = np.zeros(out_scales.size) if b is None else np.asarray(b, np.float64)
+        bias = bias + self.bias_delta.get(node.name, 0.0)
+        bq = np.round(bias / (x.scale * out_scales)).astype(np.int64)
+        kernel = ConvTranspose.build(
+            wq, bq, x.scale, out_scales, tq.scale, strides=strides, pads=pads, dilations=dilations,
+            output_padding=output_padding, group=group,
+            in_bits=x.bits, out_bits=tq.bits, rounding=self.rounding, **extra,
+        )
+        self.emit_kernel(node, "HzConvTranspose", kernel, [x.name], out)
         if act is not None:
             self.skip.add(act.name)
         return True

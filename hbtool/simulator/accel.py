@@ -3,7 +3,7 @@
 The numpy forms in :mod:`hbtool.kernels` define the arithmetic; the emulator must run
 thousands of images, so its hot paths are replaced here by equivalent computations:
 
-* **Products** (Linear, MatMul, Conv accumulators) run in onnxruntime (MLAS):
+* **Products** (Linear, MatMul, Conv and ConvTranspose accumulators) run in onnxruntime (MLAS):
   Linear as a uint8 x int8 integer GEMM (int16 activations as two base-256 digits in one
   call) wherever a worst-case self-test shows this CPU's kernel exact
   (:func:`_integer_gemm_is_exact`); pointwise int8 convolutions as uint8 x uint8 integer
@@ -336,6 +336,26 @@ def conv_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.n
     except ValueError:
         return None
     session, factors = _weight_digit_session("Conv", w, sw, sx, np.dtype(np.float32), attrs, threads)
+    return _float_conv_runner(session, factors, sx, C, rq, bias)
+
+
+def conv_transpose_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.ndarray] | None:
+    """``requantize(conv_transpose(x, W) + b)``: onnxruntime's float32 ConvTranspose on the digit parts
+    the kernel's ONNX form uses (split chosen from the equivalent Conv weight), then one fused pass."""
+    from hbtool.kernels.conv_transpose import equivalent_conv_weight
+
+    w = np.asarray(kernel.weight, np.int64)
+    C = int(kernel.out_channels)
+    try:
+        sx, sw = plan_float_conv(equivalent_conv_weight(w, int(kernel.group)), kernel.in_bits)
+    except ValueError:
+        return None
+    session, factors = _weight_digit_session("ConvTranspose", w, sw, sx, np.dtype(np.float32), kernel.onnx_attrs, threads)
+    return _float_conv_runner(session, factors, sx, C, RequantParams(kernel.requant, C), _bias(kernel, C))
+
+
+def _float_conv_runner(session, factors, sx: bool, C: int, rq: "RequantParams", bias: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """The runner of a float convolution session over the digit parts: products, then one requantizing pass."""
 
     def run(x: np.ndarray) -> np.ndarray:
         n = x.shape[0]
@@ -593,6 +613,7 @@ def softmax_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], n
 _BUILDERS = {
     "Linear": linear_fast,
     "Conv": conv_fast,
+    "ConvTranspose": conv_transpose_fast,
     "MatMul": matmul_fast,
     "Add": add_fast,
     "Mul": mul_fast,
