@@ -58,6 +58,7 @@ Modules
 :mod:`.softmax`     Softmax over the last axis, masks honoured (linear or log2 output)
 :mod:`.layernorm`   LayerNorm over the last axis (optional power-of-two factors)
 :mod:`.pool`        AvgPool, ReduceMean / GlobalAveragePool, MaxPool
+:mod:`.resize`      BilinearResize; the ONNX source-index rule nearest Resize moves codes by
 :mod:`.builder`     OnnxBuilder, the node writer the ONNX forms share
 ==================  ==========================================================
 """
@@ -92,10 +93,11 @@ from hbtool.kernels.quantize import (
     quantize_weight,
 )
 from hbtool.kernels.requantize import Requantize
+from hbtool.kernels.resize import BilinearResize
 from hbtool.kernels.softmax import Softmax
 
 __all__ = [
-    "Add", "AvgPool", "Conv", "DEFAULT_ROUNDING", "Dequantize", "Kernel", "LUT_FUNCTIONS", "LayerNorm", "Linear",
+    "Add", "AvgPool", "BilinearResize", "Conv", "DEFAULT_ROUNDING", "Dequantize", "Kernel", "LUT_FUNCTIONS", "LayerNorm", "Linear",
     "Log2MatMul", "Lut", "MAX_SHIFT", "MatMul", "MaxPool", "Mul", "OnnxBuilder", "Quantize", "ROUNDING_MODES", "RangeError",
     "ReduceMean", "Requantize", "Softmax", "dequantize_numpy", "floor_div_numpy", "floor_div_onnx", "int_range",
     "isqrt_numpy", "isqrt_onnx", "quantize_bias", "quantize_multiplier", "quantize_numpy", "quantize_weight",
