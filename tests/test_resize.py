@@ -29,6 +29,7 @@ from hbtool.ir.graph import Graph, Node
 from hbtool.kernels.resize import COORDINATE_MODES, NEAREST_MODES, WEIGHT_BITS, BilinearResize, axis_scales
 from hbtool.quant.calibrate import run_calibration, write_outputs
 from hbtool.quant.metrics import cosine
+from hbtool.perf.schedule import estimate
 from hbtool.simulator.executor import Executor
 from hbtool.simulator.movement import MOVEMENT
 
@@ -204,7 +205,7 @@ def torch_interpolate_model(tmp_path, opset: int, mode: str):
     return onnx.load(str(path))
 
 
-def run_pipeline(tmp_path, model: onnx.ModelProto):
+def run_pipeline(tmp_path, model: onnx.ModelProto, level: str = "O3"):
     """checker -> calibrate (random data) -> compile -> simulate; returns what the tests assert on."""
     onnx.save(model, tmp_path / "m.onnx")
     checked = run_checker(tmp_path / "m.onnx", output_dir=tmp_path / "chk", write_files=False)
@@ -218,7 +219,7 @@ def run_pipeline(tmp_path, model: onnx.ModelProto):
                              "input_layout_train": ";".join(["NCHW"] * len(shapes)),
                              "norm_type": ";".join(["no_preprocess"] * len(shapes))},
         "calibration_parameters": {"calibration_type": "skip", "num_samples": 8},
-        "compiler_parameters": {"optimize_level": "O3"},
+        "compiler_parameters": {"optimize_level": level},
     }, base_dir=tmp_path)
     write_outputs(cfg, run_calibration(cfg), "")
     compiled = compile_model(cfg)
@@ -243,6 +244,10 @@ def _assert_on_bpu_and_exact(checked, compiled, sim, q, f, kernel_unit: str):
     assert {n.meta.get("subgraph") for n in compiled.program.nodes if n.meta.get("on") == "BPU"} == {0}
     assert np.array_equal(sim, q)
     assert cosine(f, sim) > 0.999, cosine(f, sim)
+    (op,) = [o for o in estimate(from_bytes(compiled.data).header).ops if o.name == "resize"]
+    assert op.unit == kernel_unit and op.cycles > 0
+    # nearest: the cost model replays the movement's source indices (a copy would read 'sequential copy')
+    assert op.note.startswith("runs of") if kernel_unit == "data_movement" else "4 taps" in op.note
 
 
 NECKS = {
@@ -261,6 +266,12 @@ def test_resize_neck_runs_on_the_bpu_bit_exact(tmp_path, case):
     _assert_on_bpu_and_exact(*run_pipeline(tmp_path, neck_model(**kwargs)), kernel_unit=unit)
 
 
+@pytest.mark.parametrize("case", ["nearest_x2_yolo", "bilinear_half_pixel_x2_fpn_add"])
+def test_resize_neck_without_program_passes(tmp_path, case):
+    kwargs, unit = NECKS[case]
+    _assert_on_bpu_and_exact(*run_pipeline(tmp_path, neck_model(**kwargs), level="O0"), kernel_unit=unit)
+
+
 @pytest.mark.parametrize("opset", [11, 13])
 @pytest.mark.parametrize("mode", ["nearest", "bilinear"])
 def test_torch_interpolate_exports_run_on_the_bpu(tmp_path, opset, mode):
@@ -272,3 +283,40 @@ def test_torch_interpolate_exports_run_on_the_bpu(tmp_path, opset, mode):
     assert units == ["data_movement" if mode == "nearest" else "vector"]
     assert np.array_equal(sim, q)
     assert cosine(f, sim) > 0.999, cosine(f, sim)
+
+
+def test_cubic_resize_runs_on_the_cpu_with_the_reason(tmp_path):
+    model = neck_model(mode="nearest", coords="half_pixel")
+    for node in model.graph.node:
+        if node.op_type == "Resize":
+            for a in node.attribute:
+                if a.name == "mode":
+                    a.s = b"cubic"
+    onnx.save(model, tmp_path / "m.onnx")
+    checked = run_checker(tmp_path / "m.onnx", output_dir=tmp_path / "chk", write_files=False)
+    (resize,) = [n for n in checked.graph.nodes if n.op_type == "Resize"]
+    assert resize.meta["on"] == "CPU"
+    assert "cubic interpolation runs on the CPU" in resize.meta["reason"] and "(mode cubic)" in resize.meta["reason"]
+    assert checked.summary["subgraphs"] == 2  # the CPU node splits the two convolutions
+
+
+# ------------------------------------------------------------------ perf
+def test_perf_costs_nearest_as_data_movement_and_bilinear_as_four_taps_on_the_vector_unit():
+    from hbtool.perf.cost import BILINEAR_TAPS, DATA_MOVEMENT, VECTOR
+    from tests.test_perf import HW, cost, node, tiny_program
+
+    shapes = {"x": (1, 16, 8, 8), "y": (1, 16, 16, 16)}
+    g, tensors = tiny_program(shapes, [node("Resize", ["x", "", "s"], ["y"], DATA_MOVEMENT, attrs={"mode": "nearest"})])
+    g.add_const(np.array([1, 1, 2, 2], F32), name="s")
+    near = cost(g, tensors)
+    out_bytes = tensors["y"]["padded_bytes"]
+    assert near.unit == DATA_MOVEMENT and near.elements == 16 * 16 * 16
+    assert near.components[DATA_MOVEMENT] >= out_bytes / HW.dm_bytes_per_cycle
+
+    kernel = BilinearResize.build((8, 8), (16, 16), (F32(2), F32(2)), "half_pixel", 8)
+    g, tensors = tiny_program(shapes, [node("HzResize", ["x"], ["y"], VECTOR, kernel=kernel)])
+    bil = cost(g, tensors)
+    padded_out = int(np.prod(tensors["y"]["padded"]))
+    assert bil.unit == VECTOR and bil.elements == BILINEAR_TAPS * padded_out
+    assert bil.components[VECTOR] == pytest.approx(BILINEAR_TAPS * padded_out * HW.cpe_elementwise / HW.vector_lanes)
+    assert "4 taps" in bil.note

@@ -11,7 +11,9 @@ next tile streams in):
                    alignment) to ``reduce``. A batched matmul not tiled by the compiler
                    (``bmm_tiled``) issues one array pass, and pays one dispatch, per batch entry.
 ``vector``         elements (padded, as stored) x cycles per element of the op's class / lanes,
-                   at half rate when an operand is 16-bit.
+                   at half rate when an operand is 16-bit. Window ops count one element per
+                   tap: max pool per window tap, bilinear resize 4 (a multiply-add per source
+                   pixel of each output element).
 ``data_movement``  bytes moved / the unit's bytes per cycle, where each side moves whole
                    granules (SRAM line, DDR burst) per contiguous run (:mod:`.access`).
 ``sram``/``ddr``   bytes each memory moves for the op / its bandwidth: activations where the
@@ -212,6 +214,10 @@ def tensor_cost(node: Node, ctx: CostContext) -> OpCost:
 # --------------------------------------------------------------------------- vector unit
 
 
+#: multiply-adds per output element of a bilinear resize (two rows x two columns)
+BILINEAR_TAPS = 4
+
+
 def vector_class(kind: str, kernel: Any) -> str:
     if kind == "Lut":
         return "lut_int16" if int(getattr(kernel, "in_bits", 8)) > 8 else "lut"
@@ -232,6 +238,8 @@ def vector_cost(node: Node, ctx: CostContext) -> OpCost:
         elements = int(np.prod(ctx.padded(acts[0]), dtype=np.int64))
     elif kind == "MaxPool":
         elements = out_padded * int(np.prod(getattr(kernel, "kernel_shape", (1,)), dtype=np.int64))
+    elif kind == "BilinearResize":
+        elements = out_padded * BILINEAR_TAPS
     else:
         elements = out_padded
     op.elements = elements
@@ -242,6 +250,8 @@ def vector_cost(node: Node, ctx: CostContext) -> OpCost:
     cpe = float(getattr(hw, f"cpe_{cls}"))
     op.components[VECTOR] = elements * cpe / hw.vector_lanes / rate / ctx.split
     op.note = f"{cls}: {cpe:g} cycles/element" + (f", int16 at {rate:g}x" if wide else "")
+    if kind == "BilinearResize":
+        op.note += f", {BILINEAR_TAPS} taps per output element"
     _memory_traffic(op, node, ctx)
     op.overhead = hw.per_op_cycles + (hw.dual_core_sync_cycles if ctx.split > 1 else 0)
     return op
