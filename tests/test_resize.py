@@ -205,14 +205,14 @@ def torch_interpolate_model(tmp_path, opset: int, mode: str):
     return onnx.load(str(path))
 
 
-def run_pipeline(tmp_path, model: onnx.ModelProto, level: str = "O3"):
+def run_pipeline(tmp_path, model: onnx.ModelProto, level: str = "O3", node_info: dict | None = None):
     """checker -> calibrate (random data) -> compile -> simulate; returns what the tests assert on."""
     onnx.save(model, tmp_path / "m.onnx")
     checked = run_checker(tmp_path / "m.onnx", output_dir=tmp_path / "chk", write_files=False)
     shapes = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input}
     cfg = config_from_dict({
         "model_parameters": {"onnx_model": str(tmp_path / "m.onnx"), "working_dir": str(tmp_path / "wd"),
-                             "output_model_file_prefix": "m"},
+                             "output_model_file_prefix": "m", "node_info": node_info or {}},
         "input_parameters": {"input_name": ";".join(shapes), "input_shape": ";".join("x".join(map(str, s)) for s in shapes.values()),
                              "input_type_train": ";".join(["featuremap"] * len(shapes)),
                              "input_type_rt": ";".join(["featuremap"] * len(shapes)),
@@ -272,6 +272,15 @@ def test_resize_neck_without_program_passes(tmp_path, case):
     _assert_on_bpu_and_exact(*run_pipeline(tmp_path, neck_model(**kwargs), level="O0"), kernel_unit=unit)
 
 
+@pytest.mark.parametrize("case", ["nearest_sizes_20_to_32", "bilinear_align_corners"])
+def test_int16_resize_neck(tmp_path, case):
+    kwargs, unit = NECKS[case]
+    result = run_pipeline(tmp_path, neck_model(**kwargs), node_info={"resize": {"InputType": "int16", "OutputType": "int16"}})
+    _assert_on_bpu_and_exact(*result, kernel_unit=unit)
+    (node,) = [n for n in result[1].program.nodes if n.name == "resize"]
+    assert result[1].header["tensors"][node.outputs[0]]["element_bytes"] == 2
+
+
 @pytest.mark.parametrize("opset", [11, 13])
 @pytest.mark.parametrize("mode", ["nearest", "bilinear"])
 def test_torch_interpolate_exports_run_on_the_bpu(tmp_path, opset, mode):
@@ -320,3 +329,20 @@ def test_perf_costs_nearest_as_data_movement_and_bilinear_as_four_taps_on_the_ve
     assert bil.unit == VECTOR and bil.elements == BILINEAR_TAPS * padded_out
     assert bil.components[VECTOR] == pytest.approx(BILINEAR_TAPS * padded_out * HW.cpe_elementwise / HW.vector_lanes)
     assert "4 taps" in bil.note
+
+
+def test_opset9_upsample_is_refused_at_import_not_lifted_to_another_resize():
+    """onnx's version converter turns Upsample-9 into a Resize keeping only ``mode`` (half_pixel at
+    opset 17), which changes a linear Upsample at every scale and a nearest one at non-integer
+    scales; the importer reads opsets from 11, so such a model stops with the fix instead."""
+    from hbtool.errors import HbError
+    from hbtool.ir import import_onnx
+
+    node = helper.make_node("Upsample", ["x", "s"], ["y"], mode="linear")
+    g = helper.make_graph([node], "u", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 5, 7])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          initializer=[numpy_helper.from_array(np.array([1, 1, 2, 2], F32), "s")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)])
+    m.ir_version = 7
+    with pytest.raises(HbError, match="opset 9"):
+        import_onnx(m)
