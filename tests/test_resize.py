@@ -281,6 +281,7 @@ def test_int16_resize_neck(tmp_path, case):
     assert result[1].header["tensors"][node.outputs[0]]["element_bytes"] == 2
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch's legacy exporter, the one that writes opset 11
 @pytest.mark.parametrize("opset", [11, 13])
 @pytest.mark.parametrize("mode", ["nearest", "bilinear"])
 def test_torch_interpolate_exports_run_on_the_bpu(tmp_path, opset, mode):
