@@ -4,8 +4,9 @@ simulator agrees with the quantized ONNX model in onnxruntime within 1 LSB.
 Graphs chain convolutions, matmuls, adds/muls (with constants or an earlier branch), concat,
 nearest and bilinear x2 resizes, reshape/transpose, softmax, LayerNorm, GELU, sigmoid, ReLU and
 pooling in random order, with random shapes and constant magnitudes. Calibration uses random
-inputs (``calibration_type: skip``) so no files are needed. The default run takes ``FUZZ_EXAMPLES`` examples (200);
-``HYPOTHESIS_PROFILE=nightly`` (scripts/fuzz_nightly.sh) runs many more.
+inputs (``calibration_type: skip``) so no files are needed. The default run takes
+``FUZZ_EXAMPLES`` examples (200); ``HYPOTHESIS_PROFILE=nightly`` (scripts/fuzz_nightly.sh) runs
+many more.
 """
 
 from __future__ import annotations
