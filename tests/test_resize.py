@@ -27,6 +27,7 @@ from hbtool.compiler.compile import compile_model
 from hbtool.config import config_from_dict
 from hbtool.ir.graph import Graph, Node
 from hbtool.kernels.resize import COORDINATE_MODES, NEAREST_MODES, WEIGHT_BITS, BilinearResize, axis_scales
+from hbtool.march import op_rules
 from hbtool.quant.calibrate import run_calibration, write_outputs
 from hbtool.quant.metrics import cosine
 from hbtool.perf.schedule import estimate
@@ -92,6 +93,8 @@ def test_nearest_indices_match_onnxruntime_for_every_mode_and_geometry():
         assert got.shape == ref.shape and np.array_equal(got, ref), (coords, rounding, hw, scales, sizes)
         checked += 1
     assert checked == len(COORDINATE_MODES) * len(NEAREST_MODES) * len(GEOMETRIES)
+    # the checker lets through exactly the coordinate rules the integer forms compute
+    assert op_rules.RESIZE_COORDINATE_MODES == COORDINATE_MODES
 
 
 def test_nearest_moves_integer_codes_unchanged():
