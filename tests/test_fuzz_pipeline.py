@@ -2,10 +2,11 @@
 simulator agrees with the quantized ONNX model in onnxruntime within 1 LSB.
 
 Graphs chain convolutions, matmuls, adds/muls (with constants or an earlier branch), concat,
-reshape/transpose, softmax, LayerNorm, GELU, sigmoid, ReLU and pooling in random order, with
-random shapes and constant magnitudes. Calibration uses random inputs (``calibration_type:
-skip``) so no files are needed. The default run takes ``FUZZ_EXAMPLES`` examples (200);
-``HYPOTHESIS_PROFILE=nightly`` (scripts/fuzz_nightly.sh) runs many more.
+nearest and bilinear x2 resizes, reshape/transpose, softmax, LayerNorm, GELU, sigmoid, ReLU and
+pooling in random order, with random shapes and constant magnitudes. Calibration uses random
+inputs (``calibration_type: skip``) so no files are needed. The default run takes
+``FUZZ_EXAMPLES`` examples (200); ``HYPOTHESIS_PROFILE=nightly`` (scripts/fuzz_nightly.sh) runs
+many more.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from hbtool.quant.calibrate import run_calibration, write_outputs
 from hbtool.simulator.executor import Executor
 
 FUZZ_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "200"))
-OPS_4D = ("conv", "conv_s2", "dwconv", "add_const", "mul_const", "relu", "sigmoid", "avgpool", "maxpool", "concat_self", "add_branch")
+OPS_4D = ("conv", "conv_s2", "dwconv", "add_const", "mul_const", "relu", "sigmoid", "avgpool", "maxpool", "concat_self", "add_branch",
+          "resize_nearest", "resize_linear")
 OPS_3D = ("linear", "softmax", "layernorm", "gelu", "add_const", "mul_branch", "transpose_matmul", "add_branch", "relu")
 
 
@@ -79,6 +81,12 @@ def build_graph(ops: list[str], seed: int, channels: int, size: int, scale: floa
         elif op == "maxpool" and h >= 2:
             x = b.node("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])
             h //= 2
+        elif op in ("resize_nearest", "resize_linear") and h <= 4:
+            linear = op == "resize_linear"
+            x = b.node("Resize", [x, "", b.const(np.array([1, 1, 2, 2], np.float32), "scales")],
+                       mode="linear" if linear else "nearest",
+                       coordinate_transformation_mode="half_pixel" if linear else "asymmetric")
+            h *= 2
         elif op == "concat_self":
             y = b.node("Relu", [x])
             x = b.node("Concat", [x, y], axis=1)

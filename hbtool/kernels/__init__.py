@@ -48,19 +48,6 @@ them (:class:`RangeError`).
 Modules
 =======
 
-:mod:`.fixedpoint`  multipliers, rounding shifts, floor division, integer sqrt
-:mod:`.quantize`    Quantize, Dequantize, weight and bias quantization helpers
-:mod:`.requantize`  Requantize (acc -> int8/int16, per channel, fused clamps)
-:mod:`.linear`      Linear (x @ W + b), MatMul (activation x activation), Log2MatMul (log2 codes x activation)
-:mod:`.conv`        Conv (1-3 spatial dims, groups, strides, pads, dilations)
-:mod:`.eltwise`     Add / Sub, Mul
-:mod:`.lut`         Lut (GELU, Sigmoid, Exp, Reciprocal, ... and any callable)
-:mod:`.softmax`     Softmax over any axis (the last by default), masks honoured (linear or log2 output)
-:mod:`.layernorm`   LayerNorm over the last axis or consecutive axes anywhere (optional power-of-two factors)
-:mod:`.pool`        AvgPool, ReduceMean / GlobalAveragePool, MaxPool
-:mod:`.builder`     OnnxBuilder, the node writer the ONNX forms share
-==================  ==========================================================
-=======
 ========================  ==========================================================
 :mod:`.fixedpoint`        multipliers, rounding shifts, floor division, integer sqrt
 :mod:`.quantize`          Quantize, Dequantize, weight and bias quantization helpers
@@ -73,6 +60,7 @@ Modules
 :mod:`.softmax`           Softmax over any axis (the last by default), masks honoured (linear or log2 output)
 :mod:`.layernorm`         LayerNorm over the last axis or consecutive axes anywhere (optional power-of-two factors)
 :mod:`.pool`              AvgPool, ReduceMean / GlobalAveragePool, MaxPool
+:mod:`.resize`            BilinearResize; the ONNX source-index rule nearest Resize moves codes by
 :mod:`.builder`           OnnxBuilder, the node writer the ONNX forms share
 ========================  ==========================================================
 """
@@ -108,10 +96,12 @@ from hbtool.kernels.quantize import (
     quantize_weight,
 )
 from hbtool.kernels.requantize import Requantize
+from hbtool.kernels.resize import BilinearResize
 from hbtool.kernels.softmax import Softmax
 
 __all__ = [
-    "Add", "AvgPool", "Conv", "ConvTranspose", "DEFAULT_ROUNDING", "Dequantize", "Kernel", "LUT_FUNCTIONS", "LayerNorm", "Linear",
+    "Add", "AvgPool", "BilinearResize", "Conv", "ConvTranspose", "DEFAULT_ROUNDING", "Dequantize", "Kernel", "LUT_FUNCTIONS",
+    "LayerNorm", "Linear",
     "Log2MatMul", "Lut", "MAX_SHIFT", "MatMul", "MaxPool", "Mul", "OnnxBuilder", "Quantize", "ROUNDING_MODES", "RangeError",
     "ReduceMean", "Requantize", "Softmax", "dequantize_numpy", "floor_div_numpy", "floor_div_onnx", "int_range",
     "isqrt_numpy", "isqrt_onnx", "quantize_bias", "quantize_multiplier", "quantize_numpy", "quantize_weight",

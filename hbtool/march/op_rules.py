@@ -290,7 +290,7 @@ def clip_bounds_are_constant(ctx: RuleContext) -> str | None:
 
 # ------------------------------------------------------- data-movement rules
 def resize_is_spatial(ctx: RuleContext) -> str | None:
-    """Resize on the BPU scales H and W of a 4-D tensor with nearest or linear interpolation"""
+    """Resize on the BPU scales H and W of a 4-D tensor with nearest or linear (bilinear) interpolation; cubic interpolation runs on the CPU"""
     s, o = ctx.in_shape(0), ctx.out_shape(0)
     if s is None or o is None:
         return None
@@ -298,6 +298,36 @@ def resize_is_spatial(ctx: RuleContext) -> str | None:
         return "scales N or C" if len(s) == 4 else f"rank {len(s)}"
     mode = ctx.node.attr("mode", "nearest")
     return None if mode in ("nearest", "linear") else f"mode {mode}"
+
+
+def resize_scales_are_constant(ctx: RuleContext) -> str | None:
+    """Resize on the BPU needs constant roi, scales and sizes: the source pixels and weights are fixed when the model is compiled"""
+    for k in range(1, len(ctx.node.inputs)):
+        if ctx.node.inputs[k] and ctx.const(k) is None:
+            return f"'{ctx.node.inputs[k]}' computed at run time"
+    return None
+
+
+RESIZE_COORDINATE_MODES = ("asymmetric", "half_pixel", "pytorch_half_pixel", "align_corners", "tf_half_pixel_for_nn")
+
+
+def resize_coordinates_have_an_integer_form(ctx: RuleContext) -> str | None:
+    """Resize on the BPU maps output to input pixels by the asymmetric, half_pixel, pytorch_half_pixel, align_corners or tf_half_pixel_for_nn rule, over all axes, without antialiasing; tf_crop_and_resize, antialias and keep_aspect_ratio_policy run on the CPU"""
+    if ctx.node.op_type != "Resize":  # Upsample: asymmetric coordinates by definition
+        return None
+    def text(key: str, default: str) -> str:
+        v = ctx.node.attr(key, default)
+        return v.decode() if isinstance(v, bytes) else str(v)
+
+    coords = text("coordinate_transformation_mode", "half_pixel")
+    if coords not in RESIZE_COORDINATE_MODES:
+        return f"coordinate_transformation_mode {coords}"
+    if int(ctx.node.attr("antialias", 0)):
+        return "antialias=1"
+    if ctx.node.attr("axes") is not None:
+        return "axes attribute"
+    policy = text("keep_aspect_ratio_policy", "stretch")
+    return None if policy == "stretch" else f"keep_aspect_ratio_policy {policy}"
 
 
 def gather_indices_are_constant(ctx: RuleContext) -> str | None:
@@ -387,7 +417,8 @@ _register(["Split"], "Split", "data_movement", split_sizes_are_constant)
 _register(["Slice"], "Slice", "data_movement", slice_parameters_are_constant)
 _register(["Pad"], "HzPad", "data_movement", pad_is_constant_mode)
 _register(["Gather"], "Gather", "data_movement", gather_indices_are_constant)
-_register(["Resize", "Upsample"], "HzResize", "data_movement", resize_is_spatial)
+_register(["Resize", "Upsample"], "HzResize", "data_movement", resize_is_spatial, resize_scales_are_constant,
+          resize_coordinates_have_an_integer_form)
 _register(["DepthToSpace", "SpaceToDepth"], "HzDepthToSpace", "data_movement")
 _register(["WindowPartition"], "HzWindowPartition", "data_movement")
 _register(["WindowReverse"], "HzWindowReverse", "data_movement")

@@ -13,7 +13,9 @@ next tile streams in):
                    A ConvTranspose runs as one stride-1 conv per stride phase (sub-pixel
                    decomposition), each with its ``ceil(k / stride)`` taps.
 ``vector``         elements (padded, as stored) x cycles per element of the op's class / lanes,
-                   at half rate when an operand is 16-bit.
+                   at half rate when an operand is 16-bit. Window ops count one element per
+                   tap: max pool per window tap, bilinear resize 4 (a multiply-add per source
+                   pixel of each output element).
 ``data_movement``  bytes moved / the unit's bytes per cycle, where each side moves whole
                    granules (SRAM line, DDR burst) per contiguous run (:mod:`.access`).
 ``sram``/``ddr``   bytes each memory moves for the op / its bandwidth: activations where the
@@ -245,6 +247,10 @@ def tensor_cost(node: Node, ctx: CostContext) -> OpCost:
 # --------------------------------------------------------------------------- vector unit
 
 
+#: multiply-adds per output element of a bilinear resize (two rows x two columns)
+BILINEAR_TAPS = 4
+
+
 def vector_class(kind: str, kernel: Any) -> str:
     if kind == "Lut":
         return "lut_int16" if int(getattr(kernel, "in_bits", 8)) > 8 else "lut"
@@ -265,6 +271,8 @@ def vector_cost(node: Node, ctx: CostContext) -> OpCost:
         elements = int(np.prod(ctx.padded(acts[0]), dtype=np.int64))
     elif kind == "MaxPool":
         elements = out_padded * int(np.prod(getattr(kernel, "kernel_shape", (1,)), dtype=np.int64))
+    elif kind == "BilinearResize":
+        elements = out_padded * BILINEAR_TAPS
     else:
         elements = out_padded
     op.elements = elements
@@ -279,6 +287,8 @@ def vector_cost(node: Node, ctx: CostContext) -> OpCost:
     if cls in ("layernorm", "softmax") and over != (-1,):
         # the reduction walks a non-last axis with a stride in place: same element count, no transpose
         op.note += f", over axes {list(over)} (strided, no transpose)"
+    if kind == "BilinearResize":
+        op.note += f", {BILINEAR_TAPS} taps per output element"
     _memory_traffic(op, node, ctx)
     op.overhead = hw.per_op_cycles + (hw.dual_core_sync_cycles if ctx.split > 1 else 0)
     return op

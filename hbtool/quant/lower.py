@@ -25,6 +25,7 @@ from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node
 from hbtool.kernels import Add, Conv, ConvTranspose, LayerNorm, Linear, Log2MatMul, Lut, MatMul, Mul
 from hbtool.kernels.pool import AvgPool, MaxPool, ReduceMean
 from hbtool.kernels.quantize import Dequantize, Quantize
+from hbtool.kernels.resize import COORDINATE_MODES, BilinearResize, axis_scales
 from hbtool.kernels.softmax import Softmax
 from hbtool.quant.plan import QuantPlan
 from hbtool.quant.weights import WEIGHT_QMAX, quantize_weight, weight_scales
@@ -609,6 +610,41 @@ class _Lowerer:
         if axes is None:
             return False
         return self._reduce_mean(node, axes, bool(node.attr("keepdims", 1)))
+
+    def _resize_form(self, node: Node) -> tuple[str, str, np.ndarray | None]:
+        """(mode, coordinate mode, constant scales or None) of a Resize the integer forms compute; ValueError if none does."""
+        def text(key: str, default: str) -> str:
+            v = node.attr(key, default)
+            return v.decode() if isinstance(v, bytes) else str(v)
+
+        mode, coords = text("mode", "nearest"), text("coordinate_transformation_mode", "half_pixel")
+        if coords not in COORDINATE_MODES:
+            raise ValueError(f"coordinate_transformation_mode {coords} has no integer form")
+        if int(node.attr("antialias", 0)) or node.attr("axes") is not None or text("keep_aspect_ratio_policy", "stretch") != "stretch":
+            raise ValueError("antialias, axes and keep_aspect_ratio_policy have no integer form")
+        for k in (1, 2, 3):
+            if len(node.inputs) > k and node.inputs[k] and self.src.const(node.inputs[k]) is None:
+                raise ValueError("Resize roi/scales/sizes must be constants")
+        scales = self.src.const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+        return mode, coords, None if scales is None or scales.size == 0 else np.asarray(scales, np.float32).reshape(-1)
+
+    def _lower_Resize(self, node: Node) -> bool:
+        """nearest: data movement of the codes; linear on H and W: the integer bilinear kernel (same scale in and out)."""
+        mode, coords, scales = self._resize_form(node)
+        if mode == "nearest":
+            return self._move(node)
+        shape, out_shape = self.src.shape(node.inputs[0]), self.src.shape(node.outputs[0])
+        if mode != "linear" or len(shape) != 4 or tuple(shape[:2]) != tuple(out_shape[:2]):
+            return False
+        x = self.int_input(node.inputs[0])
+        tq = self.tq(node.outputs[0])
+        if tq.scale != x.scale or tq.bits != x.bits:
+            raise ValueError("bilinear Resize needs the input's scale and bits at its output (plan groups them)")
+        per_axis = axis_scales(shape, out_shape, scales)
+        kernel = BilinearResize.build(shape[2:], out_shape[2:], per_axis[2:], coords, x.bits, rounding=self.rounding)
+        self.emit_kernel(node, "HzResize", kernel, [x.name], node.outputs[0],
+                         {"mode": "linear", "coordinate_transformation_mode": coords})
+        return True
 
     # ------------------------------------------------------------ driver
     def float_node(self, node: Node, reason: str | None = None) -> None:
