@@ -78,9 +78,7 @@ def import_onnx(
     _check_input_types(model)
     model = _inline_foreign_functions(model)
     _apply_input_shapes(model, dict(input_shapes or {}))
-    if fold:
-        model = _fold_with_onnxruntime(model)
-    model = _lift_opset(model)
+    model = _lift_then_fold(model, fold)
     model = _infer_shapes(model)
     graph = _to_ir(model)
     _fill_missing_shapes(graph, model)
@@ -219,9 +217,18 @@ def _apply_input_shapes(model: onnx.ModelProto, shapes: dict[str, Sequence[int]]
             tt.ClearField("shape")
 
 
-def _fold_with_onnxruntime(model: onnx.ModelProto) -> onnx.ModelProto:
+# onnxruntime's basic-level fusions into ops that exist only from opset 17 (LayerNormalization)
+# or 20 (Gelu): a model below 17 never met them before the lift, and hbtool's own passes
+# (ir/passes/fuse_layernorm.py, fuse_gelu.py) fuse the same patterns keeping the user's node
+# names, so a lifted model keeps the decomposed form it was exported with
+_FUSIONS_LEFT_TO_HBTOOL = ("LayerNormFusionL1", "GeluFusionL1")
+
+
+def _fold_with_onnxruntime(model: onnx.ModelProto, disabled: Sequence[str] = ()) -> onnx.ModelProto:
     """Constant-fold shape subgraphs and drop redundant nodes with onnxruntime's basic level."""
     import onnxruntime as ort
+
+    kwargs = {"disabled_optimizers": list(disabled)} if disabled else {}
 
     with tempfile.TemporaryDirectory(prefix="hbtool_fold_") as tmp:
         out = Path(tmp) / "folded.onnx"
@@ -234,9 +241,9 @@ def _fold_with_onnxruntime(model: onnx.ModelProto) -> onnx.ModelProto:
             if big:
                 src = Path(tmp) / "src.onnx"
                 onnx.save(model, str(src), save_as_external_data=True, location="src.data")
-                ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+                ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"], **kwargs)
             else:
-                ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+                ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"], **kwargs)
         except Exception as exc:
             msg = str(exc).strip().splitlines()[0][:300]
             raise ModelError(
@@ -247,6 +254,26 @@ def _fold_with_onnxruntime(model: onnx.ModelProto) -> onnx.ModelProto:
     # onnxruntime leaves the ops but may drop names of new nodes; name everything
     _name_nodes(folded)
     return folded
+
+
+def _lift_then_fold(model: onnx.ModelProto, fold: bool) -> onnx.ModelProto:
+    """Lift the opset first, then fold, so that what the lift writes is folded too.
+
+    Between opsets 11 and 17 many attributes became inputs (Squeeze/Unsqueeze/ReduceSum
+    ``axes``, Split ``split``, Clip ``min``/``max``, Pad ``pads``, Resize ``scales``); onnx's
+    version converter writes them as fresh ``Constant`` nodes or small node chains. Folded
+    before the lift, those would stay computed at run time. Where the converter cannot read
+    the raw model (a shape subgraph it does not know), fold first, lift, and fold again.
+    """
+    if not fold:
+        return _lift_opset(model)
+    if _opset(model) >= IR_MIN_OPSET:
+        return _fold_with_onnxruntime(model)
+    try:
+        lifted = _lift_opset(model)
+    except ModelError:
+        lifted = _lift_opset(_fold_with_onnxruntime(model))
+    return _fold_with_onnxruntime(lifted, disabled=_FUSIONS_LEFT_TO_HBTOOL)
 
 
 def _name_nodes(model: onnx.ModelProto) -> None:
@@ -359,6 +386,10 @@ def _to_ir(model: onnx.ModelProto) -> Graph:
         seen.add(name)
         attrs = {a.name: attr_value(a) for a in n.attribute}
         if n.op_type == "Constant" and n.domain in KNOWN_DOMAINS:
+            # the value_info loop above may have registered this name without data; the
+            # constant takes it over under its own name (add_const would rename it and leave
+            # every reader pointing at a tensor nobody produces)
+            graph.values.pop(n.output[0], None)
             graph.add_const(_constant_value(n, attrs), name=n.output[0])
             continue
         body = None
