@@ -224,26 +224,18 @@ def layernorm_size_within_limit(ctx: RuleContext) -> str | None:
     return None if size <= ctx.lim("layernorm_max_size") else f"{size} elements per row"
 
 
-def reduce_over_one_axis_or_hw(ctx: RuleContext) -> str | None:
-    """Reductions on the BPU reduce one axis, or H and W together"""
-    axes = _reduce_axes(ctx)
-    s = ctx.in_shape(0)
-    if axes is None or s is None:
-        return None
-    axes = sorted({a + len(s) if a < 0 else a for a in axes})
-    if len(axes) == 1 or (len(s) == 4 and axes == [2, 3]):
-        return None
-    return f"axes {axes}"
+def reduce_axes_are_constant(ctx: RuleContext) -> str | None:
+    """Reductions on the BPU need their axes known at compile time"""
+    # Any constant axes will do, in any layout: axes that are contiguous once size-1 dimensions
+    # are dropped (NCHW [2, 3], channels-last (B, H, W, C) [1, 2], tokens (B, L, C) [1]) are a
+    # reshape (free) and one sum; others first go through a transpose that brings them together,
+    # which the compiler folds into the reduction's read and perf costs as data movement
+    # (ir/patterns.py reduction_needs_transpose).
+    from hbtool.ir.patterns import reduce_axes
 
-
-def _reduce_axes(ctx: RuleContext) -> list[int] | None:
-    if "axes" in ctx.node.attrs:
-        return list(ctx.node.attrs["axes"])
-    c = ctx.const(1)
-    if c is not None:
-        return [int(a) for a in np.asarray(c).reshape(-1)]
-    s = ctx.in_shape(0)
-    return None if s is None else list(range(len(s)))
+    if ctx.in_shape(0) is None or reduce_axes(ctx.graph, ctx.node) is not None:
+        return None
+    return f"axes '{ctx.node.inputs[1]}' computed at run time"
 
 
 def pool_kernel_within_limit(ctx: RuleContext) -> str | None:
@@ -366,7 +358,7 @@ _register(["Softmax"], "HzSoftmax", "vector")
 _register(["LogSoftmax"], "HzSoftmax", "vector")
 _register(["LayerNormalization"], "HzLayerNorm", "vector", layernorm_size_within_limit)
 _register(["BatchNormalization", "InstanceNormalization"], "HzSElementwiseMul", "vector")
-_register(["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin"], "HzSQuantizedReduce", "vector", reduce_over_one_axis_or_hw)
+_register(["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin"], "HzSQuantizedReduce", "vector", reduce_axes_are_constant)
 _register(["MaxPool", "AveragePool"], "HzSQuantizedPool", "vector", pool_is_2d, pool_kernel_within_limit)
 _register(["GlobalAveragePool", "GlobalMaxPool"], "HzSQuantizedPool", "vector", pool_is_2d)
 _register(["ArgMax", "ArgMin"], "HzArgMax", "vector", argmax_channels_within_limit)
