@@ -231,8 +231,10 @@ VIOLATIONS: list[Violation] = [
     # ---- data movement
     Violation(resize_is_spatial, onnx_node("Resize", ["x", "", "s"], feeds={"x": [1, 1, 4, 4]}, consts={"s": np.array([1, 1, 2, 2], F32)}, mode="cubic"),
               "mode cubic", "mode"),
-    Violation(resize_is_spatial, onnx_node("Resize", ["x", "", "s"], feeds={"x": [1, 2, 4, 4]}, consts={"s": np.array([1, 2, 1, 1], F32)}),
+    Violation(resize_is_spatial, onnx_node("Resize", ["x", "", "s"], feeds={"x": [1, 2, 4, 4]}, consts={"s": np.array([1, 2, 2, 2], F32)}),
               "scales N or C", "channels"),
+    Violation(resize_is_spatial, onnx_node("Resize", ["x", "", "s"], feeds={"x": [1, 2, 4, 4]}, consts={"s": np.array([2, 1, 1, 1], F32)}),
+              "scales N or C", "batch"),
     Violation(resize_is_spatial, onnx_node("Resize", ["x", "", "s"], feeds={"x": [1, 4, 4]}, consts={"s": np.array([1, 1, 2], F32)}),
               "rank 3", "rank"),
     Violation(gather_indices_are_constant, onnx_node("Gather", ["x", "idx"], feeds={"x": [4, 3], "idx": T([2])}), "indices 'idx'"),

@@ -275,12 +275,15 @@ def clip_bounds_are_constant(ctx: RuleContext) -> str | None:
 
 # ------------------------------------------------------- data-movement rules
 def resize_is_spatial(ctx: RuleContext) -> str | None:
-    """Resize on the BPU scales H and W of a 4-D tensor with nearest or linear interpolation"""
+    """Resize on the BPU scales H and W of a 4-D tensor (NCHW or NHWC) with nearest or linear interpolation"""
     s, o = ctx.in_shape(0), ctx.out_shape(0)
     if s is None or o is None:
         return None
-    if len(s) != 4 or s[:2] != o[:2]:
-        return "scales N or C" if len(s) == 4 else f"rank {len(s)}"
+    if len(s) != 4:
+        return f"rank {len(s)}"
+    # the channels stay put: axis 1 (NCHW) or axis 3 (channels-last, tf2onnx / timm heads)
+    if s[0] != o[0] or (s[1] != o[1] and s[3] != o[3]):
+        return "scales N or C"
     mode = ctx.node.attr("mode", "nearest")
     return None if mode in ("nearest", "linear") else f"mode {mode}"
 

@@ -56,6 +56,11 @@ _PTF_CONSUMERS = {"Add", "Sub", "LayerNormalization"}
 _PTF_PRODUCERS = {"Add", "Sub", "LayerNormalization", "Linear", "Gemm", "MatMul"}
 
 
+def _text_attr(node: Node, key: str, default: str) -> str:
+    value = node.attr(key, default)
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 @dataclass
 class IntTensor:
     name: str
@@ -245,6 +250,14 @@ class _Lowerer:
                 bits = tq.bits if tq else ints[0].bits
                 self.ints[o] = IntTensor(o, scale, bits)
         return True
+
+    def _lower_Resize(self, node: Node) -> bool:
+        """Nearest-neighbour Resize only copies integers (data movement); linear interpolation has no kernel yet."""
+        if _text_attr(node, "mode", "nearest") != "nearest":
+            return False
+        if any(i and not self.src.is_const(i) for i in node.inputs[1:]):
+            return False
+        return self._move(node)
 
     def _lut(self, node: Node, fname: str, f=None) -> bool:
         x = self.int_input(node.inputs[0])

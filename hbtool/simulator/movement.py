@@ -156,6 +156,50 @@ def _roll(node: Node, program: Graph, x: np.ndarray, *rest) -> list[np.ndarray]:
     return [np.roll(x, shifts, axis=axes)]
 
 
+def _text(value, default: str) -> str:
+    if value is None:
+        return default
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _nearest_source_index(out_size: int, in_size: int, scale: float, transform: str, rounding: str) -> np.ndarray:
+    """ONNX Resize (nearest): the input index each output index copies, per the spec's formulas."""
+    o = np.arange(out_size, dtype=np.float64)
+    if transform == "asymmetric":
+        src = o / scale
+    elif transform == "align_corners":
+        src = o * (in_size - 1) / (out_size - 1) if out_size > 1 else np.zeros_like(o)
+    elif transform == "pytorch_half_pixel":
+        src = (o + 0.5) / scale - 0.5 if out_size > 1 else np.zeros_like(o)
+    elif transform == "tf_half_pixel_for_nn":
+        src = (o + 0.5) / scale
+    else:  # half_pixel
+        src = (o + 0.5) / scale - 0.5
+    if rounding == "floor":
+        idx = np.floor(src)
+    elif rounding == "ceil":
+        idx = np.ceil(src)
+    elif rounding == "round_prefer_ceil":
+        idx = np.floor(src + 0.5)
+    else:  # round_prefer_floor
+        idx = np.ceil(src - 0.5)
+    return np.clip(idx, 0, in_size - 1).astype(np.int64)
+
+
+def _resize_nearest(node: Node, program: Graph, x: np.ndarray, *rest) -> list[np.ndarray]:
+    """Nearest-neighbour Resize copies integers: one index gather per resized axis."""
+    out_shape = program.shape(node.outputs[0])
+    scales = _const(program, node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+    transform = _text(node.attrs.get("coordinate_transformation_mode"), "half_pixel")
+    rounding = _text(node.attrs.get("nearest_mode"), "round_prefer_floor")
+    for axis, (n_in, n_out) in enumerate(zip(x.shape, out_shape)):
+        scale = float(np.asarray(scales).reshape(-1)[axis]) if scales is not None and np.asarray(scales).size else n_out / n_in
+        if n_in == n_out and scale == 1.0:
+            continue
+        x = np.take(x, _nearest_source_index(int(n_out), int(n_in), scale, transform, rounding), axis=axis)
+    return [x]
+
+
 def _identity(node: Node, program: Graph, x: np.ndarray, *rest) -> list[np.ndarray]:
     return [x]
 
@@ -167,5 +211,5 @@ MOVEMENT: dict[str, Callable] = {
     "ReduceMax": _reduce(np.max), "ReduceMin": _reduce(np.min), "GlobalMaxPool": _global_max,
     "DepthToSpace": _depth_to_space, "SpaceToDepth": _space_to_depth,
     "WindowPartition": _window_partition, "WindowReverse": _window_reverse, "Roll": _roll,
-    "Identity": _identity, "HzReorder": _identity,
+    "Identity": _identity, "HzReorder": _identity, "Resize": _resize_nearest,
 }
