@@ -78,7 +78,7 @@ def import_onnx(
     _check_input_types(model)
     model = _inline_foreign_functions(model)
     _apply_input_shapes(model, dict(input_shapes or {}))
-    model = _lift_then_fold(model, fold)
+    model = _fold_lift_fold(model, fold)
     model = _infer_shapes(model)
     graph = _to_ir(model)
     _fill_missing_shapes(graph, model)
@@ -256,24 +256,22 @@ def _fold_with_onnxruntime(model: onnx.ModelProto, disabled: Sequence[str] = ())
     return folded
 
 
-def _lift_then_fold(model: onnx.ModelProto, fold: bool) -> onnx.ModelProto:
-    """Lift the opset first, then fold, so that what the lift writes is folded too.
+def _fold_lift_fold(model: onnx.ModelProto, fold: bool) -> onnx.ModelProto:
+    """Fold, lift the opset, and fold again what the lift wrote.
 
-    Between opsets 11 and 17 many attributes became inputs (Squeeze/Unsqueeze/ReduceSum
-    ``axes``, Split ``split``, Clip ``min``/``max``, Pad ``pads``, Resize ``scales``); onnx's
-    version converter writes them as fresh ``Constant`` nodes or small node chains. Folded
-    before the lift, those would stay computed at run time. Where the converter cannot read
-    the raw model (a shape subgraph it does not know), fold first, lift, and fold again.
+    At opset 13 Squeeze/Unsqueeze/ReduceSum ``axes`` and Split ``split`` became inputs, and
+    Softmax changed meaning; onnx's version converter writes fresh ``Constant`` nodes for them,
+    or Shape/Flatten/Reshape chains where it does not know a rank. Folded only before the lift,
+    those stayed computed at run time (the checker put each such node on the CPU). The first
+    fold still matters: it leaves every shape known to the converter, which then keeps a
+    last-axis Softmax as it is.
     """
     if not fold:
         return _lift_opset(model)
-    if _opset(model) >= IR_MIN_OPSET:
-        return _fold_with_onnxruntime(model)
-    try:
-        lifted = _lift_opset(model)
-    except ModelError:
-        lifted = _lift_opset(_fold_with_onnxruntime(model))
-    return _fold_with_onnxruntime(lifted, disabled=_FUSIONS_LEFT_TO_HBTOOL)
+    folded = _fold_with_onnxruntime(model)
+    if _opset(folded) >= IR_MIN_OPSET:
+        return folded
+    return _fold_with_onnxruntime(_lift_opset(folded), disabled=_FUSIONS_LEFT_TO_HBTOOL)
 
 
 def _name_nodes(model: onnx.ModelProto) -> None:
