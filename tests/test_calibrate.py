@@ -325,21 +325,21 @@ def test_nodes_without_integer_lowering_are_reported_not_hidden(tmp_path):
     from hbtool.quant.report import fallback_lines
     from tests.helpers import make_model, tensor, vinfo
 
-    w = np.random.default_rng(0).standard_normal((4, 4, 2, 2)).astype(np.float32) * 0.3
+    slope = np.random.default_rng(0).uniform(0.05, 0.3, (4, 1, 1)).astype(np.float32)
     nodes = [
-        helper.make_node("ConvTranspose", ["x", "w"], ["u"], name="upsample", strides=[2, 2]),
+        helper.make_node("PRelu", ["x", "slope"], ["u"], name="prelu"),
         helper.make_node("Relu", ["u"], ["y"], name="relu"),
     ]
-    path = tmp_path / "ct.onnx"
-    onnx.save(make_model(nodes, [vinfo("x", [1, 4, 4, 4])], [vinfo("y", [1, 4, 8, 8])], [tensor("w", w)]), str(path))
+    path = tmp_path / "pr.onnx"
+    onnx.save(make_model(nodes, [vinfo("x", [1, 4, 4, 4])], [vinfo("y", [1, 4, 4, 4])], [tensor("slope", slope)]), str(path))
     cfg = config_from_dict({
         "model_parameters": {"onnx_model": str(path), "working_dir": str(tmp_path / "wd")},
         "input_parameters": {"input_name": "x", "input_shape": "1x4x4x4"},
         "calibration_parameters": {"calibration_type": "skip"},
     })
     r = run_calibration(cfg)
-    assert [f["node"] for f in quant_info(r)["float_fallbacks"]] == ["upsample"]
-    assert any("upsample" in line for line in fallback_lines(r))
+    assert [f["node"] for f in quant_info(r)["float_fallbacks"]] == ["prelu"]
+    assert any("prelu" in line for line in fallback_lines(r))
     assert r.output_errors["y"]["cosine"] > 0.999
 
 

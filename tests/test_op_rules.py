@@ -364,6 +364,9 @@ VALID: dict[str, Build] = {
     "BatchNormalization": onnx_node("BatchNormalization", ["x", "g", "b", "m", "v"], feeds={"x": _X},
                                     consts={"g": np.ones(8, F32), "b": _w(8), "m": _w(8, seed=1), "v": np.ones(8, F32)}),
     "InstanceNormalization": onnx_node("InstanceNormalization", ["x", "g", "b"], feeds={"x": _X}, consts={"g": np.ones(8, F32), "b": _w(8)}),
+    # ChannelLayerNorm is the hbtool-domain fusion of a LayerNorm over a non-last axis: build the IR.
+    "ChannelLayerNorm": ir_node("ChannelLayerNorm", ["x", "g", "b"], feeds={"x": _X}, consts={"g": np.ones((8, 1, 1), F32), "b": np.zeros((8, 1, 1), F32)},
+                                outputs={"y": _X}, domain=HBTOOL_DOMAIN, axis=1, epsilon=1e-6),
     "ReduceMean": onnx_node("ReduceMean", ["x"], feeds={"x": [1, 4, 16]}, axes=[-1]),
     "ReduceSum": onnx_node("ReduceSum", ["x", "a"], feeds={"x": [1, 4, 16]}, consts={"a": _i64(-1)}),
     "ReduceMax": onnx_node("ReduceMax", ["x"], feeds={"x": _X}, axes=[2, 3]),

@@ -515,7 +515,7 @@ def test_layernorm_tf_form_shared_intermediate():
     [
         {"eps": 0.0},  # eps must be > 0
         {"pow_exp": 3.0},  # not a square
-        {"axes": (1,)},  # not the last axis
+        {"axes": (0, 1)},  # two axes, not the trailing ones
         {"extra_use": True},  # x - mean read outside the pattern
     ],
 )

@@ -174,6 +174,9 @@ def kernel_macs(node, program: Graph) -> int:
     kind = type(kernel).__name__
     if kind == "Conv":
         return elems * int(np.prod(kernel.weight.shape[1:]))
+    if kind == "ConvTranspose":  # every input sample meets Cout/group x prod(k) weights
+        x = program.shape(node.inputs[0])
+        return 0 if x is None else int(np.prod(x, dtype=np.int64)) * int(np.prod(kernel.weight.shape[1:]))
     if kind == "Linear":
         return elems * int(kernel.weight.shape[0])
     if kind in ("MatMul", "Log2MatMul"):

@@ -14,7 +14,7 @@ from hbtool.ir.graph import Graph, Node
 TENSOR, VECTOR, DATA_MOVEMENT, CPU = "tensor", "vector", "data_movement", "cpu"
 
 _KERNEL_UNIT = {
-    "Conv": TENSOR, "Linear": TENSOR, "MatMul": TENSOR, "Log2MatMul": TENSOR,
+    "Conv": TENSOR, "ConvTranspose": TENSOR, "Linear": TENSOR, "MatMul": TENSOR, "Log2MatMul": TENSOR,
     "Add": VECTOR, "Mul": VECTOR, "Lut": VECTOR, "Softmax": VECTOR, "LayerNorm": VECTOR,
     "AvgPool": VECTOR, "ReduceMean": VECTOR, "ReduceSum": VECTOR, "MaxPool": VECTOR, "Requantize": VECTOR,
     "Quantize": CPU, "Dequantize": CPU,

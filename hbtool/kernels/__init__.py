@@ -12,7 +12,8 @@ value ``q * scale``. Quantization is symmetric (zero point 0):
 * biases: int32 at scale ``s_x * s_w[c]``;
 * requantization: a 15-bit multiplier ``M`` in [2**14, 2**15) and a right shift ``n >= 0``
   (up to 52) approximate a real ratio ``r = M 2**-n`` (relative error below 2**-14);
-  see :func:`quantize_multiplier`;
+  see :func:`quantize_multiplier`; a ratio of 2**15 or more (an output step finer than the
+  accumulator's, as around a zero-range tensor) shifts ``M`` left instead (:mod:`.requantize`);
 * right shifts round by one mode per kernel, ``half_up`` by default
   (``floor((x + 2**(n-1)) / 2**n)``), or ``half_even``, ``half_away`` (from zero), ``floor``;
   see :func:`rounding_shift_numpy`;
@@ -47,24 +48,26 @@ them (:class:`RangeError`).
 Modules
 =======
 
-==================  ==========================================================
-:mod:`.fixedpoint`  multipliers, rounding shifts, floor division, integer sqrt
-:mod:`.quantize`    Quantize, Dequantize, weight and bias quantization helpers
-:mod:`.requantize`  Requantize (acc -> int8/int16, per channel, fused clamps)
-:mod:`.linear`      Linear (x @ W + b), MatMul (activation x activation), Log2MatMul (log2 codes x activation)
-:mod:`.conv`        Conv (1-3 spatial dims, groups, strides, pads, dilations)
-:mod:`.eltwise`     Add / Sub, Mul
-:mod:`.lut`         Lut (GELU, Sigmoid, Exp, Reciprocal, ... and any callable)
-:mod:`.softmax`     Softmax over the last axis, masks honoured (linear or log2 output)
-:mod:`.layernorm`   LayerNorm over the last axis (optional power-of-two factors)
-:mod:`.pool`        AvgPool, ReduceMean / GlobalAveragePool, ReduceSum, MaxPool
-:mod:`.builder`     OnnxBuilder, the node writer the ONNX forms share
-==================  ==========================================================
+========================  ==========================================================
+:mod:`.fixedpoint`        multipliers, rounding shifts, floor division, integer sqrt
+:mod:`.quantize`          Quantize, Dequantize, weight and bias quantization helpers
+:mod:`.requantize`        Requantize (acc -> int8/int16, per channel, fused clamps)
+:mod:`.linear`            Linear (x @ W + b), MatMul (activation x activation), Log2MatMul (log2 codes x activation)
+:mod:`.conv`              Conv (1-3 spatial dims, groups, strides, pads, dilations)
+:mod:`.conv_transpose`    ConvTranspose (as a Conv of the zero-inserted input; output_padding too)
+:mod:`.eltwise`           Add / Sub, Mul
+:mod:`.lut`               Lut (GELU, Sigmoid, Exp, Reciprocal, ... and any callable)
+:mod:`.softmax`           Softmax over any axis (the last by default), masks honoured (linear or log2 output)
+:mod:`.layernorm`         LayerNorm over the last axis or consecutive axes anywhere (optional power-of-two factors)
+:mod:`.pool`              AvgPool, ReduceMean / GlobalAveragePool, ReduceSum (any axes), MaxPool
+:mod:`.builder`           OnnxBuilder, the node writer the ONNX forms share
+========================  ==========================================================
 """
 
 from hbtool.kernels.base import Kernel, RangeError
 from hbtool.kernels.builder import OnnxBuilder
 from hbtool.kernels.conv import Conv
+from hbtool.kernels.conv_transpose import ConvTranspose
 from hbtool.kernels.eltwise import Add, Mul
 from hbtool.kernels.fixedpoint import (
     DEFAULT_ROUNDING,
@@ -95,7 +98,7 @@ from hbtool.kernels.requantize import Requantize
 from hbtool.kernels.softmax import Softmax
 
 __all__ = [
-    "Add", "AvgPool", "Conv", "DEFAULT_ROUNDING", "Dequantize", "Kernel", "LUT_FUNCTIONS", "LayerNorm", "Linear",
+    "Add", "AvgPool", "Conv", "ConvTranspose", "DEFAULT_ROUNDING", "Dequantize", "Kernel", "LUT_FUNCTIONS", "LayerNorm", "Linear",
     "Log2MatMul", "Lut", "MAX_SHIFT", "MatMul", "MaxPool", "Mul", "OnnxBuilder", "Quantize", "ROUNDING_MODES", "RangeError",
     "ReduceMean", "ReduceSum", "Requantize", "Softmax", "dequantize_numpy", "floor_div_numpy", "floor_div_onnx", "int_range",
     "isqrt_numpy", "isqrt_onnx", "quantize_bias", "quantize_multiplier", "quantize_numpy", "quantize_weight",

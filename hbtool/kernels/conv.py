@@ -143,9 +143,15 @@ def plan_float_conv(w: np.ndarray, in_bits: int) -> tuple[bool, bool]:
     )
 
 
-def emit_float_conv(b: OnnxBuilder, x: str, w: np.ndarray, attrs: dict, in_bits: int) -> str:
-    """Exact integer convolution of a DOUBLE integer tensor through FLOAT Conv nodes -> DOUBLE."""
-    split_x, split_w = plan_float_conv(w, in_bits)
+def emit_float_conv(b: OnnxBuilder, x: str, w: np.ndarray, attrs: dict, in_bits: int, op_type: str = "Conv",
+                    bound_weight: np.ndarray | None = None) -> str:
+    """Exact integer convolution of a DOUBLE integer tensor through FLOAT Conv nodes -> DOUBLE.
+
+    ``op_type="ConvTranspose"`` runs ONNX ConvTranspose nodes on ``w`` (layout ``[Cin, Cout/group, *k]``);
+    ``bound_weight`` is then the same weight as ``[Cout, Cin/group, *k]``, whose rows give the
+    partial-sum bounds that choose the digit split (the split itself is elementwise).
+    """
+    split_x, split_w = plan_float_conv(w if bound_weight is None else bound_weight, in_bits)
     if split_x:
         x_hi = b.floor(b.mul(b.add(x, b.const(128.0)), b.const(1.0 / 256)))
         x_lo = b.sub(x, b.mul(x_hi, b.const(256.0)))
@@ -160,7 +166,7 @@ def emit_float_conv(b: OnnxBuilder, x: str, w: np.ndarray, attrs: dict, in_bits:
     total = None
     for fx, xf in xs:
         for fw, wp in ws:
-            part = b.cast(b.op("Conv", xf, b.int_const(wp, np.float32, "weight"), **attrs), np.float64)
+            part = b.cast(b.op(op_type, xf, b.int_const(wp, np.float32, "weight"), **attrs), np.float64)
             if fx * fw != 1.0:
                 part = b.mul(part, b.const(fx * fw))
             total = part if total is None else b.add(total, part)

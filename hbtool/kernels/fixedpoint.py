@@ -57,18 +57,20 @@ def _check_mode(mode: str) -> None:
 
 
 # --------------------------------------------------------------------------- multiplier
-def quantize_multiplier(r: Any, bits: int = MULT_BITS, max_shift: int = MAX_SHIFT) -> tuple[Any, Any]:
+def quantize_multiplier(r: Any, bits: int = MULT_BITS, max_shift: int = MAX_SHIFT,
+                        max_left_shift: int = 0) -> tuple[Any, Any]:
     """Approximate a real ratio ``r >= 0`` (scalar or array) by ``M * 2**-n``.
 
     Returns int64 ``(M, n)`` with the shape of ``r`` (Python ints for a scalar), where
-    ``2**(bits-1) <= M < 2**bits`` and ``0 <= n <= max_shift``, and the relative error
-    ``|M * 2**-n - r| / r <= 2**-bits`` (< 2**-14 for the default 15 bits).
+    ``2**(bits-1) <= M < 2**bits`` and ``-max_left_shift <= n <= max_shift``, and the relative
+    error ``|M * 2**-n - r| / r <= 2**-bits`` (< 2**-14 for the default 15 bits). A negative
+    ``n`` is a left shift: only callers that allow one (``max_left_shift > 0``) get it.
 
     Edge cases: ``r == 0`` gives ``(0, 0)``. A tiny r that would need ``n > max_shift`` keeps
     ``n = max_shift`` and ``M = round(r * 2**max_shift)``, which may be below
     ``2**(bits-1)`` or 0 (its absolute error is at most ``2**-(max_shift+1)``). A huge r
-    (``M * 2**-n`` would need ``n < 0``, i.e. r >= 2**bits - 0.5) raises ValueError: a
-    right-shift requantizer cannot amplify that much.
+    (``M * 2**-n`` would need ``n < -max_left_shift``; with the default 0, r >= 2**bits - 0.5)
+    raises ValueError: a right-shift requantizer cannot amplify that much.
     """
     arr = np.asarray(r, dtype=np.float64)
     if not np.all(np.isfinite(arr)) or np.any(arr < 0):
@@ -86,9 +88,10 @@ def quantize_multiplier(r: Any, bits: int = MULT_BITS, max_shift: int = MAX_SHIF
     zero = arr == 0
     m = np.where(zero, 0, m)
     n = np.where(zero, 0, n)
-    if np.any(n < 0):
-        bad = float(np.max(arr[n < 0]))
-        raise ValueError(f"requantization ratio {bad:g} is too large for a {bits}-bit multiplier and a right shift")
+    if np.any(n < -max_left_shift):
+        bad = float(np.max(arr[n < -max_left_shift]))
+        how = "a right shift" if max_left_shift == 0 else f"a left shift of at most {max_left_shift}"
+        raise ValueError(f"requantization ratio {bad:g} is too large for a {bits}-bit multiplier and {how}")
     M = m.astype(np.int64)
     n = n.astype(np.int64)
     if M.ndim == 0:

@@ -1,4 +1,15 @@
-"""Integer LayerNorm over the last axis (N elements, N up to 8192).
+"""Integer LayerNorm over the last axis, or over any run of consecutive axes (N elements, N up to 8192).
+
+``axes`` (negative, consecutive, default ``(-1,)``) are the normalised axes: ``(-3,)`` is
+ConvNeXt's channel LayerNorm of an NCHW tensor (each pixel normalised over its C channels),
+``(-3, -2, -1)`` ONNX ``LayerNormalization(axis=1)`` of NCHW (over C, H and W). The sums run
+over those axes wherever they sit -- the vector unit walks a non-last axis with a stride, no
+transpose -- and ``G``/``B`` are shaped ``normalised shape + (1,) * trailing axes`` so that they
+broadcast onto the input; every step below is otherwise unchanged, and integer sums do not
+depend on their order, so both forms stay exact. Power-of-two factors need ``axes == (-1,)``.
+With ``param_shape`` G/B may instead vary over axes that are not normalised
+(InstanceNormalization: axes ``(-2, -1)``, G/B ``(C, 1, 1)``); ``norm_dims`` then records the
+normalised dims.
 
 Input int8/int16 ``q`` at scale ``s_in`` (optionally with FQ-ViT-style power-of-two
 factors: channel c really has scale ``s_in 2**alpha_c``, and the kernel starts from
@@ -21,6 +32,11 @@ factors: channel c really has scale ``s_in 2**alpha_c``, and the kernel starts f
    by a 5-step binary search) with ``t = w 4**k < 2**52``; then ``t`` is in [2**50, 2**52).
 4. ``s = isqrt(t)`` (exact, 25-26 bits), ``R = floor(2**50 / s)`` (~2**24-2**25):
    ``1/sqrt(w) ~= R 2**k / 2**50``.
+4b. eps outside the root (``d / (sqrt(var) + eps)``, ``eps_outside``): ``E = 0`` and
+   ``s = isqrt(t) + rshift(C 2**k, m)`` before the division, with ``C = round(c 2**m) < 2**27``,
+   ``c = eps sqrt(N) 2**f / s_in`` (eps in the units of ``sqrt(V)``), so ``s ~= (sqrt(w) + c) 2**k``;
+   ``C 2**k < 2**52`` since ``k <= 25``. A larger ``s`` only shrinks ``R`` and ``u`` (bounds below hold);
+   ``R`` keeps 2**50 / s bits, fewer only where eps dominates the root and the output is near 0.
 5. ``u = rshift(d R 2**k, 20)``: ``d / sqrt(w)`` in Q30, ``|u| <= 2**30 (1 + 2**-23)`` because
    ``d**2 <= V <= w``.
 6. ``y = clamp(rshift(u G_c + B_c, shift))`` with ``G_c = round(gamma_c sqrt(N) / s_out 2**g)``,
@@ -74,7 +90,7 @@ _NORM_STEPS = (16, 8, 4, 2, 1)
 
 @dataclass(frozen=True, eq=False)
 class LayerNorm(Kernel):
-    """LayerNorm over the last axis; make it with :meth:`build`."""
+    """LayerNorm over the last axis (or ``axes``); make it with :meth:`build`."""
 
     n: int
     in_bits: int
@@ -89,6 +105,23 @@ class LayerNorm(Kernel):
     alpha: np.ndarray | None = None  # int64 [N] power-of-two factors
     rounding: str = DEFAULT_ROUNDING
     d_shift: int = 0  # right shift of the centred values when eps dominates (step 2)
+    axes: tuple[int, ...] = (-1,)  # the normalised axes, negative and consecutive (module docstring)
+    eps_root: int = 0  # eps outside the root, ``d / (sqrt(var) + eps)``: C of step 4b (0: eps inside)
+    eps_root_shift: int = 0  # m of step 4b
+    norm_dims: tuple[int, ...] = ()  # the normalised dims when G/B vary over other axes (InstanceNorm); () = G's
+
+    @property
+    def norm_shape(self) -> tuple[int, ...]:
+        """The shape of the normalised axes (G without its trailing broadcast ones, unless ``norm_dims``)."""
+        if self.norm_dims:
+            return tuple(int(d) for d in self.norm_dims)
+        return tuple(int(d) for d in np.shape(self.G)[: len(self.axes)])
+
+    def _check_shape(self, shape: tuple[int, ...]) -> None:
+        first, last = self.axes[0], self.axes[-1]
+        check(len(shape) >= -first, f"LayerNorm over axes {self.axes} needs rank >= {-first}, got {len(shape)}")
+        got = tuple(shape[first: last + 1 if last < -1 else None])
+        check(got == self.norm_shape, f"normalised dimensions are {got}, built for {self.norm_shape}")
 
     @classmethod
     def build(
@@ -103,13 +136,28 @@ class LayerNorm(Kernel):
         n: int | None = None,
         ptf_alpha: Any = None,
         rounding: str = DEFAULT_ROUNDING,
+        axes: Any = (-1,),
+        norm_shape: Any = None,
+        eps_outside: bool = False,
+        param_shape: Any = None,
     ) -> "LayerNorm":
         """Integer parameters of LayerNorm(eps) followed by ``gamma``/``beta`` (None: 1 / 0).
 
         ``n`` is the normalised length (needed only when gamma and beta are both None);
         ``scale_out``: a scalar, or ``[N]`` per-channel output scales;
-        ``ptf_alpha``: per-channel power-of-two factors (ints 0..8) of the input scale.
+        ``ptf_alpha``: per-channel power-of-two factors (ints 0..8) of the input scale;
+        ``axes``: the normalised axes, negative and consecutive; ``norm_shape``: their sizes
+        (default: ``(N,)`` for one axis; gamma and beta are read in that shape's C order);
+        ``eps_outside``: eps added to the root, ``(x - mean) / (sqrt(var) + eps)`` (step 4b);
+        ``param_shape``: gamma/beta's own shape, right-aligned against the input, when they vary
+        over axes that are not normalised (InstanceNormalization: ``(C, 1, 1)`` over H, W; then
+        ``norm_shape`` is needed and ``scale_out`` is a scalar).
         """
+        axes = tuple(int(a) for a in np.atleast_1d(np.asarray(axes)).reshape(-1))
+        if not axes or axes[-1] >= 0 or list(axes) != list(range(axes[0], axes[-1] + 1)):
+            raise ValueError(f"LayerNorm axes must be negative and consecutive, got {axes}")
+        if ptf_alpha is not None and axes != (-1,):
+            raise ValueError("LayerNorm power-of-two factors need the last axis")
         check_scales("LayerNorm", scale_in=scale_in, scale_out=scale_out)
         if rounding not in ROUNDING_MODES:
             raise ValueError(f"rounding mode must be one of {ROUNDING_MODES}, not {rounding!r}")
@@ -118,16 +166,22 @@ class LayerNorm(Kernel):
                 n = int(np.asarray(v).size)
         if n is None or n < 1:
             raise ValueError("LayerNorm needs its length: pass gamma, beta or n")
+        if param_shape is not None:
+            param_shape = tuple(int(d) for d in param_shape)
+            if norm_shape is None or ptf_alpha is not None:
+                raise ValueError("LayerNorm with gamma over other axes needs norm_shape and no power-of-two factors")
+            n = int(np.prod(norm_shape))
         N = int(n)
-        gam = np.ones(N) if gamma is None else np.asarray(gamma, np.float64).reshape(-1)
-        bet = np.zeros(N) if beta is None else np.asarray(beta, np.float64).reshape(-1)
-        if gam.size != N or bet.size != N:
-            raise ValueError("gamma and beta must have the normalised length")
+        P = N if param_shape is None else int(np.prod(param_shape))
+        gam = np.ones(P) if gamma is None else np.asarray(gamma, np.float64).reshape(-1)
+        bet = np.zeros(P) if beta is None else np.asarray(beta, np.float64).reshape(-1)
+        if gam.size != P or bet.size != P:
+            raise ValueError("gamma and beta must have the normalised length (or param_shape's size)")
         qmin, qmax = int_range(out_bits)
         int_range(in_bits)
         s_in, eps = float(scale_in), float(eps)
         s_out = np.asarray(scale_out, np.float64)
-        if s_out.ndim > 1 or (s_out.ndim == 1 and s_out.size != N):
+        if s_out.ndim > 1 or (s_out.ndim == 1 and (s_out.size != N or param_shape is not None)):
             raise ValueError("scale_out must be a scalar or one scale per normalised channel")
         if not (s_in > 0 and bool(np.all(s_out > 0)) and eps >= 0):
             raise ValueError("scales must be > 0 and eps >= 0")
@@ -143,7 +197,7 @@ class LayerNorm(Kernel):
         W = (2**in_bits - 1) << amax
 
         def eps_units(f: int) -> int:
-            if eps == 0:
+            if eps == 0 or eps_outside:
                 return 0
             v = eps * N * 4.0**f / s_in / s_in  # not s_in**2: it underflows to 0 for tiny scales
             return max(1, int(math.floor(v + 0.5))) if v < 2.0**62 else 2**62
@@ -171,6 +225,13 @@ class LayerNorm(Kernel):
             chosen = (0, min(max(1, int(math.floor(e_j + 0.5))), room) if e_j < room else room)
         f, E = chosen
         check(N * (2 ** (in_bits - 1) << (amax + f + 1)) + 4 * N < 2**53, "LayerNorm mean division bound")
+        eps_root = eps_root_shift = 0
+        if eps_outside and eps > 0:
+            c = eps * math.sqrt(N) * 2.0**f / s_in
+            eps_root_shift = min(40, 26 - math.frexp(c)[1])
+            if eps_root_shift < 0:
+                raise ValueError("LayerNorm eps outside the root is over 2**26 input steps: it swamps the spread")
+            eps_root = int(math.floor(math.ldexp(c, eps_root_shift) + 0.5))
 
         gr = gam * math.sqrt(N) / s_out
         lim = np.abs(gr) + 2 ** (out_bits - 1) + 2
@@ -182,21 +243,34 @@ class LayerNorm(Kernel):
         shift = 30 + g
         G = np.floor(np.ldexp(gr, g) + 0.5).astype(np.int64)
         B = np.floor(np.ldexp(br, shift) + 0.5).astype(np.int64)
+        norm_dims: tuple[int, ...] = ()
+        if param_shape is not None:
+            norm_dims = tuple(int(d) for d in norm_shape)
+            if len(norm_dims) != len(axes):
+                raise ValueError(f"norm_shape {norm_dims} does not fit axes {axes}")
+            G, B = G.reshape(param_shape), B.reshape(param_shape)
+        elif axes != (-1,) or norm_shape is not None:
+            shape = (N,) if norm_shape is None else tuple(int(d) for d in norm_shape)
+            if len(shape) != len(axes) or int(np.prod(shape)) != N:
+                raise ValueError(f"norm_shape {shape} does not fit {N} elements over axes {axes}")
+            bshape = shape + (1,) * (-1 - axes[-1])
+            G, B = G.reshape(bshape), B.reshape(bshape)
         return cls(n=N, in_bits=in_bits, out_bits=out_bits, f=f, E=int(E), G=G, B=B, shift=shift, lo=qmin, hi=qmax,
-                   alpha=alpha, rounding=rounding, d_shift=d_shift)
+                   alpha=alpha, rounding=rounding, d_shift=d_shift, axes=axes, eps_root=eps_root, eps_root_shift=eps_root_shift,
+                   norm_dims=norm_dims)
 
     # ------------------------------------------------------------------------- numpy
     def apply_numpy(self, q: np.ndarray) -> np.ndarray:
         q = check_activation(q, self.in_bits)
-        check(q.shape[-1] == self.n, f"last dimension is {q.shape[-1]}, built for {self.n}")
-        N = self.n
+        self._check_shape(q.shape)
+        N, axes = self.n, self.axes
         x = q << self.alpha if self.alpha is not None else q
-        S = x.sum(axis=-1, keepdims=True)
+        S = x.sum(axis=axes, keepdims=True)
         mu = floor_div_numpy((S << (self.f + 1)) + N, np.int64(2 * N))
         d = (x << self.f) - mu
         if self.d_shift:
             d = rounding_shift_numpy(d, self.d_shift, self.rounding)
-        w = np.maximum((d * d).sum(axis=-1, keepdims=True) + self.E, 1)
+        w = np.maximum((d * d).sum(axis=axes, keepdims=True) + self.E, 1)
         check(bool(np.all(w < EXACT_LIMIT)), "LayerNorm variance sum reaches 2**52")
         t, p = w, np.ones_like(w)
         for step in _NORM_STEPS:
@@ -204,6 +278,8 @@ class LayerNorm(Kernel):
             t = np.where(c, t << (2 * step), t)
             p = np.where(c, p << step, p)
         s = isqrt_numpy(t)
+        if self.eps_root:
+            s = s + rounding_shift_numpy(self.eps_root * p, self.eps_root_shift, self.rounding)
         R = (1 << 50) // s
         u = rounding_shift_numpy(d * R * p, 20, self.rounding)
         z = u * self.G + self.B
@@ -215,12 +291,12 @@ class LayerNorm(Kernel):
         x = q
         if self.alpha is not None:
             x = b.mul(x, b.int_const(1 << self.alpha, np.float64, "ptf"))
-        S = b.reduce("ReduceSum", x, [-1])
+        S = b.reduce("ReduceSum", x, self.axes)
         mu = floor_div_onnx(b, b.add(b.mul(S, b.const(2.0 ** (self.f + 1))), b.const(float(N))), b.const(2.0 * N))
         d = b.sub(b.mul(x, b.const(2.0**self.f)), mu) if self.f else b.sub(x, mu)
         if self.d_shift:
             d = rounding_shift_onnx(b, d, self.d_shift, self.rounding)
-        V = b.reduce("ReduceSum", b.mul(d, d), [-1])
+        V = b.reduce("ReduceSum", b.mul(d, d), self.axes)
         t = b.op("Max", b.add(V, b.const(float(self.E))), b.const(1.0))
         p = b.const(1.0)
         for step in _NORM_STEPS:
@@ -228,6 +304,8 @@ class LayerNorm(Kernel):
             t = b.where(c, b.mul(t, b.const(4.0**step)), t)
             p = b.where(c, b.mul(p, b.const(2.0**step)), p)
         s = isqrt_onnx(b, t)
+        if self.eps_root:
+            s = b.add(s, rounding_shift_onnx(b, b.mul(p, b.const(float(self.eps_root))), self.eps_root_shift, self.rounding))
         R = b.floor(b.div(b.const(2.0**50), s))
         u = rounding_shift_onnx(b, b.mul(b.mul(d, R), p), 20, self.rounding)
         z = b.add(b.mul(u, b.int_const(self.G, np.float64, "gamma")), b.const(self.B.astype(np.float64), hint="beta"))

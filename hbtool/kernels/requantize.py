@@ -14,6 +14,13 @@ declared bound ``acc_bound`` would break that, ``build`` adds two steps, in this
    clamped value, with ``s0 <= n``, and the multiplier then shifts by ``n - s0``. The
    extra error is at most ``M * 2**(s0-n-1)`` output LSB, below ``2**-22`` by construction.
 
+Large ratios (``r >= 2**15``: the output step is finer than the accumulator's, e.g. a conv
+whose output calibrated to a zero range) are a 15-bit multiplier and a *left* shift
+``M * 2**L``; ``build`` folds the shift into ``M`` (``n = 0``), so both forms are unchanged.
+Step 1 then clamps ``acc`` to a few units (at such ratios ``|acc| = 1`` already reaches
+saturation), which keeps ``acc * M`` exact. Ratios above :data:`MAX_AMPLIFY` are implemented as ``MAX_AMPLIFY``: any
+``acc != 0`` saturates under both, so the output is the same for every integer input.
+
 The accumulator itself must satisfy ``|acc| <= acc_bound <= 2**52 - 1``; the numpy form
 checks it.
 """
@@ -36,6 +43,23 @@ from hbtool.kernels.fixedpoint import (
     rounding_shift_numpy,
     rounding_shift_onnx,
 )
+
+
+#: the largest ratio implemented as such; above it every nonzero accumulator saturates anyway
+MAX_AMPLIFY = 2.0**40
+#: left shift of the 15-bit multiplier that reaches MAX_AMPLIFY
+MAX_LEFT_SHIFT = 26
+
+
+def requant_multiplier(r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """int64 ``(M, n)`` with ``M * 2**-n ~ r``, ``n >= 0``: a left shift of large ratios folded into ``M``."""
+    if not np.all(np.isfinite(r)) or np.any(r < 0):
+        raise ValueError("requantization ratios must be finite and >= 0")
+    M, n = quantize_multiplier(np.minimum(r, MAX_AMPLIFY), max_left_shift=MAX_LEFT_SHIFT)
+    M = np.asarray(M, np.int64)
+    n = np.asarray(n, np.int64)
+    left = np.maximum(-n, 0)
+    return np.left_shift(M, left), n + left
 
 
 def channel_shape(values: Any, axis: int | None) -> np.ndarray:
@@ -120,9 +144,7 @@ class Requantize(Kernel):
         if not 0 <= acc_bound < EXACT_LIMIT:
             raise ValueError(f"accumulator bound {acc_bound} is not below 2**52")
         r = channel_shape(np.asarray(ratio, dtype=np.float64), axis)
-        M, n = quantize_multiplier(r)
-        M = np.asarray(M, np.int64)
-        n = np.asarray(n, np.int64)
+        M, n = requant_multiplier(r)
         qmin, qmax = int_range(out_bits)
         low, high = clamp_bounds(out_bits, relu, lo, hi)
 

@@ -1,4 +1,9 @@
-"""Integer Softmax over the last axis (other axes: the caller transposes).
+"""Integer Softmax over one axis, the last by default (``axis``, negative: ``-3`` is the 16 bins of
+YOLOv8's distribution focal loss on a (B, 16, 4, A) tensor).
+
+The maximum and the sum run over ``axis`` wherever it sits (the vector unit walks a non-last
+axis with a stride, no transpose); everything else is elementwise, so a non-last axis changes
+nothing below and both forms stay exact.
 
 Input int8/int16 ``q`` at scale ``s``; output at the fixed scale ``2**-p``: ``p = 7`` for int8
 output (1.0 shows as 127 = 0.992), ``p = 15`` for int16 output (clamped at 32767).
@@ -62,7 +67,7 @@ from hbtool.kernels.linear import check_activation
 
 @dataclass(frozen=True, eq=False)
 class Softmax(Kernel):
-    """Softmax over the last axis with output scale ``2**-p``; make it with :meth:`build`."""
+    """Softmax over ``axis`` (the last by default) with output scale ``2**-p``; make it with :meth:`build`."""
 
     t_hi: np.ndarray  # int64 [256]
     t_lo: np.ndarray  # int64 [256]
@@ -72,13 +77,17 @@ class Softmax(Kernel):
     mask_min: bool = True
     rounding: str = DEFAULT_ROUNDING
     log2_bits: int = 0  # 0: linear output at 2**-p; b in 2..4: log2 codes (module docstring)
+    axis: int = -1  # the softmax axis, negative
 
     @classmethod
     def build(cls, scale_in: float, in_bits: int = 16, out_bits: int = 16, exp_bits: int = 20,
-              mask_min: bool = True, rounding: str = DEFAULT_ROUNDING, log2_bits: int = 0) -> "Softmax":
+              mask_min: bool = True, rounding: str = DEFAULT_ROUNDING, log2_bits: int = 0, axis: int = -1) -> "Softmax":
         """``exp_bits`` (E) fractional bits of the exponentials, 8..25; ``mask_min``: see step 3;
-        ``log2_bits``: 0 for the linear output, 2..4 for log2 codes (``out_bits`` is then unused)."""
+        ``log2_bits``: 0 for the linear output, 2..4 for log2 codes (``out_bits`` is then unused);
+        ``axis``: the softmax axis, counted from the end (negative)."""
         check_scales("Softmax", scale_in=scale_in)
+        if int(axis) >= 0:
+            raise ValueError(f"Softmax axis must be negative (counted from the end), got {axis}")
         if log2_bits and not 2 <= log2_bits <= 4:
             raise ValueError("log2_bits must be 0 (linear output) or within 2..4")
         int_range(in_bits)
@@ -95,7 +104,7 @@ class Softmax(Kernel):
         t_lo = np.floor(np.exp(-s * k) * one + 0.5).astype(np.int64)
         t_hi = np.floor(np.exp(-s * 256.0 * k) * one + 0.5).astype(np.int64)
         return cls(t_hi=t_hi, t_lo=t_lo, in_bits=in_bits, out_bits=out_bits, exp_bits=exp_bits,
-                   mask_min=mask_min, rounding=rounding, log2_bits=int(log2_bits))
+                   mask_min=mask_min, rounding=rounding, log2_bits=int(log2_bits), axis=int(axis))
 
     @property
     def p(self) -> int:
@@ -124,7 +133,8 @@ class Softmax(Kernel):
     def exp_numpy(self, q: np.ndarray) -> np.ndarray:
         """The fixed-point exponentials ``e`` (steps 1-3), int64."""
         q = check_activation(q, self.in_bits)
-        u = q.max(axis=-1, keepdims=True) - q
+        check(q.ndim >= -self.axis, f"Softmax over axis {self.axis} needs rank >= {-self.axis}, got {q.ndim}")
+        u = q.max(axis=self.axis, keepdims=True) - q
         if self.in_bits == 8:
             e = self.t_lo[u]
         else:
@@ -138,8 +148,8 @@ class Softmax(Kernel):
         if e.size == 0:
             return e
         p = self.log2_prob_bits if self.log2_bits else self.p
-        check(e.shape[-1] * 2 ** (self.exp_bits + 2) + 2 ** (self.exp_bits + p) < 2**53, "softmax row too long")
-        total = e.sum(axis=-1, keepdims=True)
+        check(e.shape[self.axis] * 2 ** (self.exp_bits + 2) + 2 ** (self.exp_bits + p) < 2**53, "softmax row too long")
+        total = e.sum(axis=self.axis, keepdims=True)
         num = (e << p) + (total >> 1)
         if self.log2_bits:
             y = num // total
@@ -147,7 +157,7 @@ class Softmax(Kernel):
         return np.clip(num // total, 0, 2**self.p - 1)
 
     def emit(self, b: OnnxBuilder, q: str) -> str:
-        u = b.sub(b.reduce("ReduceMax", q, [-1]), q)
+        u = b.sub(b.reduce("ReduceMax", q, [self.axis]), q)
         if self.in_bits == 8:
             e = b.op("Gather", b.const(self.t_lo.astype(np.float64), hint="exp_lo"), b.cast(u, np.int64))
         else:
@@ -160,7 +170,7 @@ class Softmax(Kernel):
             qmin = float(int_range(self.in_bits)[0])
             masked = b.op("And", b.op("Equal", q, b.const(qmin)), b.op("Greater", u, b.const(0.0)))
             e = b.where(masked, b.const(0.0), e)
-        total = b.reduce("ReduceSum", e, [-1])
+        total = b.reduce("ReduceSum", e, [self.axis])
         p = self.log2_prob_bits if self.log2_bits else self.p
         num = b.add(b.mul(e, b.const(2.0**p)), b.floor(b.mul(total, b.const(0.5))))
         y = b.floor(b.div(num, total))

@@ -220,7 +220,14 @@ def layernorm_size_within_limit(ctx: RuleContext) -> str | None:
         return None
     axis = int(ctx.node.attr("axis", -1))
     axis = axis + len(s) if axis < 0 else axis
-    size = int(np.prod(s[axis:]))
+    # LayerNormalization: the axes from ``axis`` on; ChannelLayerNorm: ``axis`` alone (strided, any position);
+    # InstanceNormalization: the spatial axes
+    if ctx.node.op_type == "ChannelLayerNorm":
+        size = int(s[axis])
+    elif ctx.node.op_type == "InstanceNormalization":
+        size = int(np.prod(s[2:]))
+    else:
+        size = int(np.prod(s[axis:]))
     return None if size <= ctx.lim("layernorm_max_size") else f"{size} elements per row"
 
 
@@ -359,8 +366,8 @@ _register(["Pow"], "HzLut", "vector", pow_exponent_is_constant)
 _register(["HzPreprocess"], "HzSQuantizedPreprocess", "vector")
 _register(["Softmax"], "HzSoftmax", "vector")
 _register(["LogSoftmax"], "HzSoftmax", "vector")
-_register(["LayerNormalization"], "HzLayerNorm", "vector", layernorm_size_within_limit)
-_register(["BatchNormalization", "InstanceNormalization"], "HzSElementwiseMul", "vector")
+_register(["LayerNormalization", "ChannelLayerNorm", "InstanceNormalization"], "HzLayerNorm", "vector", layernorm_size_within_limit)
+_register(["BatchNormalization"], "HzSElementwiseMul", "vector")
 _register(["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin"], "HzSQuantizedReduce", "vector", reduce_axes_are_constant)
 _register(["MaxPool", "AveragePool"], "HzSQuantizedPool", "vector", pool_is_2d, pool_kernel_within_limit)
 _register(["GlobalAveragePool", "GlobalMaxPool"], "HzSQuantizedPool", "vector", pool_is_2d)
@@ -408,6 +415,8 @@ CPU_BY_DESIGN: dict[str, str] = {
     "ScatterElements": "scatter writes run on the CPU",
     "GatherND": "gather by run-time multi-dimensional index runs on the CPU",
     "GatherElements": "gather by run-time index runs on the CPU",
+    "GroupNormalization": "GroupNormalization has no integer kernel in hbtool: it normalises channel groups with per-channel "
+                          "gamma/beta, which needs a reshape around the LayerNorm kernel that hbtool does not emit yet",
     "If": "control flow runs on the CPU",
     "Loop": "control flow runs on the CPU",
 }

@@ -10,6 +10,8 @@ next tile streams in):
                    ``c_out`` and the reduction (kh*kw*C_in, C_in first padded to the C
                    alignment) to ``reduce``. A batched matmul not tiled by the compiler
                    (``bmm_tiled``) issues one array pass, and pays one dispatch, per batch entry.
+                   A ConvTranspose runs as one stride-1 conv per stride phase (sub-pixel
+                   decomposition), each with its ``ceil(k / stride)`` taps.
 ``vector``         elements (padded, as stored) x cycles per element of the op's class / lanes,
                    at half rate when an operand is 16-bit.
 ``data_movement``  bytes moved / the unit's bytes per cycle, where each side moves whole
@@ -159,6 +161,8 @@ def tensor_padding(kind: str, kernel: Any, node: Node, ctx: CostContext) -> tupl
         padded = rows * align(width, aw) * align(cout, aco) * align(reduction, ar)
         note = f"W {width}->{align(width, aw)}, Cout {cout}->{align(cout, aco)}, reduction {taps * cin_g}->{align(reduction, ar)}"
         return macs, padded, 1, note
+    if kind == "ConvTranspose":
+        return _conv_transpose_padding(kernel, node, ctx, out)
     if kind == "Linear":
         k, n = (int(d) for d in kernel.weight.shape)
         m = elems // max(n, 1)
@@ -198,6 +202,35 @@ def _reduction_transpose(op: OpCost, node: Node, ctx: CostContext) -> None:
         return
     op.components[DATA_MOVEMENT] = ctx.padded_bytes(acts[0]) / ctx.hw.dm_bytes_per_cycle / ctx.split
     op.note += "; axes brought together by a transpose"
+
+
+def _conv_transpose_padding(kernel: Any, node: Node, ctx: CostContext, out: Any) -> tuple[int, int, int, str]:
+    """A transposed conv on the array: one pass per stride phase (sub-pixel decomposition).
+
+    Output pixels of one phase ``(o mod stride)`` meet only the taps ``t`` with
+    ``t * dilation = o + pad (mod stride)``: ``ceil(k / stride)`` taps per dimension, a plain
+    stride-1 conv of the input with that sub-kernel. MACs are the real ones (each input sample
+    times ``Cout/group x prod(k)`` weights); padding is that of every phase conv on the array.
+    """
+    hw = ctx.hw
+    aw, aco, ar, cq = hw.array_w, hw.array_c_out, hw.array_reduce, hw.c_in_quantum
+    w = kernel.weight.shape
+    cin, og, kshape = int(w[0]), int(w[1]), [int(k) for k in w[2:]]
+    group = int(kernel.group)
+    cin_g, cout = cin // group, og * group
+    x = ctx.shape(node.inputs[0])
+    macs = int(np.prod(x, dtype=np.int64)) * og * int(np.prod(kshape, dtype=np.int64)) if x else 0
+    spatial = list(out[2:]) if out else []
+    strides = [int(s) for s in kernel.strides]
+    phases = int(np.prod(strides, dtype=np.int64))
+    sub_taps = int(np.prod([-(-k // s) for k, s in zip(kshape, strides)], dtype=np.int64))
+    width = -(-int(spatial[-1]) // strides[-1]) if spatial else 1
+    rows = (int(out[0]) * int(np.prod([-(-o // s) for o, s in zip(spatial[:-1], strides[:-1])], dtype=np.int64))) if spatial else 1
+    reduction = sub_taps * (align(cin_g, cq) if group == 1 else cin_g)
+    padded = phases * rows * align(width, aw) * align(cout, aco) * align(reduction, ar)
+    note = (f"{phases} stride phases of {sub_taps} taps, W {width}->{align(width, aw)}, Cout {cout}->{align(cout, aco)}, "
+            f"reduction {sub_taps * cin_g}->{align(reduction, ar)}")
+    return macs, max(padded, macs), phases, note
 
 
 def _operand_bits(kind: str, kernel: Any) -> tuple[int, ...]:
@@ -259,6 +292,10 @@ def vector_cost(node: Node, ctx: CostContext) -> OpCost:
     cpe = float(getattr(hw, f"cpe_{cls}"))
     op.components[VECTOR] = elements * cpe / hw.vector_lanes / rate / ctx.split
     op.note = f"{cls}: {cpe:g} cycles/element" + (f", int16 at {rate:g}x" if wide else "")
+    over = tuple(getattr(kernel, "axes", (getattr(kernel, "axis", -1),)))
+    if cls in ("layernorm", "softmax") and over != (-1,):
+        # the reduction walks a non-last axis with a stride in place: same element count, no transpose
+        op.note += f", over axes {list(over)} (strided, no transpose)"
     _memory_traffic(op, node, ctx)
     _reduction_transpose(op, node, ctx)
     op.overhead = hw.per_op_cycles + (hw.dual_core_sync_cycles if ctx.split > 1 else 0)

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node
-from hbtool.kernels import Add, Conv, LayerNorm, Linear, Log2MatMul, Lut, MatMul, Mul
+from hbtool.kernels import Add, Conv, ConvTranspose, LayerNorm, Linear, Log2MatMul, Lut, MatMul, Mul
 from hbtool.kernels.pool import AvgPool, MaxPool, ReduceMean, ReduceSum
 from hbtool.kernels.quantize import Dequantize, Quantize
 from hbtool.kernels.softmax import Softmax
@@ -385,6 +385,45 @@ class _Lowerer:
             self.skip.add(act.name)
         return True
 
+    def _lower_ConvTranspose(self, node: Node) -> bool:
+        """Weights ``[Cin, Cout/group, *k]`` with scales along axis 1 (``plan_weights``): with groups,
+        output channel ``g * Cout/group + j`` takes scale ``j``, the per-channel scale the calibrated
+        model's fake quantization applies."""
+        from hbtool.kernels.conv_transpose import resolve_pads
+
+        w = self.src.const(node.inputs[1])
+        shape = self.src.shape(node.inputs[0])
+        if w is None or shape is None:
+            return False
+        group = int(node.attr("group", 1))
+        nd = w.ndim - 2
+        strides = node.attr("strides") or [1] * nd
+        dilations = node.attr("dilations") or [1] * nd
+        output_padding = node.attr("output_padding") or [0] * nd
+        pads = resolve_pads(shape[2:], w.shape[2:], strides, dilations, output_padding, node.attr("pads"),
+                            node.attr("auto_pad", "NOTSET"), node.attr("output_shape"))
+        x = self.int_input(node.inputs[0])
+        out, extra, act = self.fused_activation(node)
+        tq = self.tq(out)
+        scales, _ = self.weights.get(node.inputs[1], (None, None))
+        if scales is None or scales.size != w.shape[1]:
+            scales = weight_scales(w, 1)
+        wq = quantize_weight(w, scales, 1).astype(np.int64)
+        out_scales = np.tile(np.asarray(scales, np.float64), group)
+        b = self.src.const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+        bias = np.zeros(out_scales.size) if b is None else np.asarray(b, np.float64)
+        bias = bias + self.bias_delta.get(node.name, 0.0)
+        bq = np.round(bias / (x.scale * out_scales)).astype(np.int64)
+        kernel = ConvTranspose.build(
+            wq, bq, x.scale, out_scales, tq.scale, strides=strides, pads=pads, dilations=dilations,
+            output_padding=output_padding, group=group,
+            in_bits=x.bits, out_bits=tq.bits, rounding=self.rounding, **extra,
+        )
+        self.emit_kernel(node, "HzConvTranspose", kernel, [x.name], out)
+        if act is not None:
+            self.skip.add(act.name)
+        return True
+
     def _binary(self, node: Node, cls) -> bool:
         a_t, b_t = node.inputs[0], node.inputs[1]
         ints = []
@@ -427,38 +466,88 @@ class _Lowerer:
         shadow = Node(node.name, "Mul", [node.inputs[0], recip], list(node.outputs), {}, "", None, dict(node.meta))
         return self._binary(shadow, Mul)
 
-    def _over_last_axis(self, node: Node) -> bool:
-        """Whether a Softmax/LayerNorm node works over the last axis (what the integer kernels do)."""
+    def _softmax_axis(self, node: Node) -> int | None:
+        """The Softmax axis counted from the end (the kernel's ``axis``), or None without a static rank."""
         shape = self.src.shape(node.inputs[0])
+        if shape is None:
+            return None
         axis = int(node.attr("axis", -1))
-        return shape is not None and axis in (-1, len(shape) - 1)
+        return axis - len(shape) if axis >= 0 else axis
 
     def _lower_Softmax(self, node: Node) -> bool:
-        if not self._over_last_axis(node):
+        axis = self._softmax_axis(node)
+        if axis is None:
             return False
         x = self.int_input(node.inputs[0])
         tq = self.tq(node.outputs[0])
         if tq.is_log2:
-            kernel = Softmax.build(x.scale, x.bits, 16, rounding=self.rounding, log2_bits=tq.bits)
+            kernel = Softmax.build(x.scale, x.bits, 16, rounding=self.rounding, log2_bits=tq.bits, axis=axis)
         else:
-            kernel = Softmax.build(x.scale, x.bits, tq.bits, rounding=self.rounding)
+            kernel = Softmax.build(x.scale, x.bits, tq.bits, rounding=self.rounding, axis=axis)
         self.emit_kernel(node, "HzSoftmax", kernel, [x.name], node.outputs[0])
         return True
 
-    def _lower_LayerNormalization(self, node: Node) -> bool:
-        if not self._over_last_axis(node):
-            return False
+    def _layernorm(self, node: Node, axes: list[int]) -> bool:
+        """LayerNorm over the non-negative, consecutive ``axes`` of the input, gamma/beta over those axes."""
         shape = self.src.shape(node.inputs[0])
-        x = self.int_input(node.inputs[0])
-        tq = self.tq(node.outputs[0])
+        rank = len(shape)
+        norm_shape = tuple(int(shape[a]) for a in axes)
         gamma = self.src.const(node.inputs[1])
         beta = self.src.const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
         if gamma is None or (len(node.inputs) > 2 and node.inputs[2] and beta is None):
             return False
-        kernel = LayerNorm.build(x.scale, gamma, beta, float(node.attr("epsilon", 1e-5)), tq.channel_scales(), x.bits, tq.bits, n=int(shape[-1]),
-                                 ptf_alpha=x.alpha, rounding=self.rounding)
+        params = []
+        for p in (gamma, beta):
+            if p is None:
+                params.append(None)
+                continue
+            # broadcast like the float op: aligned on the right at full rank, varying over ``axes`` only
+            p = np.asarray(p, np.float64)
+            full = p.reshape((1,) * (rank - p.ndim) + p.shape)
+            if p.ndim > rank or any(d != 1 for i, d in enumerate(full.shape) if i not in axes):
+                return False
+            params.append(np.broadcast_to(full.reshape(tuple(full.shape[a] for a in axes)), norm_shape).reshape(-1))
+        x = self.int_input(node.inputs[0])
+        tq = self.tq(node.outputs[0])
+        kernel = LayerNorm.build(x.scale, params[0], params[1], float(node.attr("epsilon", 1e-5)), tq.channel_scales(), x.bits, tq.bits,
+                                 n=int(np.prod(norm_shape)), ptf_alpha=x.alpha, rounding=self.rounding,
+                                 axes=tuple(a - rank for a in axes), norm_shape=norm_shape,
+                                 eps_outside=bool(node.attr("eps_outside", 0)))
         self.emit_kernel(node, "HzLayerNorm", kernel, [x.name], node.outputs[0])
         return True
+
+    def _lower_LayerNormalization(self, node: Node) -> bool:
+        shape = self.src.shape(node.inputs[0])
+        if shape is None:
+            return False
+        axis = int(node.attr("axis", -1))
+        axis = axis + len(shape) if axis < 0 else axis
+        return self._layernorm(node, list(range(axis, len(shape))))
+
+    def _lower_InstanceNormalization(self, node: Node) -> bool:
+        """LayerNorm over the spatial axes with gamma/beta per channel (axis 1): ``param_shape`` (C, 1, ..)."""
+        shape = self.src.shape(node.inputs[0])
+        gamma, beta = self.src.const(node.inputs[1]), self.src.const(node.inputs[2])
+        if shape is None or len(shape) < 3 or gamma is None or beta is None:
+            return False
+        rank = len(shape)
+        x = self.int_input(node.inputs[0])
+        tq = self.tq(node.outputs[0])
+        if tq.ptf_alpha is not None:
+            return False
+        norm_shape = tuple(int(d) for d in shape[2:])
+        kernel = LayerNorm.build(x.scale, np.asarray(gamma, np.float64), np.asarray(beta, np.float64), float(node.attr("epsilon", 1e-5)),
+                                 tq.scale, x.bits, tq.bits, ptf_alpha=x.alpha, rounding=self.rounding,
+                                 axes=tuple(range(2 - rank, 0)), norm_shape=norm_shape, param_shape=(int(shape[1]),) + (1,) * (rank - 2))
+        self.emit_kernel(node, "HzLayerNorm", kernel, [x.name], node.outputs[0])
+        return True
+
+    def _lower_ChannelLayerNorm(self, node: Node) -> bool:
+        shape = self.src.shape(node.inputs[0])
+        if shape is None:
+            return False
+        axis = int(node.attr("axis"))
+        return self._layernorm(node, [axis + len(shape) if axis < 0 else axis])
 
     def _lower_HzPreprocess(self, node: Node) -> bool:
         shape = self.src.shape(node.inputs[0])

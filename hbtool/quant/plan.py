@@ -4,6 +4,14 @@ Tensors that a data-movement op only rearranges (Reshape, Transpose, Slice, Conc
 window partition/reverse, roll, ReLU...) share one scale with their input: the BPU moves the
 integers and requantizes nothing. Such tensors are grouped with a union-find; a group's
 threshold is the largest of its members' thresholds, and it is int16 when any member must be.
+
+A group whose calibrated range is zero (a residual branch ending in a BatchNorm with gamma = 0,
+a dead channel, an all-zero constant branch) has no scale of its own: any scale represents it.
+A tiny one (the threshold floor) would make its producer's requantization ratio
+``s_in * s_w / s_out`` millions, so such a group takes the largest threshold of its neighbours
+instead (:func:`degenerate_thresholds`): the other inputs and the outputs of the nodes that
+read it, else the inputs of the node that writes it. An Add of the zero branch and an identity
+then gives both operands the identity's scale, and every ratio around it stays near 1.
 """
 
 from __future__ import annotations
@@ -22,6 +30,11 @@ INT8_MIN_SQNR_DB = 30.0
 
 QMAX = {8: 127, 16: 32767}
 
+#: the threshold floor of a range that is not zero but yields none (thresholds.py floors zero ranges to it too)
+ZERO_RANGE = 1e-8
+#: the threshold of a zero-range group with no calibrated neighbour at all
+ZERO_RANGE_FALLBACK = 1.0
+
 # ops that keep their input's integers: the output shares the input's scale
 SCALE_PRESERVING = {
     "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Slice", "Split", "Concat", "Gather",
@@ -34,8 +47,8 @@ FIXED_OUTPUT_SCALE = {"Softmax": {8: 2.0**-7, 16: 2.0**-15}}
 
 # ops whose inputs/outputs want int16 when auto_int16 is on (the J5 talk: LayerNorm, Softmax;
 # LUT ops keep their resolution with int16 in and out)
-INT16_OUTPUTS = {"Softmax", "LayerNormalization"}
-INT16_INPUTS = {"HzPreprocess", "Softmax", "LayerNormalization", "Gelu", "Erf", "Sigmoid", "Tanh", "Exp", "Swish", "HardSwish", "Sqrt", "Reciprocal", "Div", "Log", "Pow"}
+INT16_OUTPUTS = {"Softmax", "LayerNormalization", "ChannelLayerNorm", "InstanceNormalization"}
+INT16_INPUTS = {"HzPreprocess", "Softmax", "LayerNormalization", "ChannelLayerNorm", "InstanceNormalization", "Gelu", "Erf", "Sigmoid", "Tanh", "Exp", "Swish", "HardSwish", "Sqrt", "Reciprocal", "Div", "Log", "Pow"}
 
 
 @dataclass
@@ -218,6 +231,7 @@ def build_plan(
     for t in tensors:
         groups.setdefault(uf.find(t), []).append(t)
     plan = QuantPlan(method=method if isinstance(method, str) else "mix")
+    zero_groups: dict[int, tuple[list[str], int, str]] = {}
     for gid, (root, members) in enumerate(sorted(groups.items(), key=lambda kv: tensors.index(kv[1][0]))):
         bits = 16 if any(m in want16 for m in members) else 8
         qmax = QMAX[bits]
@@ -238,8 +252,12 @@ def build_plan(
                         t = max(t, threshold(st, method if isinstance(method, str) else method.get(m, "max"), q, percentile))
                 for m in members:
                     t = max(t, const_absmax.get(m, 0.0))
-                return t if t > 0 else 1e-8
+                return t if t > 0 else ZERO_RANGE
 
+            observed = max([stats[m].absmax for m in members if m in stats] + [const_absmax.get(m, 0.0) for m in members])
+            if not observed > 0:  # a zero range (or none observed): the neighbours decide, below
+                zero_groups[gid] = (members, bits, used)
+                continue
             thr = group_threshold(qmax)
             if bits == 8 and auto_int16:
                 worst = min((sqnr_db(stats[m], thr, qmax) for m in members if m in stats), default=float("inf"))
@@ -251,4 +269,55 @@ def build_plan(
         plan.groups[gid] = members
         for m in members:
             plan.tensors[m] = TensorQuant(m, bits, scale, float(thr), used, gid)
+    for gid, thr in degenerate_thresholds(graph, plan, {g: v[0] for g, v in zero_groups.items()}).items():
+        members, bits, used = zero_groups[gid]
+        plan.groups[gid] = members
+        scale = float(np.float32(thr / QMAX[bits]))
+        for m in members:
+            plan.tensors[m] = TensorQuant(m, bits, scale, float(thr), f"{used}+zero_range", gid)
+    plan.groups = dict(sorted(plan.groups.items()))
     return plan
+
+
+def degenerate_thresholds(graph: Graph, plan: QuantPlan, zero_groups: Mapping[int, list[str]]) -> dict[int, float]:
+    """Thresholds for the zero-range groups ``{gid: members}`` from their calibrated neighbours.
+
+    A zero group takes the largest threshold among the tensors next to it (see the module
+    docstring); groups next only to other zero groups are resolved in later rounds, as the
+    known region grows; a region with no calibrated tensor at all gets
+    :data:`ZERO_RANGE_FALLBACK`.
+    """
+    producers = graph.producer_map()
+    consumers = graph.consumer_map()
+    neighbours: dict[int, tuple[set[str], set[str]]] = {}
+    for gid, members in zero_groups.items():
+        near: set[str] = set()  # the consumers' other operands and outputs: what the zero tensor is added into
+        far: set[str] = set()   # the producer's inputs: used when no consumer side is known
+        for m in members:
+            for node in consumers.get(m, []):
+                if node.meta.get("on") == "BPU":
+                    near.update(t for t in _data_inputs(graph, node) + [o for o in node.outputs if o])
+            p = producers.get(m)
+            if p is not None and p.meta.get("on") == "BPU":
+                far.update(_data_inputs(graph, p))
+        neighbours[gid] = (near - set(members), far - set(members))
+    known = {t: q.threshold for t, q in plan.tensors.items()}
+    out: dict[int, float] = {}
+    pending = dict(neighbours)
+    while pending:
+        found = {}
+        for gid, (near, far) in pending.items():
+            thr = max((known[t] for t in near if t in known), default=0.0)
+            if thr <= 0:
+                thr = max((known[t] for t in far if t in known), default=0.0)
+            if thr > 0:
+                found[gid] = thr
+        if not found:
+            break
+        for gid, thr in found.items():
+            out[gid] = thr
+            known.update({m: thr for m in zero_groups[gid]})
+            del pending[gid]
+    for gid in pending:
+        out[gid] = ZERO_RANGE_FALLBACK
+    return out

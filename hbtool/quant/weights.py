@@ -61,8 +61,26 @@ def weight_scales(w: np.ndarray, axis: int, per_channel: bool = True, clip: str 
             amax = np.full_like(amax, _mse_threshold(flat, amax[:1])[0])
         else:
             amax = _mse_threshold(rows, amax)
-    amax = np.where(amax > 0, amax, 1.0)
-    return (amax / WEIGHT_QMAX).astype(np.float32)
+    return (channel_floor(amax) / WEIGHT_QMAX).astype(np.float32)
+
+
+#: a channel's weight range is floored to this fraction of the layer's largest channel range
+CHANNEL_FLOOR = 2.0**-16
+
+
+def channel_floor(amax: np.ndarray) -> np.ndarray:
+    """Per-channel weight ranges with dead (all-zero) and vanishing channels floored.
+
+    A dead filter quantizes to zeros at any scale, but its scale still sets the bias's scale
+    ``s_x * s_w[c]`` and the channel's requantization ratio: a zero or denormal scale gives an
+    unrepresentable bias and ratio. Flooring it to a small fraction of the layer's largest range
+    keeps both in the range of the live channels; a layer whose weights are all zero takes 1.0.
+    """
+    amax = np.asarray(amax, np.float64)
+    top = float(amax.max(initial=0.0))
+    if top <= 0 or not np.isfinite(top):
+        return np.where(amax > 0, amax, 1.0)
+    return np.maximum(amax, top * CHANNEL_FLOOR)
 
 
 def quantize_weight(w: np.ndarray, scales: np.ndarray, axis: int) -> np.ndarray:

@@ -3,7 +3,7 @@
 The numpy forms in :mod:`hbtool.kernels` define the arithmetic; the emulator must run
 thousands of images, so its hot paths are replaced here by equivalent computations:
 
-* **Products** (Linear, MatMul, Conv accumulators) run in onnxruntime (MLAS):
+* **Products** (Linear, MatMul, Conv and ConvTranspose accumulators) run in onnxruntime (MLAS):
   Linear as a uint8 x int8 integer GEMM (int16 activations as two base-256 digits in one
   call) wherever a worst-case self-test shows this CPU's kernel exact
   (:func:`_integer_gemm_is_exact`); pointwise int8 convolutions as uint8 x uint8 integer
@@ -336,6 +336,26 @@ def conv_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.n
     except ValueError:
         return None
     session, factors = _weight_digit_session("Conv", w, sw, sx, np.dtype(np.float32), attrs, threads)
+    return _float_conv_runner(session, factors, sx, C, rq, bias)
+
+
+def conv_transpose_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.ndarray] | None:
+    """``requantize(conv_transpose(x, W) + b)``: onnxruntime's float32 ConvTranspose on the digit parts
+    the kernel's ONNX form uses (split chosen from the equivalent Conv weight), then one fused pass."""
+    from hbtool.kernels.conv_transpose import equivalent_conv_weight
+
+    w = np.asarray(kernel.weight, np.int64)
+    C = int(kernel.out_channels)
+    try:
+        sx, sw = plan_float_conv(equivalent_conv_weight(w, int(kernel.group)), kernel.in_bits)
+    except ValueError:
+        return None
+    session, factors = _weight_digit_session("ConvTranspose", w, sw, sx, np.dtype(np.float32), kernel.onnx_attrs, threads)
+    return _float_conv_runner(session, factors, sx, C, RequantParams(kernel.requant, C), _bias(kernel, C))
+
+
+def _float_conv_runner(session, factors, sx: bool, C: int, rq: "RequantParams", bias: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """The runner of a float convolution session over the digit parts: products, then one requantizing pass."""
 
     def run(x: np.ndarray) -> np.ndarray:
         n = x.shape[0]
@@ -509,29 +529,59 @@ def mul_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray, np.nda
     return run
 
 
+def _rows_over(axes: tuple[int, ...], run_rows: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
+    """``run_rows`` (a function of the last axis) applied over the negative, consecutive ``axes`` instead.
+
+    The kernel reduces over ``axes`` in place; the row loops want them last and contiguous, so
+    they are moved there and back (the same integers: only the loop order differs).
+    """
+    if tuple(axes) == (-1,):
+        return run_rows
+    k = len(axes)
+
+    def run(q: np.ndarray) -> np.ndarray:
+        rank = q.ndim
+        src = [rank + a for a in axes]
+        moved = np.moveaxis(q, src, list(range(rank - k, rank)))
+        y = run_rows(np.ascontiguousarray(moved).reshape(moved.shape[: rank - k] + (-1,)))
+        return np.ascontiguousarray(np.moveaxis(y.reshape(moved.shape), list(range(rank - k, rank)), src))
+
+    return run
+
+
 def layernorm_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.ndarray]:
-    """:meth:`LayerNorm.apply_numpy` as a row loop."""
+    """:meth:`LayerNorm.apply_numpy` as a row loop (normalised axes moved last when they are not)."""
+    if getattr(kernel, "eps_root", 0) or getattr(kernel, "norm_dims", ()):
+        return None  # eps outside the root (step 4b) or gamma over other axes: not in the row loop, the numpy form runs
     N = int(kernel.n)
+    axes = tuple(getattr(kernel, "axes", (-1,)))
     alpha = np.zeros(N, np.int64) if kernel.alpha is None else np.ascontiguousarray(np.asarray(kernel.alpha, np.int64))
-    G = np.ascontiguousarray(np.asarray(kernel.G, np.int64))
-    B = np.ascontiguousarray(np.asarray(kernel.B, np.int64))
+    G = np.ascontiguousarray(np.asarray(kernel.G, np.int64).reshape(-1))
+    B = np.ascontiguousarray(np.asarray(kernel.B, np.int64).reshape(-1))
     dtype = storage_dtype(kernel.lo, kernel.hi)
     args = (np.int64(kernel.f), np.int64(kernel.E), G, B, np.int64(kernel.shift), np.int64(kernel.lo),
             np.int64(kernel.hi), np.int64(kernel.d_shift), fused.MODE_CODES[kernel.rounding])
 
-    def run(q: np.ndarray) -> np.ndarray:
-        if q.shape[-1] != N or q.size == 0:
-            return kernel.apply_numpy(q)
+    def rows(q: np.ndarray) -> np.ndarray:
         q2 = as_stored(q).reshape(-1, N)
         out = np.empty(q2.shape, dtype)
         fused.layernorm_rows(q2, alpha, *args, out)
         return out.reshape(q.shape)
 
+    over_axes = _rows_over(axes, rows)
+
+    def run(q: np.ndarray) -> np.ndarray:
+        first, last = axes[0], axes[-1]
+        if q.size == 0 or q.ndim < -first or tuple(q.shape[first: last + 1 if last < -1 else None]) != kernel.norm_shape:
+            return kernel.apply_numpy(q)  # empty, or the numpy form's own shape error
+        return over_axes(q)
+
     return run
 
 
 def softmax_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.ndarray]:
-    """:meth:`Softmax.apply_numpy` as a row loop."""
+    """:meth:`Softmax.apply_numpy` as a row loop (the softmax axis moved last when it is not)."""
+    axis = int(getattr(kernel, "axis", -1))
     p = kernel.log2_prob_bits if kernel.log2_bits else kernel.p
     thresholds = kernel.log2_thresholds if kernel.log2_bits else np.zeros(0, np.int64)
     ymax = np.int64(2**kernel.p - 1)
@@ -541,15 +591,20 @@ def softmax_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], n
     qmin = np.int64(int_range(kernel.in_bits)[0])
     mode = fused.MODE_CODES[kernel.rounding]
 
-    def run(q: np.ndarray) -> np.ndarray:
-        N = q.shape[-1] if q.ndim else 0
-        if q.size == 0 or N * 2 ** (kernel.exp_bits + 2) + 2 ** (kernel.exp_bits + p) >= 2**53:
-            return kernel.apply_numpy(q)  # empty, or the numpy form's own range error
-        q2 = as_stored(q).reshape(-1, N)
+    def rows(q: np.ndarray) -> np.ndarray:
+        q2 = as_stored(q).reshape(-1, q.shape[-1])
         out = np.empty(q2.shape, dtype)
         fused.softmax_rows(q2, t_hi, t_lo, kernel.in_bits == 8, np.int64(kernel.exp_bits), bool(kernel.mask_min), qmin,
                            np.int64(p), ymax, thresholds, mode, out)
         return out.reshape(q.shape)
+
+    over_axis = _rows_over((axis,), rows)
+
+    def run(q: np.ndarray) -> np.ndarray:
+        N = q.shape[axis] if q.ndim >= -axis else 0
+        if q.size == 0 or N == 0 or N * 2 ** (kernel.exp_bits + 2) + 2 ** (kernel.exp_bits + p) >= 2**53:
+            return kernel.apply_numpy(q)  # empty, or the numpy form's own range/shape error
+        return over_axis(q)
 
     return run
 
@@ -558,6 +613,7 @@ def softmax_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], n
 _BUILDERS = {
     "Linear": linear_fast,
     "Conv": conv_fast,
+    "ConvTranspose": conv_transpose_fast,
     "MatMul": matmul_fast,
     "Add": add_fast,
     "Mul": mul_fast,

@@ -23,13 +23,22 @@ and the form onnxruntime leaves when it pushes a Transpose into the LayerNorm
 
 The result is ``LayerNormalization(x, scale, bias, axis=-k, epsilon=eps)`` with ones / zeros
 for a missing gamma / beta. A ``LayerNormalization`` already in the model is left alone.
+
+The same decomposition over one axis that is not the last (ConvNeXt's ``channels_first``
+LayerNorm: ``ReduceMean(axes=[1])`` of NCHW, gamma and beta shaped ``(C, 1, 1)``) has no
+standard op -- ``LayerNormalization(axis=1)`` would normalise over C, H and W together -- so
+it becomes ``hbtool::ChannelLayerNorm(x, scale, bias, axis=a, epsilon=eps)`` whose body is
+the matched nodes themselves (exact in float by construction); its scale and bias are the
+model's gamma / beta constants (ones / zeros when missing, then unused by the body). There eps
+may also sit outside the root, ``d / (Sqrt(var) + eps)`` (``eps_outside=1``); over trailing
+axes that form has no standard op either and stays decomposed.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from hbtool.ir.graph import Graph, Node
+from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node
 from hbtool.ir.patterns import (
     const_and_other,
     fused_name,
@@ -53,27 +62,36 @@ def _keepdims(node: Node) -> bool:
     return int(node.attrs.get("keepdims", 1)) == 1
 
 
-def _affine_param(graph: Graph, name: str, x_shape: tuple[int, ...], k: int) -> np.ndarray | None:
-    """A gamma/beta constant as an array of the normalized shape, if it only varies over those axes."""
+def _affine_param(graph: Graph, name: str, x_shape: tuple[int, ...], k: int | list[int]) -> np.ndarray | None:
+    """A gamma/beta constant as an array of the normalized shape, if it only varies over those axes.
+
+    ``k``: the number of trailing normalised axes, or the list of normalised axes (non-negative).
+    """
     data = graph.const(name)
     if data is None:
         return None
     rank = len(x_shape)
     if data.ndim > rank:
         return None
+    axes = list(range(rank - k, rank)) if isinstance(k, int) else list(k)
     full = data.reshape((1,) * (rank - data.ndim) + data.shape)
-    if any(d != 1 for d in full.shape[: rank - k]):
+    if any(d != 1 for i, d in enumerate(full.shape) if i not in axes):
         return None
-    norm_shape = tuple(x_shape[rank - k :])
-    trail = full.reshape(full.shape[rank - k :])
+    norm_shape = tuple(x_shape[i] for i in axes)
+    trail = full.reshape(tuple(full.shape[i] for i in axes))
     try:
         return np.broadcast_to(trail, norm_shape).copy()
     except ValueError:
         return None
 
 
+def _single_inner_axis(axes: list[int] | None, rank: int) -> int | None:
+    """The axis when ``axes`` is one axis that is not the last (a channel LayerNorm), else ``None``."""
+    return axes[0] if axes is not None and len(axes) == 1 and axes[0] < rank - 1 else None
+
+
 def _match(graph: Graph, cm: dict[str, list[Node]], pm: dict[str, Node], rm1: Node):
-    """Match the pattern rooted at the mean ``rm1``: returns (nodes, x, k, eps, y_tensor) or None."""
+    """Match the pattern rooted at the mean ``rm1``: (nodes, x, k or [axis], eps, y_tensor, eps_outside) or None."""
     x = rm1.inputs[0]
     x_shape = graph.shape(x)
     if x_shape is None or not _keepdims(rm1):
@@ -84,7 +102,7 @@ def _match(graph: Graph, cm: dict[str, list[Node]], pm: dict[str, Node], rm1: No
     rank = len(x_shape)
     axes = reduce_axes(graph, rm1)
     k = trailing_axes(axes, rank)
-    if k is None:
+    if k is None and _single_inner_axis(axes, rank) is None:
         return None
     mean = rm1.outputs[0]
     subs = cm.get(mean, [])
@@ -120,18 +138,30 @@ def _match(graph: Graph, cm: dict[str, list[Node]], pm: dict[str, Node], rm1: No
     rm2 = sole_consumer(graph, cm, sq.outputs[0])
     if not _is(rm2, "ReduceMean") or rm2.inputs[0] != sq.outputs[0] or not _keepdims(rm2) or reduce_axes(graph, rm2) != axes:
         return None
-    add_eps = sole_consumer(graph, cm, rm2.outputs[0])
+    first = sole_consumer(graph, cm, rm2.outputs[0])
+    root = first if _is(first, "Sqrt") and k is None else None  # eps outside the root (channel form only)
+    add_eps = sole_consumer(graph, cm, root.outputs[0]) if root is not None else first
     if not _is(add_eps, "Add"):
         return None
     ca = const_and_other(graph, add_eps)
-    if ca is None or ca[1] != rm2.outputs[0]:
+    if ca is None or ca[1] != (root.outputs[0] if root is not None else rm2.outputs[0]):
         return None
     eps = scalar(graph, ca[0])
     if eps is None or not eps > 0 or eps > 1.0:
         return None
     ve = add_eps.outputs[0]
     inv_nodes: list[Node] = []
-    if _is(div_like, "Div"):
+    if root is not None:  # d / (sqrt(var) + eps), d * Reciprocal(...) or d * (1 / ...)
+        if _is(div_like, "Div"):
+            if div_like.inputs[1] != ve:
+                return None
+            inv_nodes = [root]
+        else:
+            rp = pm.get(other_input(div_like, d_norm) or "")
+            if not (_is(rp, "Reciprocal") or (_is(rp, "Div") and scalar_is(graph, rp.inputs[0], 1.0))) or rp.inputs[-1] != ve:
+                return None
+            inv_nodes = [root, rp]
+    elif _is(div_like, "Div"):
         sqrt = pm.get(div_like.inputs[1])
         if not _is(sqrt, "Sqrt") or sqrt.inputs[0] != ve:
             return None
@@ -152,7 +182,7 @@ def _match(graph: Graph, cm: dict[str, list[Node]], pm: dict[str, Node], rm1: No
     for n in nodes[:-1]:
         if not used_only_by(graph, cm, n.outputs[0], nodes):
             return None
-    return nodes, x, k, eps, div_like.outputs[0]
+    return nodes, x, (k if k is not None else list(axes)), eps, div_like.outputs[0], root is not None
 
 
 def _rsqrt_chain(graph: Graph, cm, sq: Node, axes):
@@ -318,6 +348,46 @@ def _replace(graph: Graph, nodes: list[Node], x: str, k: int, eps: float, out: s
     )
 
 
+def _fuse_channel(graph: Graph, cm, nodes: list[Node], x: str, axes: list[int], eps: float, y: str, eps_outside: bool) -> None:
+    """Take the optional per-channel gamma Mul and beta Add after a channel LayerNorm core, then fuse."""
+    x_shape = tuple(graph.shape(x))
+    gamma = beta = None
+    out = y
+    nxt = sole_consumer(graph, cm, out)
+    if _is(nxt, "Mul") and graph.shape(nxt.outputs[0]) == x_shape:
+        ca = const_and_other(graph, nxt)
+        if ca and ca[1] == out and _affine_param(graph, ca[0], x_shape, axes) is not None:
+            gamma = ca[0]
+            nodes.append(nxt)
+            out = nxt.outputs[0]
+            nxt = sole_consumer(graph, cm, out)
+    if _is(nxt, "Add") and graph.shape(nxt.outputs[0]) == x_shape:
+        ca = const_and_other(graph, nxt)
+        if ca and ca[1] == out and _affine_param(graph, ca[0], x_shape, axes) is not None:
+            beta = ca[0]
+            nodes.append(nxt)
+            out = nxt.outputs[0]
+    _replace_channel(graph, nodes, x, axes[0], eps, out, gamma, beta, eps_outside)
+
+
+def _replace_channel(graph: Graph, nodes: list[Node], x: str, axis: int, eps: float, out: str, gamma: str | None, beta: str | None,
+                     eps_outside: bool = False) -> None:
+    """``hbtool::ChannelLayerNorm`` over ``axis`` with the matched nodes as its body (module docstring)."""
+    name = fused_name(graph, nodes, "LayerNorm")
+    x_shape = graph.shape(x)
+    dtype = graph.dtype(x)
+    param_shape = (x_shape[axis],) + (1,) * (len(x_shape) - 1 - axis)
+    if gamma is None:
+        gamma = graph.add_const(np.ones(param_shape, dtype), hint=f"{name}.scale")
+    if beta is None:
+        beta = graph.add_const(np.zeros(param_shape, dtype), hint=f"{name}.bias")
+    nodes = [n for n in graph.nodes if any(n is m for m in nodes)]
+    attrs = {"axis": int(axis), "epsilon": float(eps)}
+    if eps_outside:
+        attrs["eps_outside"] = 1
+    graph.fuse(nodes, "ChannelLayerNorm", [x, gamma, beta], [out], attrs=attrs, domain=HBTOOL_DOMAIN, name=name, keep_body=True)
+
+
 def fuse_layernorm(graph: Graph) -> int:
     """Replace decomposed LayerNorm sub-graphs by ``LayerNormalization``."""
     count = 0
@@ -346,9 +416,13 @@ def fuse_layernorm(graph: Graph) -> int:
             if m is None:
                 undo()
                 continue
-        nodes, x, k, eps, y = m
+        nodes, x, k, eps, y, eps_outside = m
         x_shape = graph.shape(x)
         dtype = graph.dtype(x)
+        if not isinstance(k, int):
+            _fuse_channel(graph, cm, nodes, x, k, eps, y, eps_outside)
+            count += 1
+            continue
         norm_shape = tuple(x_shape[len(x_shape) - k :])
         gamma = np.ones(norm_shape, dtype=dtype)
         beta = np.zeros(norm_shape, dtype=dtype)
