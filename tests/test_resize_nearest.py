@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import helper
 
 from hbtool.ir.graph import Graph
 from hbtool.simulator.movement import MOVEMENT
