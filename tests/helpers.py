@@ -64,3 +64,48 @@ def small_conv_model(channels: int = 8, opset: int = 17, extra_nodes=(), tail: s
         *extra_nodes,
     ]
     return make_model(nodes, [vinfo("x", [1, 3, 16, 16])], [vinfo(tail, [1, channels, 16, 16])], [tensor("w", w), tensor("b", b)], opset)
+
+
+def run_pipeline(model: onnx.ModelProto, tmp: Path, input_shape, seed: int = 0, samples: int = 8):
+    """calibrate -> compile -> simulate a one-input featuremap model on random data.
+
+    Returns ``(calibration, compiled, feeds, simulated, quantized_onnx_outputs, float_outputs)``
+    where the three output lists are per example, each a list in output order.
+    """
+    from hbtool.compiler.artifact import from_bytes
+    from hbtool.compiler.compile import compile_model
+    from hbtool.config import config_from_dict
+    from hbtool.quant.calibrate import run_calibration, write_outputs
+    from hbtool.simulator.executor import Executor
+
+    tmp = Path(tmp)
+    onnx.save(model, tmp / "m.onnx")
+    name = model.graph.input[0].name
+    inputs = {"input_name": name, "input_shape": "x".join(map(str, input_shape)), "input_type_train": "featuremap",
+              "input_type_rt": "featuremap", "norm_type": "no_preprocess"}
+    cfg = config_from_dict({
+        "model_parameters": {"onnx_model": str(tmp / "m.onnx"), "working_dir": str(tmp / "wd"), "output_model_file_prefix": "m"},
+        "input_parameters": inputs,
+        "calibration_parameters": {"calibration_type": "skip", "num_samples": samples},
+    }, base_dir=tmp)
+    calibration = run_calibration(cfg)
+    write_outputs(cfg, calibration, "")
+    compiled = compile_model(cfg)
+    executor = Executor(from_bytes(compiled.data))
+    quantized = str(tmp / "wd" / "m_quantized_model.onnx")
+    rng = np.random.default_rng(seed)
+    feeds, simulated, quantized_out, float_out = [], [], [], []
+    for _ in range(2):
+        feed = {name: rng.standard_normal(tuple(input_shape)).astype(np.float32)}
+        got = executor.run(feed)
+        feeds.append(feed)
+        simulated.append([got[o] for o in executor.output_names])
+        quantized_out.append(run_ort(quantized, feed))
+        float_out.append(run_ort(model, feed))
+    return calibration, compiled, feeds, simulated, quantized_out, float_out
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a = np.asarray(a, dtype=np.float64).ravel()
+    b = np.asarray(b, dtype=np.float64).ravel()
+    return float(a @ b / max(np.linalg.norm(a) * np.linalg.norm(b), 1e-30))

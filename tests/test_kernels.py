@@ -37,6 +37,7 @@ from hbtool.kernels import (
     Quantize,
     RangeError,
     ReduceMean,
+    ReduceSum,
     Requantize,
     Softmax,
     floor_div_numpy,
@@ -731,6 +732,20 @@ def test_reduce_mean(seed, in_bits, out_bits, edge, keepdims, axes):
     assert np.all(np.abs(y - exact) <= 0.5 + 2.0**-14 * np.abs(exact) + 1e-9)
     gap = ReduceMean.global_avgpool(4, 20, 0.05, 0.05, in_bits=in_bits, out_bits=out_bits)
     assert_bit_exact(gap, x)
+
+
+@HYP
+@given(seed=seeds, in_bits=bits_st, out_bits=bits_st, edge=modes, keepdims=st.booleans(),
+       axes=st.sampled_from([(1, 2), (-1,), (1,), (1, 3), (1, 2, 3)]))
+def test_reduce_sum(seed, in_bits, out_bits, edge, keepdims, axes):
+    """Channels-last (1, 2), non-contiguous (1, 3) and per-sample reductions: a sum at s_in / s_out."""
+    rng = np.random.default_rng(seed)
+    x = int_data(rng, (2, 3, 4, 5), in_bits, edge)
+    count = int(np.prod([x.shape[a] for a in axes]))
+    kern = ReduceSum.build(axes, count, 0.01, 0.4, keepdims=keepdims, in_bits=in_bits, out_bits=out_bits)
+    y = assert_bit_exact(kern, x)
+    exact = np.clip(x.sum(axis=axes, keepdims=keepdims) * 0.01 / 0.4, *int_range(out_bits))
+    assert np.all(np.abs(y - exact) <= 0.5 + 2.0**-14 * np.abs(exact) + 1e-9)
 
 
 @HYP

@@ -16,7 +16,7 @@ TENSOR, VECTOR, DATA_MOVEMENT, CPU = "tensor", "vector", "data_movement", "cpu"
 _KERNEL_UNIT = {
     "Conv": TENSOR, "ConvTranspose": TENSOR, "Linear": TENSOR, "MatMul": TENSOR, "Log2MatMul": TENSOR,
     "Add": VECTOR, "Mul": VECTOR, "Lut": VECTOR, "Softmax": VECTOR, "LayerNorm": VECTOR,
-    "AvgPool": VECTOR, "ReduceMean": VECTOR, "MaxPool": VECTOR, "Requantize": VECTOR,
+    "AvgPool": VECTOR, "ReduceMean": VECTOR, "ReduceSum": VECTOR, "MaxPool": VECTOR, "Requantize": VECTOR,
     "BilinearResize": VECTOR,
     "Quantize": CPU, "Dequantize": CPU,
 }

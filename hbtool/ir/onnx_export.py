@@ -86,8 +86,37 @@ def _value_info(graph: Graph, name: str) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, elem, list(v.shape) if v.shape is not None else None)
 
 
+class DanglingTensorError(RuntimeError):
+    """The IR reads a tensor that nothing defines: a bug in hbtool, never the user's model."""
+
+
+def check_defined_before_use(graph: Graph) -> None:
+    """Refuse an IR in which a node or output reads a tensor nothing defines before it.
+
+    Such a model would be written without complaint and only fail when onnxruntime loads it
+    ("... is not a graph input, initializer, or output of a previous node"), far from the
+    pass that broke it; raising here names the node and the tensor instead.
+    """
+    defined = set(graph.inputs) | {name for name, v in graph.values.items() if v.is_const}
+    for node in graph.nodes:
+        for name in node.inputs:
+            if name and name not in defined:
+                raise DanglingTensorError(
+                    f"node '{node.name}' ({node.op_type}) reads tensor '{name}', which is not a graph input, "
+                    "a constant or the output of an earlier node; refusing to write a corrupt model"
+                )
+        defined.update(o for o in node.outputs if o)
+    for name in graph.outputs:
+        if name not in defined:
+            raise DanglingTensorError(f"graph output '{name}' is produced by no node; refusing to write a corrupt model")
+
+
 def to_onnx(graph: Graph, stage: str | None = None, producer: str = "hbtool") -> onnx.ModelProto:
-    """Build an ONNX model from the IR; ``stage`` is recorded in the model's metadata."""
+    """Build an ONNX model from the IR; ``stage`` is recorded in the model's metadata.
+
+    Raises :class:`DanglingTensorError` when the IR reads a tensor nothing defines.
+    """
+    check_defined_before_use(graph)
     functions: dict[tuple[str, bytes], onnx.FunctionProto] = {}
     per_name: dict[str, int] = {}
     node_protos = []

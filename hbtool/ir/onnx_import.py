@@ -78,14 +78,7 @@ def import_onnx(
     _check_input_types(model)
     model = _inline_foreign_functions(model)
     _apply_input_shapes(model, dict(input_shapes or {}))
-    if fold:
-        model = _fold_with_onnxruntime(model)
-    lifted = _lift_opset(model)
-    if fold and lifted is not model and any(n.op_type == "Shape" for n in lifted.graph.node):
-        # the converter writes opset-11/12 Softmax (flatten from ``axis``: a 2-D softmax) as
-        # Shape -> Flatten -> Softmax -> Reshape(Shape); the shapes are static: fold them too
-        lifted = _fold_with_onnxruntime(lifted)
-    model = lifted
+    model = _fold_lift_fold(model, fold)
     model = _infer_shapes(model)
     graph = _to_ir(model)
     _fill_missing_shapes(graph, model)
@@ -224,9 +217,18 @@ def _apply_input_shapes(model: onnx.ModelProto, shapes: dict[str, Sequence[int]]
             tt.ClearField("shape")
 
 
-def _fold_with_onnxruntime(model: onnx.ModelProto) -> onnx.ModelProto:
+# onnxruntime's basic-level fusions into ops that exist only from opset 17 (LayerNormalization)
+# or 20 (Gelu): a model below 17 never met them before the lift, and hbtool's own passes
+# (ir/passes/fuse_layernorm.py, fuse_gelu.py) fuse the same patterns keeping the user's node
+# names, so a lifted model keeps the decomposed form it was exported with
+_FUSIONS_LEFT_TO_HBTOOL = ("LayerNormFusionL1", "GeluFusionL1")
+
+
+def _fold_with_onnxruntime(model: onnx.ModelProto, disabled: Sequence[str] = ()) -> onnx.ModelProto:
     """Constant-fold shape subgraphs and drop redundant nodes with onnxruntime's basic level."""
     import onnxruntime as ort
+
+    kwargs = {"disabled_optimizers": list(disabled)} if disabled else {}
 
     with tempfile.TemporaryDirectory(prefix="hbtool_fold_") as tmp:
         out = Path(tmp) / "folded.onnx"
@@ -239,9 +241,9 @@ def _fold_with_onnxruntime(model: onnx.ModelProto) -> onnx.ModelProto:
             if big:
                 src = Path(tmp) / "src.onnx"
                 onnx.save(model, str(src), save_as_external_data=True, location="src.data")
-                ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+                ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"], **kwargs)
             else:
-                ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+                ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"], **kwargs)
         except Exception as exc:
             msg = str(exc).strip().splitlines()[0][:300]
             raise ModelError(
@@ -252,6 +254,24 @@ def _fold_with_onnxruntime(model: onnx.ModelProto) -> onnx.ModelProto:
     # onnxruntime leaves the ops but may drop names of new nodes; name everything
     _name_nodes(folded)
     return folded
+
+
+def _fold_lift_fold(model: onnx.ModelProto, fold: bool) -> onnx.ModelProto:
+    """Fold, lift the opset, and fold again what the lift wrote.
+
+    At opset 13 Squeeze/Unsqueeze/ReduceSum ``axes`` and Split ``split`` became inputs, and
+    Softmax changed meaning; onnx's version converter writes fresh ``Constant`` nodes for them,
+    or Shape/Flatten/Reshape chains where it does not know a rank. Folded only before the lift,
+    those stayed computed at run time (the checker put each such node on the CPU). The first
+    fold still matters: it leaves every shape known to the converter, which then keeps a
+    last-axis Softmax as it is.
+    """
+    if not fold:
+        return _lift_opset(model)
+    folded = _fold_with_onnxruntime(model)
+    if _opset(folded) >= IR_MIN_OPSET:
+        return folded
+    return _fold_with_onnxruntime(_lift_opset(folded), disabled=_FUSIONS_LEFT_TO_HBTOOL)
 
 
 def _name_nodes(model: onnx.ModelProto) -> None:
@@ -364,6 +384,10 @@ def _to_ir(model: onnx.ModelProto) -> Graph:
         seen.add(name)
         attrs = {a.name: attr_value(a) for a in n.attribute}
         if n.op_type == "Constant" and n.domain in KNOWN_DOMAINS:
+            # the value_info loop above may have registered this name without data; the
+            # constant takes it over under its own name (add_const would rename it and leave
+            # every reader pointing at a tensor nobody produces)
+            graph.values.pop(n.output[0], None)
             graph.add_const(_constant_value(n, attrs), name=n.output[0])
             continue
         body = None

@@ -84,6 +84,18 @@ def normalize_axes(axes: Iterable[int], rank: int) -> list[int] | None:
     return sorted(out)
 
 
+def reduction_needs_transpose(shape: Sequence[int], axes: Iterable[int]) -> bool:
+    """Whether reducing ``axes`` of ``shape`` needs a transpose to bring them together.
+
+    Size-1 dimensions do not count (a reshape drops them for free), so a channels-last
+    ``(1, 7, 7, 96)`` over ``[1, 2]`` and an NCHW ``(1, 96, 7, 7)`` over ``[2, 3]`` are both one
+    contiguous run; ``(2, 3, 4, 5)`` over ``[1, 3]`` is not.
+    """
+    kept = [k for k in range(len(shape)) if int(shape[k]) != 1]
+    reduced = [k for k, a in enumerate(kept) if a in set(int(x) for x in axes)]
+    return bool(reduced) and reduced[-1] - reduced[0] + 1 != len(reduced)
+
+
 def reduce_axes(graph: Graph, node: Node) -> list[int] | None:
     """The axes a Reduce* node reduces, non-negative and sorted, or ``None`` when unknown.
 

@@ -59,7 +59,7 @@ Modules
 :mod:`.lut`               Lut (GELU, Sigmoid, Exp, Reciprocal, ... and any callable)
 :mod:`.softmax`           Softmax over any axis (the last by default), masks honoured (linear or log2 output)
 :mod:`.layernorm`         LayerNorm over the last axis or consecutive axes anywhere (optional power-of-two factors)
-:mod:`.pool`              AvgPool, ReduceMean / GlobalAveragePool, MaxPool
+:mod:`.pool`              AvgPool, ReduceMean / GlobalAveragePool, ReduceSum (any axes), MaxPool
 :mod:`.resize`            BilinearResize; the ONNX source-index rule nearest Resize moves codes by
 :mod:`.builder`           OnnxBuilder, the node writer the ONNX forms share
 ========================  ==========================================================
@@ -86,7 +86,7 @@ from hbtool.kernels.fixedpoint import (
 from hbtool.kernels.layernorm import LayerNorm
 from hbtool.kernels.linear import Linear, Log2MatMul, MatMul
 from hbtool.kernels.lut import LUT_FUNCTIONS, Lut
-from hbtool.kernels.pool import AvgPool, MaxPool, ReduceMean
+from hbtool.kernels.pool import AvgPool, MaxPool, ReduceMean, ReduceSum
 from hbtool.kernels.quantize import (
     Dequantize,
     Quantize,
@@ -103,7 +103,7 @@ __all__ = [
     "Add", "AvgPool", "BilinearResize", "Conv", "ConvTranspose", "DEFAULT_ROUNDING", "Dequantize", "Kernel", "LUT_FUNCTIONS",
     "LayerNorm", "Linear",
     "Log2MatMul", "Lut", "MAX_SHIFT", "MatMul", "MaxPool", "Mul", "OnnxBuilder", "Quantize", "ROUNDING_MODES", "RangeError",
-    "ReduceMean", "Requantize", "Softmax", "dequantize_numpy", "floor_div_numpy", "floor_div_onnx", "int_range",
+    "ReduceMean", "ReduceSum", "Requantize", "Softmax", "dequantize_numpy", "floor_div_numpy", "floor_div_onnx", "int_range",
     "isqrt_numpy", "isqrt_onnx", "quantize_bias", "quantize_multiplier", "quantize_numpy", "quantize_weight",
     "rounding_shift_numpy", "rounding_shift_onnx",
 ]

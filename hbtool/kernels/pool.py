@@ -6,8 +6,10 @@
   build). ONNX: window sums are a depthwise FLOAT Conv with all-one weights, split into
   digits like :mod:`hbtool.kernels.conv` when ``2**(in_bits-1) * area > 2**24`` (int16 with
   windows over 512 elements), recombined in DOUBLE.
-* ``ReduceMean`` (and GlobalAveragePool as ``ReduceMean`` over the spatial axes):
-  ``ReduceSum`` in DOUBLE (exact: ``count 2**(in_bits-1) < 2**52``), then the requantizer.
+* ``ReduceMean`` (and GlobalAveragePool as ``ReduceMean`` over the spatial axes) over any
+  axes (channels-last ``(B, H, W, C)`` heads reduce axes 1 and 2): ``ReduceSum`` in DOUBLE
+  (exact: ``count 2**(in_bits-1) < 2**52``), then the requantizer. ``ReduceSum``: the same
+  with ``M 2**-n ~ s_in / s_out``.
 * ``MaxPool``: a plain integer max (same scale in and out); ONNX MaxPool runs on DOUBLE.
   Padding never wins the max. ``ceil_mode`` follows the ONNX rule, where a last window that
   would start in the end padding is dropped.
@@ -140,10 +142,43 @@ class ReduceMean(Kernel):
     def apply_numpy(self, x: np.ndarray) -> np.ndarray:
         x = check_activation(x, self.in_bits)
         check(int(np.prod([x.shape[a] for a in self.axes])) == self.count, "reduced element count differs from build")
-        return self.requant.apply_trusted(x.sum(axis=self.axes, keepdims=self.keepdims))
+        # sums kept as dimensions until after the requantizer: a sum over every axis without
+        # keepdims would be a numpy scalar, which the requantizer's in-place clip refuses
+        y = self.requant.apply_trusted(x.sum(axis=self.axes, keepdims=True))
+        return y if self.keepdims else y.reshape([d for k, d in enumerate(y.shape) if k not in self._positive_axes(x.ndim)])
+
+    def _positive_axes(self, rank: int) -> set[int]:
+        return {a % rank for a in self.axes}
 
     def emit(self, b: OnnxBuilder, x: str) -> str:
         return self.requant.emit(b, b.reduce("ReduceSum", x, self.axes, self.keepdims))
+
+
+@dataclass(frozen=True, eq=False)
+class ReduceSum(ReduceMean):
+    """Sum over ``axes`` = ``requantize(sum)`` with ``M 2**-n ~ s_in / s_out``: the mean's integer
+    form with no division by the count (same sum, same bounds, same ONNX form)."""
+
+    @classmethod
+    def build(
+        cls,
+        axes: Sequence[int],
+        count: int,
+        scale_in: float,
+        scale_out: float,
+        keepdims: bool = True,
+        in_bits: int = 8,
+        out_bits: int = 8,
+        relu: bool = False,
+        rounding: str = DEFAULT_ROUNDING,
+    ) -> "ReduceSum":
+        """``count``: the number of elements summed (product of the reduced dimensions)."""
+        check_scales("ReduceSum", scale_in=scale_in, scale_out=scale_out)
+        int_range(in_bits)
+        rq = Requantize.build(float(scale_in) / float(scale_out), out_bits,
+                              acc_bound=2 ** (in_bits - 1) * int(count), relu=relu, rounding=rounding)
+        return cls(axes=tuple(int(a) for a in axes), keepdims=bool(keepdims), count=int(count), in_bits=in_bits,
+                   requant=rq)
 
 
 @dataclass(frozen=True, eq=False)

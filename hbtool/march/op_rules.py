@@ -231,26 +231,18 @@ def layernorm_size_within_limit(ctx: RuleContext) -> str | None:
     return None if size <= ctx.lim("layernorm_max_size") else f"{size} elements per row"
 
 
-def reduce_over_one_axis_or_hw(ctx: RuleContext) -> str | None:
-    """Reductions on the BPU reduce one axis, or H and W together"""
-    axes = _reduce_axes(ctx)
-    s = ctx.in_shape(0)
-    if axes is None or s is None:
-        return None
-    axes = sorted({a + len(s) if a < 0 else a for a in axes})
-    if len(axes) == 1 or (len(s) == 4 and axes == [2, 3]):
-        return None
-    return f"axes {axes}"
+def reduce_axes_are_constant(ctx: RuleContext) -> str | None:
+    """Reductions on the BPU need their axes known at compile time"""
+    # Any constant axes will do, in any layout: axes that are contiguous once size-1 dimensions
+    # are dropped (NCHW [2, 3], channels-last (B, H, W, C) [1, 2], tokens (B, L, C) [1]) are a
+    # reshape (free) and one sum; others first go through a transpose that brings them together,
+    # which the compiler folds into the reduction's read and perf costs as data movement
+    # (ir/patterns.py reduction_needs_transpose).
+    from hbtool.ir.patterns import reduce_axes
 
-
-def _reduce_axes(ctx: RuleContext) -> list[int] | None:
-    if "axes" in ctx.node.attrs:
-        return list(ctx.node.attrs["axes"])
-    c = ctx.const(1)
-    if c is not None:
-        return [int(a) for a in np.asarray(c).reshape(-1)]
-    s = ctx.in_shape(0)
-    return None if s is None else list(range(len(s)))
+    if ctx.in_shape(0) is None or reduce_axes(ctx.graph, ctx.node) is not None:
+        return None
+    return f"axes '{ctx.node.inputs[1]}' computed at run time"
 
 
 def pool_kernel_within_limit(ctx: RuleContext) -> str | None:
@@ -290,13 +282,19 @@ def clip_bounds_are_constant(ctx: RuleContext) -> str | None:
 
 # ------------------------------------------------------- data-movement rules
 def resize_is_spatial(ctx: RuleContext) -> str | None:
-    """Resize on the BPU scales H and W of a 4-D tensor with nearest or linear (bilinear) interpolation; cubic interpolation runs on the CPU"""
+    """Resize on the BPU scales H and W of a 4-D tensor with nearest interpolation (NCHW or NHWC) or linear (bilinear, NCHW); cubic interpolation runs on the CPU"""
     s, o = ctx.in_shape(0), ctx.out_shape(0)
     if s is None or o is None:
         return None
-    if len(s) != 4 or s[:2] != o[:2]:
-        return "scales N or C" if len(s) == 4 else f"rank {len(s)}"
+    if len(s) != 4:
+        return f"rank {len(s)}"
+    # the channels stay put: axis 1 (NCHW) or axis 3 (channels-last, tf2onnx / timm heads)
+    if s[0] != o[0] or (s[1] != o[1] and s[3] != o[3]):
+        return "scales N or C"
     mode = ctx.node.attr("mode", "nearest")
+    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    if mode == "linear" and s[1] != o[1]:
+        return "linear interpolation of a channels-last tensor"
     return None if mode in ("nearest", "linear") else f"mode {mode}"
 
 
@@ -403,7 +401,7 @@ _register(["Softmax"], "HzSoftmax", "vector")
 _register(["LogSoftmax"], "HzSoftmax", "vector")
 _register(["LayerNormalization", "ChannelLayerNorm", "InstanceNormalization"], "HzLayerNorm", "vector", layernorm_size_within_limit)
 _register(["BatchNormalization"], "HzSElementwiseMul", "vector")
-_register(["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin"], "HzSQuantizedReduce", "vector", reduce_over_one_axis_or_hw)
+_register(["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin"], "HzSQuantizedReduce", "vector", reduce_axes_are_constant)
 _register(["MaxPool", "AveragePool"], "HzSQuantizedPool", "vector", pool_is_2d, pool_kernel_within_limit)
 _register(["GlobalAveragePool", "GlobalMaxPool"], "HzSQuantizedPool", "vector", pool_is_2d)
 _register(["ArgMax", "ArgMin"], "HzArgMax", "vector", argmax_channels_within_limit)

@@ -182,12 +182,28 @@ def tensor_padding(kind: str, kernel: Any, node: Node, ctx: CostContext) -> tupl
             padded = batch * align(m, aw) * align(n, aco) * kp
             calls, how = batch, "one pass per batch entry"
         return batch * m * n * k, padded, calls, f"batch {batch} ({how}), M {m}, N {n}, K {k}->{kp}"
-    if kind == "ReduceMean":  # run as a convolution with a ones kernel (reduce_as_conv)
+    if kind in REDUCTIONS:  # run as a convolution with a ones kernel (reduce_as_conv)
         count = int(kernel.count)
         padded = align(elems, aco) * aw * align(count, ar)
-        return elems * count, padded, 1, f"mean of {count} as a ones-kernel conv"
+        return elems * count, padded, 1, f"{REDUCTIONS[kind]} of {count} as a ones-kernel conv"
     macs = int(node.meta.get("macs", 0))
     return macs, macs, 1, ""
+
+
+REDUCTIONS = {"ReduceMean": "mean", "ReduceSum": "sum"}
+
+
+def _reduction_transpose(op: OpCost, node: Node, ctx: CostContext) -> None:
+    """A reduction over axes that are not one contiguous run (size-1 dims aside) reads its input
+    through a transpose that brings them together: the data-movement unit moves the input once."""
+    from hbtool.ir.patterns import reduction_needs_transpose
+
+    kernel = node.meta.get("kernel")
+    acts = ctx.activations(node.inputs)
+    if type(kernel).__name__ not in REDUCTIONS or not acts or not reduction_needs_transpose(ctx.shape(acts[0]), kernel.axes):
+        return
+    op.components[DATA_MOVEMENT] = ctx.padded_bytes(acts[0]) / ctx.hw.dm_bytes_per_cycle / ctx.split
+    op.note += "; axes brought together by a transpose"
 
 
 def _conv_transpose_padding(kernel: Any, node: Node, ctx: CostContext, out: Any) -> tuple[int, int, int, str]:
@@ -240,6 +256,7 @@ def tensor_cost(node: Node, ctx: CostContext) -> OpCost:
     if rate < 1:
         op.note += f"; int{op.bits} operands at {rate:g}x rate"
     _memory_traffic(op, node, ctx)
+    _reduction_transpose(op, node, ctx)
     op.overhead = (hw.per_op_cycles + (hw.dual_core_sync_cycles if ctx.split > 1 else 0)) * op.calls
     return op
 
@@ -255,7 +272,7 @@ def vector_class(kind: str, kernel: Any) -> str:
     if kind == "Lut":
         return "lut_int16" if int(getattr(kernel, "in_bits", 8)) > 8 else "lut"
     return {"LayerNorm": "layernorm", "Softmax": "softmax", "AvgPool": "pool", "ReduceMean": "pool",
-            "MaxPool": "pool"}.get(kind, "elementwise")
+            "ReduceSum": "pool", "MaxPool": "pool"}.get(kind, "elementwise")
 
 
 def vector_cost(node: Node, ctx: CostContext) -> OpCost:
@@ -267,7 +284,7 @@ def vector_cost(node: Node, ctx: CostContext) -> OpCost:
     out = node.outputs[0]
     out_padded = int(np.prod(ctx.padded(out), dtype=np.int64))
     cls = vector_class(kind, kernel)
-    if kind in ("AvgPool", "ReduceMean") and acts:
+    if kind in ("AvgPool", *REDUCTIONS) and acts:
         elements = int(np.prod(ctx.padded(acts[0]), dtype=np.int64))
     elif kind == "MaxPool":
         elements = out_padded * int(np.prod(getattr(kernel, "kernel_shape", (1,)), dtype=np.int64))
@@ -290,6 +307,7 @@ def vector_cost(node: Node, ctx: CostContext) -> OpCost:
     if kind == "BilinearResize":
         op.note += f", {BILINEAR_TAPS} taps per output element"
     _memory_traffic(op, node, ctx)
+    _reduction_transpose(op, node, ctx)
     op.overhead = hw.per_op_cycles + (hw.dual_core_sync_cycles if ctx.split > 1 else 0)
     return op
 

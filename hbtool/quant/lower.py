@@ -23,7 +23,7 @@ import numpy as np
 
 from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node
 from hbtool.kernels import Add, Conv, ConvTranspose, LayerNorm, Linear, Log2MatMul, Lut, MatMul, Mul
-from hbtool.kernels.pool import AvgPool, MaxPool, ReduceMean
+from hbtool.kernels.pool import AvgPool, MaxPool, ReduceMean, ReduceSum
 from hbtool.kernels.quantize import Dequantize, Quantize
 from hbtool.kernels.resize import COORDINATE_MODES, BilinearResize, axis_scales
 from hbtool.kernels.softmax import Softmax
@@ -55,6 +55,11 @@ LUT_OF = {
 # kernels that take / make per-channel power-of-two scales (PTF)
 _PTF_CONSUMERS = {"Add", "Sub", "LayerNormalization"}
 _PTF_PRODUCERS = {"Add", "Sub", "LayerNormalization", "Linear", "Gemm", "MatMul"}
+
+
+def _text_attr(node: Node, key: str, default: str) -> str:
+    value = node.attr(key, default)
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 @dataclass
@@ -589,14 +594,17 @@ class _Lowerer:
             self.skip.add(act.name)
         return True
 
-    def _reduce_mean(self, node: Node, axes: list[int], keepdims: bool) -> bool:
+    def _reduce_mean(self, node: Node, axes: list[int], keepdims: bool, kind: type = ReduceMean) -> bool:
+        """A mean (or sum) over any axes, NCHW or channels-last: the integer sum works on any set."""
         x = self.int_input(node.inputs[0])
         tq = self.tq(node.outputs[0])
         shape = self.src.shape(node.inputs[0])
         axes = sorted(a + len(shape) if a < 0 else a for a in axes)
+        if not axes:  # noop_with_empty_axes: nothing reduced
+            return False
         count = int(np.prod([shape[a] for a in axes]))
-        kernel = ReduceMean.build(axes, count, x.scale, tq.scale, keepdims, x.bits, tq.bits, rounding=self.rounding)
-        self.emit_kernel(node, "HzReduceMean", kernel, [x.name], node.outputs[0])
+        kernel = kind.build(axes, count, x.scale, tq.scale, keepdims, x.bits, tq.bits, rounding=self.rounding)
+        self.emit_kernel(node, f"Hz{kind.__name__}", kernel, [x.name], node.outputs[0])
         return True
 
     def _lower_GlobalAveragePool(self, node: Node) -> bool:
@@ -645,6 +653,14 @@ class _Lowerer:
         self.emit_kernel(node, "HzResize", kernel, [x.name], node.outputs[0],
                          {"mode": "linear", "coordinate_transformation_mode": coords})
         return True
+
+    def _lower_ReduceSum(self, node: Node) -> bool:
+        from hbtool.ir.patterns import reduce_axes
+
+        axes = reduce_axes(self.src, node)
+        if axes is None:
+            return False
+        return self._reduce_mean(node, axes, bool(node.attr("keepdims", 1)), ReduceSum)
 
     # ------------------------------------------------------------ driver
     def float_node(self, node: Node, reason: str | None = None) -> None:
