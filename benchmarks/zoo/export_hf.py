@@ -55,7 +55,7 @@ def _image_model(name: str) -> torch.nn.Module:
         "hf_mobilenet_v1": lambda: t.MobileNetV1ForImageClassification(t.MobileNetV1Config(num_labels=1000)),
         "hf_mobilenet_v2": lambda: t.MobileNetV2ForImageClassification(t.MobileNetV2Config(num_labels=1000)),
         "hf_efficientnet_b0": lambda: t.EfficientNetForImageClassification(t.EfficientNetConfig(
-            width_coefficient=1.0, depth_coefficient=1.0, image_size=224, dropout_rate=0.2, num_labels=1000)),
+            width_coefficient=1.0, depth_coefficient=1.0, image_size=224, dropout_rate=0.2, hidden_dim=1280, num_labels=1000)),
         "hf_yolos_tiny": lambda: t.YolosForObjectDetection(t.YolosConfig(
             hidden_size=192, num_hidden_layers=12, num_attention_heads=3, intermediate_size=768,
             image_size=[320, 320], num_detection_tokens=100)),

@@ -145,7 +145,8 @@ def _task_metric(spec: ModelSpec, sim: dict[str, list], ref: dict[str, list], fe
     return "det F1", metrics.match_f1(s, r), f"{n_ref} float dets"
 
 
-def work(spec: ModelSpec, args: argparse.Namespace) -> dict:
+def work(spec: ModelSpec, args: argparse.Namespace, row: dict) -> dict:
+    """Fill ``row`` stage by stage (the caller keeps what is there if a later step raises)."""
     import numpy as np
     import onnx
     import yaml
@@ -156,7 +157,7 @@ def work(spec: ModelSpec, args: argparse.Namespace) -> dict:
     case = args.out_root / spec.name
     shutil.rmtree(case, ignore_errors=True)
     case.mkdir(parents=True)
-    row: dict = {"model": spec.name, "source": spec.source, "exporter": spec.exporter, "stages": {}}
+    row["stages"] = {}
     model = onnx.load(str(spec.onnx_path), load_external_data=False)
     row["nodes"] = len(model.graph.node)
     row["opset"] = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
@@ -211,10 +212,10 @@ def work(spec: ModelSpec, args: argparse.Namespace) -> dict:
         row["max_lsb"] = max((v for v in lsb.values() if v is not None), default=None)
         out_names, float_runs = _float_outputs(spec, float_samples(spec, held))
         ref = {n: [run[i] for run in float_runs] for i, n in enumerate(out_names)}
-        sim = {}
+        sim = {}   # simulate stacks the samples' outputs along axis 0: split them back, shaped like the float ones
         for n in out_names:
             stacked = np.load(case / "sim" / f"{safe_file_name(n)}.npy")
-            sim[n] = [stacked[i:i + 1] if ref[n][0].shape[:1] == (1,) else stacked[i] for i in range(len(held))]
+            sim[n] = [part.reshape(ref[n][i].shape) for i, part in enumerate(np.split(stacked, len(held)))]
         row["cosine"] = min(float(np.mean([__import__("metrics").cosine(a, b) for a, b in zip(sim[n], ref[n])])) for n in out_names)
         if spec.metric:
             try:
@@ -325,6 +326,14 @@ def write_tables(rows: list[dict], out: Path, wall: float) -> None:
 
 
 # ----------------------------------------------------------------------------- main
+def _merged(rows: list[dict], earlier: dict[str, dict]) -> list[dict]:
+    """This run's rows plus (with --update) the earlier rows of models not run again, in corpus order."""
+    from corpus import CORPUS
+
+    by_name = {**earlier, **{r["model"]: r for r in rows}}
+    return [by_name[m.name] for m in CORPUS if m.name in by_name]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="*")
@@ -334,23 +343,30 @@ def main() -> None:
     ap.add_argument("--eval-samples", type=int, default=4)
     ap.add_argument("--calibration-type", default="max")
     ap.add_argument("--out", type=Path, default=OUT_DIR, help="where zoo.md / zoo.json / causes.md go")
+    ap.add_argument("--update", action="store_true", help="keep the other models' rows of an earlier zoo.json in --out")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.out_root = OUT_DIR
 
     if args.worker:
         spec = select([args.worker])[0]
+        row = {"model": spec.name, "source": spec.source, "exporter": spec.exporter}
         try:
-            row = work(spec, args)
+            work(spec, args, row)
         except Exception as exc:
-            row = {"model": spec.name, "source": spec.source, "exporter": spec.exporter,
-                   "status": f"runner error: {type(exc).__name__}: {exc}"[:200], "runner_traceback": traceback.format_exc()}
+            row["status"] = f"runner error: {type(exc).__name__}: {exc}"[:200]
+            row["runner_traceback"] = traceback.format_exc()
+        for s in row.get("stages", {}).values():
+            s.pop("stdout", None)
         (OUT_DIR / spec.name / "row.json").parent.mkdir(parents=True, exist_ok=True)
         (OUT_DIR / spec.name / "row.json").write_text(json.dumps(row, indent=1))
         return
 
     specs = select(args.models, args.fast)
     rows: list[dict] = []
+    earlier: dict[str, dict] = {}
+    if args.update and (args.out / "zoo.json").exists():
+        earlier = {r["model"]: r for r in json.loads((args.out / "zoo.json").read_text())["rows"]}
     t_start = time.perf_counter()
     for spec in specs:
         t0 = time.perf_counter()
@@ -371,12 +387,14 @@ def main() -> None:
                 "model": spec.name, "source": spec.source, "exporter": spec.exporter, "status": "worker died or timed out"}
         row["wall_seconds"] = round(time.perf_counter() - t0, 1)
         rows.append(row)
-        write_tables(rows, args.out, time.perf_counter() - t_start)
+        earlier.pop(spec.name, None)
+        write_tables(_merged(rows, earlier), args.out, time.perf_counter() - t_start)
         rcs = " ".join(f"{s}={row.get('stages', {}).get(s, {}).get('rc', '-')}" for s in STAGES)
         print(f"{spec.name:32s} {rcs}  cos={_fmt(row.get('cosine'))} lsb={_fmt(row.get('max_lsb'), '.2f')} "
               f"metric={_fmt(row.get('metric'), '.3f')} fb={row.get('float_fallbacks', '-')} cpu={row.get('cpu_nodes', '-')} "
               f"{row.get('status', '')} ({row['wall_seconds']:.0f} s)", flush=True)
     wall = time.perf_counter() - t_start
+    rows = _merged(rows, earlier)
     write_tables(rows, args.out, wall)
     print(markdown(rows, wall).splitlines()[-1])
     print(f"table: {args.out / 'zoo.md'}  json: {args.out / 'zoo.json'}  causes: {args.out / 'causes.md'}")
