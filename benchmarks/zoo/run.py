@@ -191,6 +191,9 @@ def work(spec: ModelSpec, args: argparse.Namespace, row: dict) -> dict:
         cpu = [n for n in chk["nodes"] if n.get("on") == "CPU"]
         row["cpu_nodes"] = len(cpu)
         row["cpu_reasons"] = dict(Counter(f"{n['op_type']}: {n.get('reason') or '?'}" for n in cpu))
+        row["cpu_examples"] = {}
+        for n in cpu:
+            row["cpu_examples"].setdefault(_generic(f"{n['op_type']}: {n.get('reason') or '?'}"), n["name"])
 
     st["calibrate"] = _stage("calibrate", ["-c", str(cfg)], case, deadline)
     qi = work_dir / f"{spec.name}_quant_info.json"
@@ -198,6 +201,9 @@ def work(spec: ModelSpec, args: argparse.Namespace, row: dict) -> dict:
         info = json.loads(qi.read_text())
         row["float_fallbacks"] = len(info.get("float_fallbacks", []))
         row["fallback_reasons"] = dict(Counter(f"{f['op_type']}: {f.get('reason')}" for f in info.get("float_fallbacks", [])))
+        row["fallback_examples"] = {}
+        for f in info.get("float_fallbacks", []):
+            row["fallback_examples"].setdefault(_generic(f"{f['op_type']}: {f.get('reason')}"), f["node"])
         row["calib_output_cosine"] = min((o.get("cosine", 1.0) for o in info.get("outputs", {}).values()), default=None)
         row["calibration_method"] = info.get("method")
         st["compile"] = _stage("compile", ["-c", str(cfg)], case, deadline)
@@ -238,7 +244,20 @@ def _rc(row: dict, stage: str) -> str:
     return str(rc)
 
 
+def _generic(reason: str) -> str:
+    """A reason with its numbers replaced, so that one cause is one group (ratios, sizes differ per node)."""
+    return re.sub(r"(?<![A-Za-z_])-?\d[\d.]*(e[+-]?\d+)?", "N", reason)
+
+
+def _grouped(counts: dict | None) -> dict[str, int]:
+    out: Counter = Counter()
+    for k, v in (counts or {}).items():
+        out[_generic(k)] += v
+    return dict(out)
+
+
 def _short(counts: dict | None, limit: int = 3) -> str:
+    counts = _grouped(counts)
     if not counts:
         return "0"
     total = sum(counts.values())
@@ -289,6 +308,13 @@ def markdown(rows: list[dict], wall: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _where(model: str, stage: str) -> str:
+    """The innermost hbtool frame of an internal error's traceback (the stage ran with -v)."""
+    path = OUT_DIR / model / f"{stage}.stderr.txt"
+    frames = re.findall(r'File "[^"]*/(hbtool/[^"]+)", line (\d+), in (\S+)', path.read_text()) if path.exists() else []
+    return f" [at {frames[-1][0]}:{frames[-1][1]} {frames[-1][2]}]" if frames else ""
+
+
 def causes(rows: list[dict]) -> str:
     """Every failure message grouped, with the models it hits."""
     groups: dict[str, dict[str, list[str]]] = {"exit 3 / traceback": defaultdict(list), "other non-zero exit": defaultdict(list),
@@ -298,13 +324,16 @@ def causes(rows: list[dict]) -> str:
             if s["rc"] != 0:
                 kind = "exit 3 / traceback" if (s["rc"] == 3 or s.get("traceback")) else "other non-zero exit"
                 msg = re.sub(r"/[^\s;:']+/", "<path>/", s.get("error") or f"rc {s['rc']}")
-                groups[kind][f"{stage}: {msg[:300]}"].append(r["model"])
+                where = _where(r["model"], stage) if kind.startswith("exit 3") else ""
+                groups[kind][f"{stage}: {msg[:300]}{where}"].append(r["model"])
         if r.get("status"):
             groups["other non-zero exit"][r["status"]].append(r["model"])
-        for k in r.get("cpu_reasons", {}):
-            groups["CPU placement"][k].append(r["model"])
-        for k in r.get("fallback_reasons", {}):
-            groups["float fallback"][k].append(r["model"])
+        for k, v in _grouped(r.get("cpu_reasons")).items():
+            example = r.get("cpu_examples", {}).get(k)
+            groups["CPU placement"][k].append(f"{r['model']} ({v}" + (f", e.g. `{example}`)" if example else ")"))
+        for k, v in _grouped(r.get("fallback_reasons")).items():
+            example = r.get("fallback_examples", {}).get(k)
+            groups["float fallback"][k].append(f"{r['model']} ({v}" + (f", e.g. `{example}`)" if example else ")"))
     out = []
     for kind, g in groups.items():
         out.append(f"## {kind}\n")
@@ -344,9 +373,15 @@ def main() -> None:
     ap.add_argument("--calibration-type", default="max")
     ap.add_argument("--out", type=Path, default=OUT_DIR, help="where zoo.md / zoo.json / causes.md go")
     ap.add_argument("--update", action="store_true", help="keep the other models' rows of an earlier zoo.json in --out")
+    ap.add_argument("--rewrite", action="store_true", help="only rewrite zoo.md / causes.md from --out's zoo.json")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.out_root = OUT_DIR
+
+    if args.rewrite:
+        saved = json.loads((args.out / "zoo.json").read_text())
+        write_tables(saved["rows"], args.out, saved["summary"]["wall_seconds"])
+        return
 
     if args.worker:
         spec = select([args.worker])[0]
