@@ -58,7 +58,24 @@ class _Builder:
         return self.node("Add", [b, self.node("MatMul", [x, w], hint)], hint)
 
 
-def bert_like_model(opset: int = 13, layers: int = 2, seed: int = 0) -> onnx.ModelProto:
+def _sdpa_mask(b: _Builder, opset: int) -> str:
+    """transformers' sdpa/eager mask (torchscript export): padding AND "kv index >= 0", broadcast."""
+    pad = b.unsqueeze(b.node("Cast", ["attention_mask"], "mask", to=TensorProto.BOOL), [1, 2], "mask", opset)
+    index_ok = b.node("GreaterOrEqual", [b.const(np.arange(SEQ, dtype=np.int64).reshape(1, 1, SEQ, 1), "arange"),
+                                          b.const(np.array(0, np.int64), "zero")], "mask")
+    allowed = b.node("And", [b.node("And", [b.const(np.array(True), "true"), index_ok], "mask"), pad], "mask")
+    return b.node("Expand", [allowed, b.const(np.array([1, 1, SEQ, SEQ], np.int64), "mask_shape")], "mask")
+
+
+def _dynamo_mask(b: _Builder) -> str:
+    """The same mask as torch.onnx's dynamo exporter writes it: the padding row picked by GatherND."""
+    pad = b.node("Cast", ["attention_mask"], "mask", to=TensorProto.BOOL)
+    index = np.stack([np.zeros(SEQ, np.int64), np.arange(SEQ, dtype=np.int64)], -1).reshape(1, 1, 1, SEQ, 2)
+    picked = b.node("GatherND", [pad, b.const(index, "batch_and_kv_index")], "mask", batch_dims=0)
+    return b.node("And", [b.const(np.ones((1, 1, SEQ, 1), bool), "query_ok"), picked], "mask")
+
+
+def bert_like_model(opset: int = 13, layers: int = 2, seed: int = 0, mask_style: str = "sdpa") -> onnx.ModelProto:
     """input_ids, attention_mask (1, SEQ) int64 -> last hidden state (1, SEQ, HIDDEN)."""
     b = _Builder(seed)
     hd = HIDDEN // HEADS
@@ -67,12 +84,7 @@ def bert_like_model(opset: int = 13, layers: int = 2, seed: int = 0) -> onnx.Mod
     x = b.node("Add", [b.node("Gather", [table, "input_ids"], "embeddings", axis=0), pos], "embeddings")
     x = b.dense(x, EMBED, HIDDEN, "embedding_projection")  # ALBERT/ELECTRA-small: embeddings narrower than the encoder
 
-    # transformers' sdpa/eager mask: padding mask AND causal-free "kv index >= 0", broadcast, float-min
-    pad = b.unsqueeze(b.node("Cast", ["attention_mask"], "mask", to=TensorProto.BOOL), [1, 2], "mask", opset)
-    index_ok = b.node("GreaterOrEqual", [b.const(np.arange(SEQ, dtype=np.int64).reshape(1, 1, SEQ, 1), "arange"),
-                                          b.const(np.array(0, np.int64), "zero")], "mask")
-    allowed = b.node("And", [b.node("And", [b.const(np.array(True), "true"), index_ok], "mask"), pad], "mask")
-    allowed = b.node("Expand", [allowed, b.const(np.array([1, 1, SEQ, SEQ], np.int64), "mask_shape")], "mask")
+    allowed = _dynamo_mask(b) if mask_style == "dynamo" else _sdpa_mask(b, opset)
     mask = b.node("Where", [allowed, b.const(np.array(0.0, np.float32), "keep"),
                             b.const(np.array(np.finfo(np.float32).min, np.float32), "float_min")], "mask")
 
@@ -126,15 +138,15 @@ def _config(model: onnx.ModelProto, tmp: Path):
     }, base_dir=tmp)
 
 
-@pytest.mark.parametrize("opset", [13, 17])
-def test_bert_mask_encoder_goes_end_to_end(opset, tmp_path):
+@pytest.mark.parametrize("opset, mask_style", [(13, "sdpa"), (17, "sdpa"), (18, "dynamo")])
+def test_bert_mask_encoder_goes_end_to_end(opset, mask_style, tmp_path):
     """calibrate -> compile -> simulate: exit 0, no float fallback, simulate == quantized ONNX, cosine."""
     from hbtool.compiler.artifact import from_bytes
     from hbtool.compiler.compile import compile_model
     from hbtool.quant.calibrate import run_calibration, write_outputs
     from hbtool.simulator.executor import Executor
 
-    model = bert_like_model(opset)
+    model = bert_like_model(opset, mask_style=mask_style)
     cfg = _config(model, tmp_path)
     calibration = run_calibration(cfg)
     write_outputs(cfg, calibration, "")
@@ -142,6 +154,12 @@ def test_bert_mask_encoder_goes_end_to_end(opset, tmp_path):
     assert compiled.fallbacks == [] and not [n for n in calibration.program.nodes if n.meta.get("fallback")]
     on = {n.meta.get("on") for n in calibration.graph.nodes if n.op_type in ("Softmax", "MatMul", "Linear", "Gemm")}
     assert on == {"BPU"}
+    if mask_style == "dynamo":  # the run-time GatherND of the mask runs in a CPU subgraph
+        gathers = [n.name for n in calibration.graph.nodes if n.op_type == "GatherND"]
+        assert [n.meta.get("on") for n in calibration.graph.nodes if n.op_type == "GatherND"] == ["CPU"]
+        in_subgraphs = [n for sub in compiled.cpu_subgraphs for n in sub.nodes]
+        assert set(gathers) <= set(in_subgraphs)
+        assert any(n.op_type == "GatherND" for sub in compiled.cpu_subgraphs for n in onnx.load_from_string(sub.onnx_bytes).graph.node)
     executor = Executor(from_bytes(compiled.data))
     quantized = tmp_path / "wd" / "bert_quantized_model.onnx"
     for feed in _token_batches(3, seed=7):
