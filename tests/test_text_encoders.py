@@ -51,6 +51,17 @@ class _Builder:
             return self.node("Unsqueeze", [x, self.const(np.array(axes, np.int64), "axes")], hint)
         return self.node("Unsqueeze", [x], hint, axes=axes)
 
+    def layer_norm(self, x: str, hint: str, opset: int) -> str:
+        """LayerNormalization from opset 17, else the decomposed form torch writes below it."""
+        gamma = self.const((1 + 0.1 * self.rng.standard_normal(HIDDEN)).astype(np.float32), f"{hint}_gamma")
+        beta = self.const((0.1 * self.rng.standard_normal(HIDDEN)).astype(np.float32), f"{hint}_beta")
+        if opset >= 17:
+            return self.node("LayerNormalization", [x, gamma, beta], hint, axis=-1, epsilon=1e-12)
+        centered = self.node("Sub", [x, self.node("ReduceMean", [x], hint, axes=[-1])], hint)
+        var = self.node("ReduceMean", [self.node("Pow", [centered, self.const(np.array(2.0, np.float32), "two")], hint)], hint, axes=[-1])
+        std = self.node("Sqrt", [self.node("Add", [var, self.const(np.array(1e-12, np.float32), "eps")], hint)], hint)
+        return self.node("Add", [self.node("Mul", [self.node("Div", [centered, std], hint), gamma], hint), beta], hint)
+
     def dense(self, x: str, n_in: int, n_out: int, hint: str) -> str:
         """MatMul + Add(bias first, as torch writes it): what onnxruntime's MatMulAddFusion fuses."""
         w = self.const((self.rng.standard_normal((n_in, n_out)) / np.sqrt(n_in)).astype(np.float32), f"{hint}_w")
@@ -83,6 +94,9 @@ def bert_like_model(opset: int = 13, layers: int = 2, seed: int = 0, mask_style:
     pos = b.const((b.rng.standard_normal((1, SEQ, EMBED)) * 0.1).astype(np.float32), "position_embeddings")
     x = b.node("Add", [b.node("Gather", [table, "input_ids"], "embeddings", axis=0), pos], "embeddings")
     x = b.dense(x, EMBED, HIDDEN, "embedding_projection")  # ALBERT/ELECTRA-small: embeddings narrower than the encoder
+    # onnxruntime does not fuse a MatMul+Add right after a LayerNormalization: those stay for
+    # hbtool's Linear, whose body the calibration statistics session then fuses
+    x = b.layer_norm(x, "embeddings/LayerNorm", opset)
 
     allowed = _dynamo_mask(b) if mask_style == "dynamo" else _sdpa_mask(b, opset)
     mask = b.node("Where", [allowed, b.const(np.array(0.0, np.float32), "keep"),
@@ -102,9 +116,9 @@ def bert_like_model(opset: int = 13, layers: int = 2, seed: int = 0, mask_style:
         dims = [b.unsqueeze(b.node("Gather", [shape, b.const(np.array(d, np.int64), "dim")], p, axis=0), [0], p, opset) for d in (0, 1)]
         ctx_shape = b.node("Concat", [*dims, b.const(np.array([HIDDEN], np.int64), "hidden")], p, axis=0)
         attn = b.dense(b.node("Reshape", [ctx, ctx_shape], p), HIDDEN, HIDDEN, f"{p}/output")
-        x = b.node("Add", [attn, x], p)
+        x = b.layer_norm(b.node("Add", [attn, x], p), f"{p}/attention/LayerNorm", opset)
         ffn = b.dense(b.node("Relu", [b.dense(x, HIDDEN, FFN, f"{p}/intermediate")], p), FFN, HIDDEN, f"{p}/ffn_out")
-        x = b.node("Add", [ffn, x], p)
+        x = b.layer_norm(b.node("Add", [ffn, x], p), f"{p}/output/LayerNorm", opset)
     b.nodes.append(helper.make_node("Identity", [x], ["last_hidden_state"], name="/enc/out"))
     inputs = [vinfo("input_ids", [1, SEQ], TensorProto.INT64), vinfo("attention_mask", [1, SEQ], TensorProto.INT64)]
     return make_model(b.nodes, inputs, [vinfo("last_hidden_state", [1, SEQ, HIDDEN])], b.inits, opset)
@@ -120,22 +134,26 @@ def _token_batches(count: int, seed: int) -> list[dict[str, np.ndarray]]:
     return feeds
 
 
-def _config(model: onnx.ModelProto, tmp: Path):
-    from hbtool.config import config_from_dict
-
+def _config_dict(model: onnx.ModelProto, tmp: Path) -> dict:
     onnx.save(model, tmp / "bert.onnx")
     dirs = {}
     for k, feed in enumerate(_token_batches(8, seed=1)):
         for name, arr in feed.items():
             dirs.setdefault(name, tmp / "cal" / name).mkdir(parents=True, exist_ok=True)
             np.save(dirs[name] / f"{k:02d}.npy", arr)
-    return config_from_dict({
+    return {
         "model_parameters": {"onnx_model": str(tmp / "bert.onnx"), "working_dir": str(tmp / "wd"), "output_model_file_prefix": "bert"},
         "input_parameters": {"input_name": "input_ids;attention_mask", "input_shape": f"1x{SEQ};1x{SEQ}",
                              "input_type_train": "featuremap;featuremap", "norm_type": "no_preprocess;no_preprocess"},
         "calibration_parameters": {"cal_data_dir": f"{dirs['input_ids']};{dirs['attention_mask']}", "cal_data_type": "int64;int64",
                                    "calibration_type": "max"},
-    }, base_dir=tmp)
+    }
+
+
+def _config(model: onnx.ModelProto, tmp: Path):
+    from hbtool.config import config_from_dict
+
+    return config_from_dict(_config_dict(model, tmp), base_dir=tmp)
 
 
 @pytest.mark.parametrize("opset, mask_style", [(13, "sdpa"), (17, "sdpa"), (18, "dynamo")])
@@ -167,6 +185,24 @@ def test_bert_mask_encoder_goes_end_to_end(opset, mask_style, tmp_path):
         want = run_ort(quantized, feed)[0]
         assert np.array_equal(got, want), np.abs(got - want).max()
         assert cosine(got, run_ort(model, feed)[0]) > 0.99
+
+
+@pytest.mark.parametrize("opset, mask_style", [(13, "sdpa"), (18, "dynamo")])
+def test_calibrate_and_compile_cli_exit_0(opset, mask_style, tmp_path):
+    """On main: exit 2 at opset 13 (the second fold after the opset lift fused the projections
+    after the context Reshape and collided with the first fold's names) and exit 3 at 18 (the
+    statistics session fused hbtool's Linear bodies behind the LayerNorms and collided with the
+    ``gemm_input_shape`` the import's fold had left in the model)."""
+    import yaml
+    from click.testing import CliRunner
+
+    from hbtool.cli import main
+
+    path = tmp_path / "bert.yaml"
+    path.write_text(yaml.safe_dump(_config_dict(bert_like_model(opset, mask_style=mask_style), tmp_path)))
+    for stage in ("calibrate", "compile"):
+        result = CliRunner().invoke(main, [stage, "-c", str(path)])
+        assert result.exit_code == 0, result.output
 
 
 def test_fold_names_leave_no_onnxruntime_stems():
