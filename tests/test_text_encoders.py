@@ -4,10 +4,13 @@ MatMul+Add layers that onnxruntime's optimizer fuses during the import's folds.
 The model is written with onnx.helper in the shape transformers' exporter gives it (transformers
 is not in the test venv): an int64 ``attention_mask`` becomes
 Cast -> Unsqueeze -> And(GreaterOrEqual(arange, 0)) -> Expand -> Where(0, float-min), added to the
-scores; the context Reshape takes its shape from a Shape/Gather/Concat chain, so the first
-onnxruntime fold cannot fuse the projection after it (its input shape is unknown then) and a
-later session does, which on main collided with the names the first fold had invented
-(``graph_utils.cc AddInitializerWithOrtValue ... Attempt to replace the existing tensor``, exit 3).
+scores (the dynamo exporter picks the padding row with a GatherND instead). onnxruntime's fold
+fuses some MatMul+Add into Reshape/Gemm/Reshape and names what it adds ``gemm_input_shape``...;
+it leaves others (after a LayerNormalization, or after the context Reshape whose shape a
+Shape/Gather/Concat chain computes) for a later session to fuse: the second fold after the opset
+lift, or the calibration statistics session running hbtool's Linear bodies. On main that later
+session generated the same names again and died (``graph_utils.cc AddInitializerWithOrtValue ...
+Attempt to replace the existing tensor``: exit 3 in calibrate, exit 2 at import).
 """
 
 from __future__ import annotations
@@ -173,10 +176,9 @@ def test_bert_mask_encoder_goes_end_to_end(opset, mask_style, tmp_path):
     on = {n.meta.get("on") for n in calibration.graph.nodes if n.op_type in ("Softmax", "MatMul", "Linear", "Gemm")}
     assert on == {"BPU"}
     if mask_style == "dynamo":  # the run-time GatherND of the mask runs in a CPU subgraph
-        gathers = [n.name for n in calibration.graph.nodes if n.op_type == "GatherND"]
-        assert [n.meta.get("on") for n in calibration.graph.nodes if n.op_type == "GatherND"] == ["CPU"]
-        in_subgraphs = [n for sub in compiled.cpu_subgraphs for n in sub.nodes]
-        assert set(gathers) <= set(in_subgraphs)
+        gathers = [n for n in calibration.graph.nodes if n.op_type == "GatherND"]
+        assert [n.meta.get("on") for n in gathers] == ["CPU"]
+        assert gathers[0].name in {name for sub in compiled.cpu_subgraphs for name in sub.nodes}
         assert any(n.op_type == "GatherND" for sub in compiled.cpu_subgraphs for n in onnx.load_from_string(sub.onnx_bytes).graph.node)
     executor = Executor(from_bytes(compiled.data))
     quantized = tmp_path / "wd" / "bert_quantized_model.onnx"
