@@ -22,6 +22,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from hbtool.errors import ModelError
+from hbtool.ir.fold_names import rename_invented_tensors, tensor_names
 from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node
 
 log = logging.getLogger(__name__)
@@ -253,6 +254,8 @@ def _fold_with_onnxruntime(model: onnx.ModelProto, disabled: Sequence[str] = ())
         folded = onnx.load(str(out))
     # onnxruntime leaves the ops but may drop names of new nodes; name everything
     _name_nodes(folded)
+    # and the tensors its fusions added must not keep its stems (see fold_names)
+    rename_invented_tensors(folded, tensor_names(model))
     return folded
 
 
