@@ -265,6 +265,7 @@ def _short(counts: dict | None, limit: int = 3) -> str:
     total = sum(counts.values())
     items = sorted(counts.items(), key=lambda kv: -kv[1])
     text = ", ".join(f"{v}x {k[:70]}" for k, v in items[:limit])
+    text = text.replace("|", "\\|")   # a reason may hold "|a A|"; keep the markdown cell whole
     return f"{total}: {text}" + (" ..." if len(items) > limit else "")
 
 
