@@ -14,7 +14,8 @@ venv's python, one model per call:
 Weights are timm's own initialisation under ``torch.manual_seed(0)`` (``pretrained=False``;
 nothing downloaded). ``--zero-init-last`` keeps timm's ``zero_init_last=True`` (the last BN of
 every residual block has gamma = 0, so that branch's output is identically zero, a zero-range
-tensor); without it the model is built with ``zero_init_last=False`` where timm accepts it.
+tensor); without it a ResNet is built with ``zero_init_last=False``. Other models keep timm's
+defaults (RegNet's is ``zero_init_last=True`` as well).
 """
 
 from __future__ import annotations

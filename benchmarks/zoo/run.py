@@ -246,6 +246,8 @@ def _rc(row: dict, stage: str) -> str:
 
 def _generic(reason: str) -> str:
     """A reason with its numbers replaced, so that one cause is one group (ratios, sizes differ per node)."""
+    reason = re.sub(r"'[^']*'", "'<tensor>'", reason)                # tensor names differ per block
+    reason = re.sub(r"has shape [0-9x]+", "has shape <shape>", reason)
     return re.sub(r"(?<![A-Za-z_])-?\d[\d.]*(e[+-]?\d+)?", "N", reason)
 
 
@@ -263,6 +265,7 @@ def _short(counts: dict | None, limit: int = 3) -> str:
     total = sum(counts.values())
     items = sorted(counts.items(), key=lambda kv: -kv[1])
     text = ", ".join(f"{v}x {k[:70]}" for k, v in items[:limit])
+    text = text.replace("|", "\\|")   # a reason may hold "|a A|"; keep the markdown cell whole
     return f"{total}: {text}" + (" ..." if len(items) > limit else "")
 
 
@@ -344,6 +347,8 @@ def causes(rows: list[dict]) -> str:
 
 
 def write_tables(rows: list[dict], out: Path, wall: float) -> None:
+    """zoo.json, zoo.md, causes.md; the corpus wall time is the sum of the rows' (right under --update too)."""
+    wall = sum(r.get("wall_seconds", 0.0) for r in rows) or wall
     out.mkdir(parents=True, exist_ok=True)
     summary = {"models": len(rows), "clean": sum(clean(r) for r in rows), "exit3": sum(exit3(r) for r in rows),
                "wall_seconds": round(wall, 1)}
