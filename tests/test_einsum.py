@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from hbtool.checker.placement import place_graph
 from hbtool.ir.onnx_export import to_onnx
@@ -33,15 +33,13 @@ MATMUL_EQUATIONS = [
 ]
 
 
-def einsum_model(equation, shapes, constant_second: bool = False):
+def einsum_model(equation, shapes, constant: int | None = None):
+    """One Einsum node; operand ``constant`` (an index) is an initializer, the others are inputs."""
     out_shape = np.einsum(equation, *[np.zeros(s) for s in shapes]).shape
     rng = np.random.default_rng(3)
     names = [f"x{i}" for i in range(len(shapes))]
-    inputs = [vinfo(n, s) for n, s in zip(names, shapes)]
-    inits = []
-    if constant_second:
-        inputs = inputs[:1]
-        inits = [tensor("x1", rng.standard_normal(shapes[1]).astype(np.float32))]
+    inputs = [vinfo(n, s) for k, (n, s) in enumerate(zip(names, shapes)) if k != constant]
+    inits = [] if constant is None else [tensor(names[constant], rng.standard_normal(shapes[constant]).astype(np.float32))]
     node = helper.make_node("Einsum", names, ["y"], name="einsum", equation=equation)
     return make_model([node], inputs, [vinfo("y", out_shape)], inits)
 
@@ -63,17 +61,23 @@ def test_batched_matmul_equations_become_matmul_exactly(equation, shapes):
         assert np.abs(got - ref).max() <= 1e-5 * max(1.0, np.abs(ref).max())
 
 
-def test_constant_weight_einsum_becomes_a_weight_matmul_on_the_tensor_unit():
-    model = einsum_model("btc,dc->btd", [(1, 6, 8), (4, 8)], constant_second=True)
+@pytest.mark.parametrize("equation,shapes,constant", [
+    ("btc,dc->btd", [(1, 6, 8), (4, 8)], 1),
+    ("dc,btc->btd", [(4, 8), (1, 6, 8)], 0),   # a constant on the left is swapped to the right
+    ("ij,bjk->bik", [(5, 4), (2, 4, 3)], 0),
+])
+def test_constant_operand_becomes_a_weight_on_the_tensor_unit(equation, shapes, constant):
+    model = einsum_model(equation, shapes, constant=constant)
     graph = import_onnx(model)
     optimize_float(graph)
-    node, = graph.nodes
-    assert node.op_type == "MatMul" and graph.shape(node.inputs[1]) == (8, 4)
-    assert np.array_equal(graph.const(node.inputs[1]), numpy_helper.to_array(model.graph.initializer[0]).T)
+    mm, = [n for n in graph.nodes if n.op_type == "MatMul"]
+    assert graph.is_const(mm.inputs[1]) and len(graph.shape(mm.inputs[1])) == 2
     place_graph(graph, load_march("bayes"))
-    assert node.meta["on"] == "BPU" and node.meta["unit"] == "tensor"
-    feeds = {"x0": np.random.default_rng(1).standard_normal((1, 6, 8)).astype(np.float32)}
-    assert np.abs(run_ort(to_onnx(graph), feeds)[0] - run_ort(model, feeds)[0]).max() <= 1e-5
+    assert mm.meta["on"] == "BPU" and mm.meta["unit"] == "tensor"
+    x_shape = shapes[1 - constant]
+    feeds = {f"x{1 - constant}": np.random.default_rng(1).standard_normal(x_shape).astype(np.float32)}
+    ref, = run_ort(model, feeds)
+    assert np.abs(run_ort(to_onnx(graph), feeds)[0] - ref).max() <= 1e-5 * max(1.0, np.abs(ref).max())
 
 
 @pytest.mark.parametrize("equation,shapes,why", [

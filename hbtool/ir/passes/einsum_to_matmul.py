@@ -13,7 +13,8 @@ The first operand is transposed to ``(B, M, K)`` and reshaped to ``(B, prod M, p
 second to ``(B, prod K, prod N)``, one MatMul gives ``(B, prod M, prod N)``, and a reshape and a
 transpose put the output letters in the equation's order. Without batch letters the first
 operand keeps its row dimensions unflattened and the second becomes a 2-D ``[K, N]`` matrix,
-so a constant one is a weight that ``fuse_linear`` turns into a Linear. Identity transposes
+so a constant one is a weight (a constant first operand is swapped to the right: rows and
+columns trade places, the final transpose restores the order). Identity transposes
 and reshapes are not written; constant operands are rearranged at once. The MatMul sums the
 same products as the Einsum, so the results agree to float32 rounding.
 
@@ -173,6 +174,10 @@ def _rewrite(graph: Graph, node: Node, plan: EinsumPlan) -> None:
         w.transpose(node.inputs[0], [t.index(c) for c in plan.output], output=out)
         return
     (ta, tb), (xa, xb) = plan.inputs, node.inputs
+    if graph.is_const(xa) and not graph.is_const(xb):
+        # a constant on the left: swap the operands (rows <-> columns) so that it is the weight on the right
+        (ta, tb), (xa, xb) = (tb, ta), (xb, xa)
+        plan = EinsumPlan((ta, tb), plan.output, plan.batch, plan.cols, plan.contract, plan.rows)
     da = dict(zip(ta, graph.shape(xa)))
     db = dict(zip(tb, graph.shape(xb)))
     size = {**da, **db}
