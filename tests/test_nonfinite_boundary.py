@@ -18,7 +18,7 @@ import pytest
 from onnx import helper
 
 from hbtool.compiler.artifact import from_bytes
-from hbtool.kernels import Quantize
+from hbtool.kernels import Add, AvgPool, Conv, ConvTranspose, Dequantize, LayerNorm, Linear, Lut, MatMul, Mul, Quantize, ReduceMean, Requantize, Softmax
 from hbtool.quant.plan import QuantPlan, TensorQuant, check_plan_scales
 from hbtool.simulator.executor import Executor
 from tests.helpers import make_model, run_ort, run_pipeline, tensor, vinfo
@@ -74,3 +74,35 @@ def test_plan_refuses_a_non_finite_or_zero_scale_naming_the_tensor(bad):
     plan.tensors["scores"] = TensorQuant("scores", 8, bad, bad * 127, "max", 1)
     with pytest.raises(ValueError, match="'scores' got scale"):
         check_plan_scales(plan)
+
+
+def _builders(bad: float):
+    """Every scale-taking kernel, built with one scale replaced by ``bad``."""
+    w2, w4 = np.ones((4, 4), np.int64), np.ones((4, 4, 1, 1), np.int64)
+    b = np.zeros(4, np.int64)
+    return {
+        "Quantize": lambda: Quantize.build(bad),
+        "Dequantize": lambda: Dequantize.build(bad),
+        "Requantize": lambda: Requantize.build(bad),
+        "Linear": lambda: Linear.build(w2, b, bad, 0.1, 0.1),
+        "MatMul": lambda: MatMul.build(0.1, bad, 0.1, 4),
+        "Conv": lambda: Conv.build(w4, b, 0.1, 0.1, bad),
+        "ConvTranspose": lambda: ConvTranspose.build(w4, b, bad, 0.1, 0.1),
+        "Add": lambda: Add.build(0.1, 0.1, bad),
+        "Mul": lambda: Mul.build(bad, 0.1, 0.1),
+        "Lut": lambda: Lut.build("sigmoid", bad, 8, 0.01, 8),
+        "Softmax": lambda: Softmax.build(bad),
+        "LayerNorm": lambda: LayerNorm.build(bad, gamma=np.ones(4)),
+        "AvgPool": lambda: AvgPool.build([2, 2], 0.1, bad, 4),
+        "ReduceMean": lambda: ReduceMean.build([-1], 4, bad, 0.1),
+    }
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, 0.0])
+@pytest.mark.parametrize("kernel", sorted(_builders(1.0)))
+def test_every_kernel_build_refuses_a_non_finite_or_zero_scale(kernel, bad):
+    if kernel == "Requantize" and bad == 0.0:
+        pytest.skip("a zero ratio is a valid requantizer (every output 0)")
+    _builders(0.1)[kernel]()  # the same call with a sound scale builds
+    with pytest.raises(ValueError, match="must be finite and"):
+        _builders(bad)[kernel]()
