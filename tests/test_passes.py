@@ -1010,7 +1010,9 @@ def test_float_passes_order_and_names():
         "fuse_roll",
         "remove_nan_guards",
         "mask_where_to_bias",
+        "einsum_to_matmul",
     }
+    assert names.index("einsum_to_matmul") < names.index("fuse_linear")
     assert all(p.purpose for p in FLOAT_PASSES)
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from hbtool.ir.graph import Graph, Node
 from hbtool.march.description import March
-from hbtool.march.op_rules import CPU_BY_DESIGN, GENERIC_RULES, RuleContext, reason_of, support_for
+from hbtool.march.op_rules import CPU_BY_DESIGN, CPU_REASON_OF_NODE, GENERIC_RULES, RuleContext, reason_of, support_for
 
 
 @dataclass
@@ -54,6 +54,8 @@ def place_node(node: Node, graph: Graph, march: March, integer_derived: set[str]
     if node.domain not in ("", "hbtool"):
         return Placement("CPU", None, None, f"op of domain '{node.domain}' has no BPU implementation")
     if support is None:
+        if node.op_type in CPU_REASON_OF_NODE:
+            return Placement("CPU", None, None, CPU_REASON_OF_NODE[node.op_type](node, graph))
         why = CPU_BY_DESIGN.get(node.op_type, f"{node.op_type} has no BPU implementation on march {march.name}")
         return Placement("CPU", None, None, why)
     data = [i for i in node.inputs if i and not graph.is_const(i)]

@@ -4,13 +4,19 @@ These two run on the CPU side of a deployed model (the input feeder and the outp
 reader), so they are float by nature. They are defined in float32 exactly as numpy
 computes it, and the ONNX form does the same float32 operations:
 
-* ``quantize``:   ``q = clamp(round_half_even(x / float32(s)), qmin, qmax)``
+* ``quantize``:   ``q = clamp(round_half_even(x / float32(s)), qmin, qmax)``, with NaN -> 0
 * ``dequantize``: ``x = float32(q) * float32(s)``
+
+Quantize is total on float32: +-inf saturates to qmax / qmin (the clamp does it) and NaN
+becomes 0. A CPU node in front of the BPU can produce them (a float Div by a divisor that
+quantized to 0: x / 0 = inf, 0 / 0 = NaN), and a NaN let through stays NaN in the DOUBLE
+carried integers of the ONNX form until a kernel casts it to an index (int64 min: onnxruntime's
+Gather fails deep inside a Softmax), while numpy's cast gives int64 min silently. Saturating
+keeps the integer contract (every code within its bits) on any input.
 
 Also here, the build-time helpers that turn float weights and biases into the
 integers the kernels take: :func:`quantize_weight` (symmetric int8, range [-127, 127],
 per tensor or per output channel) and :func:`quantize_bias` (int32 at ``s_x * s_w``).
-NaN inputs are not defined.
 """
 
 from __future__ import annotations
@@ -48,12 +54,15 @@ class Quantize(Kernel):
 
     def apply_numpy(self, x: np.ndarray) -> np.ndarray:
         qmin, qmax = int_range(self.bits)
-        v = np.rint(np.asarray(x, np.float32) / self.scale)
+        with np.errstate(invalid="ignore", over="ignore"):
+            v = np.rint(np.asarray(x, np.float32) / self.scale)
+        v = np.where(np.isnan(v), np.float32(0), v)
         return np.clip(v, qmin, qmax).astype(np.int64)
 
     def emit(self, b: OnnxBuilder, x: str) -> str:
         qmin, qmax = int_range(self.bits)
         v = b.op("Round", b.div(x, b.const(self.scale, np.float32, "scale")))
+        v = b.where(b.op("IsNaN", v), b.const(0.0, np.float32), v)
         v = b.clip(v, qmin, qmax, np.float32)
         return b.cast(v, np.float64)
 

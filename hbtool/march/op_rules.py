@@ -444,7 +444,6 @@ CPU_BY_DESIGN: dict[str, str] = {
     "ConstantOfShape": "shape computation runs on the CPU",
     "Range": "index generation runs on the CPU",
     "CumSum": "running sums are not a BPU operation",
-    "Einsum": "Einsum has no BPU lowering; export it as MatMul/Transpose",
     "ScatterND": "scatter writes run on the CPU",
     "ScatterElements": "scatter writes run on the CPU",
     "GatherND": "gather by run-time multi-dimensional index runs on the CPU",
@@ -454,6 +453,18 @@ CPU_BY_DESIGN: dict[str, str] = {
     "If": "control flow runs on the CPU",
     "Loop": "control flow runs on the CPU",
 }
+
+
+def einsum_reason(node: Node, graph: Graph) -> str:
+    """The CPU reason of an Einsum that the float pass einsum_to_matmul left: its equation and why."""
+    from hbtool.ir.passes.einsum_to_matmul import einsum_not_matmul_reason, equation_of
+
+    why = einsum_not_matmul_reason(node, graph) or "its operands are not floating point"
+    return f"Einsum '{equation_of(node)}' is not a batched matrix product ({why}); only those become BPU MatMuls"
+
+
+# Ops kept on the CPU whose reason depends on the node (its attributes, its shapes).
+CPU_REASON_OF_NODE: dict[str, Callable[[Node, Graph], str]] = {"Einsum": einsum_reason}
 
 
 def support_for(op_type: str) -> OpSupport | None:

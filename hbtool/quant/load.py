@@ -40,6 +40,9 @@ def strip_quantization(graph: Graph) -> dict[str, LoadedScale]:
         if node.op_type == CALIBRATION_OP and node.attrs.get("method") != "weight":
             src, dst = node.inputs[0], node.outputs[0]
             alpha = node.attrs.get("ptf_alpha")
+            if not (np.isfinite(float(node.attrs["scale"])) and float(node.attrs["scale"]) > 0):
+                raise InputError(f"{CALIBRATION_OP} '{node.name}' has scale {node.attrs['scale']}; a scale must be finite and > 0",
+                                 "recalibrate the model: hbtool calibrate writes only finite, positive scales")
             loaded[_bypass(graph, node, src, dst)] = LoadedScale(
                 int(node.attrs["bits"]), float(node.attrs["scale"]), None if alpha is None else tuple(int(a) for a in alpha),
                 node.attrs.get("method") == "log2")
@@ -68,6 +71,10 @@ def strip_quantization(graph: Graph) -> dict[str, LoadedScale]:
                 bits = 16
             elif zp.dtype != np.int8:
                 raise InputError(f"QuantizeLinear '{q.name}' quantizes to {zp.dtype}", "use int8 or int16 activations")
+        value = float(np.asarray(scale).reshape(-1)[0])
+        if not (np.isfinite(value) and value > 0):
+            raise InputError(f"QuantizeLinear '{q.name}' has scale {value}; a scale must be finite and > 0",
+                             "export the Q/DQ model with calibrated, non-zero scales, or calibrate with hbtool instead of load")
         src = q.inputs[0]
         graph.nodes.remove(q)
         loaded[_bypass(graph, dq, src, dq.outputs[0])] = LoadedScale(bits, float(np.asarray(scale).reshape(-1)[0]))

@@ -27,7 +27,7 @@ from hbtool.kernels.pool import AvgPool, MaxPool, ReduceMean, ReduceSum
 from hbtool.kernels.quantize import Dequantize, Quantize
 from hbtool.kernels.resize import COORDINATE_MODES, BilinearResize, axis_scales
 from hbtool.kernels.softmax import Softmax
-from hbtool.quant.plan import QuantPlan
+from hbtool.quant.plan import QuantPlan, check_plan_scales
 from hbtool.quant.weights import WEIGHT_QMAX, quantize_weight, weight_scales
 
 log = logging.getLogger(__name__)
@@ -739,6 +739,7 @@ def lower_to_integer(graph: Graph, plan: QuantPlan, weights: dict[str, tuple[np.
     """
     if bias_delta is None:
         bias_delta = plan.bias_delta
+    check_plan_scales(plan)  # loaded scales, PTF and log2 Softmax edit the plan after build_plan checked it
     low = _Lowerer(graph.copy(), plan, weights, rounding, bias_delta)
     prog = low.run()
     return prog, low.report

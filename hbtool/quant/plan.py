@@ -276,7 +276,24 @@ def build_plan(
         for m in members:
             plan.tensors[m] = TensorQuant(m, bits, scale, float(thr), f"{used}+zero_range", gid)
     plan.groups = dict(sorted(plan.groups.items()))
+    check_plan_scales(plan)
     return plan
+
+
+def check_plan_scales(plan: QuantPlan) -> None:
+    """Refuse a plan with a scale that is not finite and > 0, naming the tensor and where its threshold came from.
+
+    Every kernel's ``build`` refuses such a scale too, but only here is the tensor known; a NaN
+    or infinite scale would otherwise turn codes into NaN, which an index cast makes int64 min.
+    """
+    for name, tq in plan.tensors.items():
+        if tq.is_log2:
+            continue
+        s = np.asarray(tq.channel_scales(), np.float64)
+        if s.size == 0 or not bool(np.all(np.isfinite(s) & (s > 0))):
+            bad = s[~(np.isfinite(s) & (s > 0))].flat[0] if s.size else "none"
+            raise ValueError(f"quantization plan: tensor {name!r} got scale {bad} (threshold {tq.threshold}, "
+                             f"method {tq.method}); every scale must be finite and > 0")
 
 
 def degenerate_thresholds(graph: Graph, plan: QuantPlan, zero_groups: Mapping[int, list[str]]) -> dict[int, float]:

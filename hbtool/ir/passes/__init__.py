@@ -1,6 +1,7 @@
 """Float graph optimizations: each module one rewrite, listed in run order in ``FLOAT_PASSES``.
 
-Order: pass-through nodes first (they hide patterns), then BatchNorm folding (needs the layer
+Order: pass-through nodes first (they hide patterns), Einsum rewritten into MatMul early (the
+attention and Linear patterns below see MatMul), then BatchNorm folding (needs the layer
 right before it), then layout-chain collapsing (it merges the reshapes that window and roll
 patterns are written around), then the pattern fusions, Linear last because BN folding into a
 MatMul leaves a MatMul + Add for it.
@@ -11,6 +12,7 @@ from __future__ import annotations
 from hbtool.ir.graph import Graph
 from hbtool.ir.pass_manager import GraphPass, PassResult, run_passes
 from hbtool.ir.passes.collapse_reshape_transpose import collapse_reshape_transpose
+from hbtool.ir.passes.einsum_to_matmul import einsum_to_matmul
 from hbtool.ir.passes.fold_batchnorm import fold_batchnorm
 from hbtool.ir.passes.fuse_activations import fuse_activations
 from hbtool.ir.passes.fuse_gelu import fuse_gelu
@@ -25,6 +27,7 @@ from hbtool.ir.passes.remove_nan_guards import remove_nan_guards
 FLOAT_PASSES: list[GraphPass] = [
     GraphPass("remove_identity", remove_identity, "drop Identity and inference Dropout nodes"),
     GraphPass("remove_nan_guards", remove_nan_guards, "drop Where(IsNaN(x), c, x) guards: nothing is NaN in integer arithmetic"),
+    GraphPass("einsum_to_matmul", einsum_to_matmul, "Einsum batched matrix products -> Transpose/Reshape + MatMul"),
     GraphPass("mask_where_to_bias", mask_where_to_bias, "Where(mask, -inf, scores) before Softmax -> scores + additive mask bias"),
     GraphPass("fold_batchnorm", fold_batchnorm, "fold BatchNormalization into the preceding layer's weights, else Mul+Add"),
     GraphPass("collapse_reshape_transpose", collapse_reshape_transpose, "merge Reshape/Transpose/Squeeze/Unsqueeze/Flatten chains"),
@@ -45,6 +48,7 @@ def optimize_float(graph: Graph) -> list[PassResult]:
 __all__ = [
     "FLOAT_PASSES",
     "collapse_reshape_transpose",
+    "einsum_to_matmul",
     "fold_batchnorm",
     "fuse_activations",
     "fuse_gelu",
