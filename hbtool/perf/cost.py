@@ -190,7 +190,7 @@ def tensor_padding(kind: str, kernel: Any, node: Node, ctx: CostContext) -> tupl
     return macs, macs, 1, ""
 
 
-REDUCTIONS = {"ReduceMean": "mean", "ReduceSum": "sum"}
+REDUCTIONS = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceL2": "l2"}
 
 
 def _reduction_transpose(op: OpCost, node: Node, ctx: CostContext) -> None:
@@ -272,7 +272,7 @@ def vector_class(kind: str, kernel: Any) -> str:
     if kind == "Lut":
         return "lut_int16" if int(getattr(kernel, "in_bits", 8)) > 8 else "lut"
     return {"LayerNorm": "layernorm", "Softmax": "softmax", "AvgPool": "pool", "ReduceMean": "pool",
-            "ReduceSum": "pool", "MaxPool": "pool"}.get(kind, "elementwise")
+            "ReduceSum": "pool", "MaxPool": "pool", "ReduceL2": "pool", "Div": "divide"}.get(kind, "elementwise")
 
 
 def vector_cost(node: Node, ctx: CostContext) -> OpCost:

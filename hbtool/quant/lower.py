@@ -23,6 +23,7 @@ import numpy as np
 
 from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node
 from hbtool.kernels import Add, Conv, ConvTranspose, LayerNorm, Linear, Log2MatMul, Lut, MatMul, Mul
+from hbtool.kernels.normalize import Div, ReduceL2
 from hbtool.kernels.pool import AvgPool, MaxPool, ReduceMean, ReduceSum
 from hbtool.kernels.quantize import Dequantize, Quantize
 from hbtool.kernels.resize import COORDINATE_MODES, BilinearResize, axis_scales
@@ -451,7 +452,19 @@ class _Lowerer:
         return self._binary(node, Mul)
 
     def _lower_Div(self, node: Node) -> bool:
+        """By a constant: Mul by its reciprocal; by a feature map: the integer division kernel."""
         d = self.src.const(node.inputs[1])
+        if d is None and not self.src.is_const(node.inputs[0]):
+            a, dv = self.int_input(node.inputs[0]), self.int_input(node.inputs[1])
+            if a.alpha is not None or dv.alpha is not None:
+                return False
+            out, extra, act = self.fused_activation(node)
+            tq = self.tq(out)
+            kernel = Div.build(a.scale, dv.scale, tq.scale, a.bits, dv.bits, tq.bits, rounding=self.rounding, **extra)
+            self.emit_kernel(node, "HzDiv", kernel, [a.name, dv.name], out)
+            if act is not None:
+                self.skip.add(act.name)
+            return True
         if d is None or np.any(d == 0):
             return False
         recip = self.src.unique_name(f"{node.inputs[1]}_reciprocal")
@@ -652,6 +665,24 @@ class _Lowerer:
         kernel = BilinearResize.build(shape[2:], out_shape[2:], per_axis[2:], coords, x.bits, rounding=self.rounding)
         self.emit_kernel(node, "HzResize", kernel, [x.name], node.outputs[0],
                          {"mode": "linear", "coordinate_transformation_mode": coords})
+        return True
+
+    def _lower_ReduceL2(self, node: Node) -> bool:
+        """sqrt of the integer sum of squares over any axes (the kernel's integer square root)."""
+        from hbtool.ir.patterns import reduce_axes
+
+        axes = reduce_axes(self.src, node)
+        shape = self.src.shape(node.inputs[0])
+        if axes is None or shape is None:
+            return False
+        axes = sorted(a + len(shape) if a < 0 else a for a in axes)
+        if not axes:
+            return False
+        x = self.int_input(node.inputs[0])
+        tq = self.tq(node.outputs[0])
+        count = int(np.prod([shape[a] for a in axes]))
+        kernel = ReduceL2.build(axes, count, x.scale, tq.scale, bool(node.attr("keepdims", 1)), x.bits, tq.bits, rounding=self.rounding)
+        self.emit_kernel(node, "HzReduceL2", kernel, [x.name], node.outputs[0])
         return True
 
     def _lower_ReduceSum(self, node: Node) -> bool:
