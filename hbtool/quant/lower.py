@@ -145,12 +145,17 @@ class _Lowerer:
         self.floats.add(name)
         return name
 
-    def const_int(self, tensor: str, bits: int = 16) -> IntTensor:
-        """A float constant operand quantized to its own symmetric scale."""
+    def const_int(self, tensor: str, bits: int = 16, zero_scale: float = 1.0) -> IntTensor:
+        """A float constant operand quantized to its own symmetric scale.
+
+        An all-zero constant (LeViT's attention biases, ConvNeXt-V2's GRN gamma and beta as
+        initialised) has no range of its own: it takes ``zero_scale``, the other operand's
+        scale, so an Add keeps a ratio of one for it instead of ``1 / s_out`` (which passes
+        the kernel's exact range when the other operand's scale is tiny)."""
         data = np.asarray(self.src.const(tensor), np.float64)
         qmax = 32767 if bits == 16 else 127
         amax = float(np.abs(data).max()) if data.size else 0.0
-        scale = float(np.float32(amax / qmax)) if amax > 0 else 1.0
+        scale = float(np.float32(amax / qmax)) if amax > 0 else float(zero_scale)
         q = np.clip(np.round(data / scale), -qmax - 1, qmax).astype(np.float64)
         name = self.out.add_const(q, hint=f"{tensor}_q")
         return IntTensor(name, scale, bits)
@@ -420,12 +425,9 @@ class _Lowerer:
 
     def _binary(self, node: Node, cls) -> bool:
         a_t, b_t = node.inputs[0], node.inputs[1]
-        ints = []
-        for t in (a_t, b_t):
-            if self.src.is_const(t):
-                ints.append(self.const_int(t))
-            else:
-                ints.append(self.int_input(t))
+        live = {t: self.int_input(t) for t in (a_t, b_t) if not self.src.is_const(t)}
+        zero_scale = next(iter(live.values())).scale if live else 1.0
+        ints = [live[t] if t in live else self.const_int(t, zero_scale=zero_scale) for t in (a_t, b_t)]
         out, extra, act = self.fused_activation(node)
         tq = self.tq(out)
         a, b = ints
