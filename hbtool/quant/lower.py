@@ -554,8 +554,9 @@ class _Lowerer:
         shape = self.src.shape(node.inputs[0])
         if shape is None:
             return False
-        axis = int(node.attr("axis"))
-        return self._layernorm(node, [axis + len(shape) if axis < 0 else axis])
+        axes = node.attr("axes")  # GroupNorm(1, C): consecutive axes 1..r-1 (fuse_group_norm)
+        axes = [int(node.attr("axis"))] if axes is None else [int(a) for a in axes]
+        return self._layernorm(node, [a + len(shape) if a < 0 else a for a in axes])
 
     def _lower_HzPreprocess(self, node: Node) -> bool:
         shape = self.src.shape(node.inputs[0])
