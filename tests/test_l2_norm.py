@@ -53,6 +53,30 @@ def grn_model(seed: int = 0):
     return make_model(nodes, [vinfo("x", [1, 3, 16, 16])], [vinfo("y", [1, 8, 16, 16])], inits)
 
 
+def reciprocal_model(seed: int = 0):
+    """conv -> 2 / (Relu(c) + 0.5): a constant dividend over a feature map."""
+    rng = np.random.default_rng(seed)
+    conv, inits = _conv(rng)
+    nodes = [
+        conv,
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("Add", ["r", "half"], ["d"], name="offset"),
+        helper.make_node("Div", ["two", "d"], ["y"], name="div"),
+    ]
+    inits += [tensor("half", np.array(0.5, np.float32)), tensor("two", np.array(2.0, np.float32))]
+    return make_model(nodes, [vinfo("x", [1, 3, 16, 16])], [vinfo("y", [1, 8, 16, 16])], inits)
+
+
+def test_constant_over_a_feature_map_is_integer_and_exact(tmp_path):
+    calibration, compiled, _, simulated, quantized, floats = run_pipeline(reciprocal_model(), tmp_path, (1, 3, 16, 16))
+    assert compiled.fallbacks == [] and compiled.cpu_subgraphs == []
+    div = next(n for n in compiled.program.nodes if n.name == "div")
+    assert type(div.meta["kernel"]).__name__ == "Div"
+    for sim, q, f in zip(simulated, quantized, floats):
+        assert np.array_equal(sim[0], q[0])
+        assert cosine(sim[0], f[0]) > 0.999
+
+
 @pytest.mark.parametrize("make", [cosine_normalise_model, grn_model], ids=["cosine", "grn"])
 def test_l2_normalisation_is_integer_and_exact(tmp_path, make):
     model = make()

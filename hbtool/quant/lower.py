@@ -456,8 +456,9 @@ class _Lowerer:
     def _lower_Div(self, node: Node) -> bool:
         """By a constant: Mul by its reciprocal; by a feature map: the integer division kernel."""
         d = self.src.const(node.inputs[1])
-        if d is None and not self.src.is_const(node.inputs[0]):
-            a, dv = self.int_input(node.inputs[0]), self.int_input(node.inputs[1])
+        if d is None:
+            dv = self.int_input(node.inputs[1])
+            a = self.const_int(node.inputs[0], zero_scale=dv.scale) if self.src.is_const(node.inputs[0]) else self.int_input(node.inputs[0])
             if a.alpha is not None or dv.alpha is not None:
                 return False
             out, extra, act = self.fused_activation(node)
@@ -467,7 +468,7 @@ class _Lowerer:
             if act is not None:
                 self.skip.add(act.name)
             return True
-        if d is None or np.any(d == 0):
+        if np.any(d == 0):
             return False
         recip = self.src.unique_name(f"{node.inputs[1]}_reciprocal")
         self.src.add_const((1.0 / np.asarray(d, np.float64)).astype(np.float32), name=recip)
