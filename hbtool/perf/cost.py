@@ -28,6 +28,7 @@ next tile streams in):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -277,6 +278,14 @@ def vector_class(kind: str, kernel: Any) -> str:
             "ReduceSum": "pool", "MaxPool": "pool", "ReduceL2": "pool", "Div": "divide"}.get(kind, "elementwise")
 
 
+@lru_cache(maxsize=None)
+def layernorm_one_pass_size(march: str) -> int:
+    """The longest LayerNorm row the vector unit normalises in one pass (the march's ``layernorm_max_size``)."""
+    from hbtool.march.description import load_march
+
+    return load_march(march).limit("layernorm_max_size")
+
+
 def vector_cost(node: Node, ctx: CostContext) -> OpCost:
     hw = ctx.hw
     kernel = node.meta.get("kernel")
@@ -308,11 +317,12 @@ def vector_cost(node: Node, ctx: CostContext) -> OpCost:
         op.note += f", over axes {list(over)} (strided, no transpose)"
     if kind == "BilinearResize":
         op.note += f", {BILINEAR_TAPS} taps per output element"
-    two_pass = cls == "layernorm" and int(getattr(kernel, "n", 0)) > hw.layernorm_one_pass_size
+    one_pass = layernorm_one_pass_size(hw.march)
+    two_pass = cls == "layernorm" and int(getattr(kernel, "n", 0)) > one_pass
     if two_pass:
         # a row longer than the unit holds streams twice: its sums (a reduction pass), then the normalisation
         op.components[VECTOR] += elements * hw.cpe_pool / hw.vector_lanes / rate / ctx.split
-        op.note += f", two passes (row of {kernel.n} > {hw.layernorm_one_pass_size})"
+        op.note += f", two passes (row of {kernel.n} > {one_pass})"
     _memory_traffic(op, node, ctx)
     if two_pass:  # the input is read once per pass
         for name in acts:

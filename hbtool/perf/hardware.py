@@ -31,7 +31,6 @@ _PARAMS: tuple[tuple[str, str], ...] = (
     ("cpe_softmax", "units.vector.cycles_per_element.softmax"),
     ("cpe_pool", "units.vector.cycles_per_element.pool"),
     ("cpe_divide", "units.vector.cycles_per_element.divide"),
-    ("layernorm_one_pass_size", "limits.layernorm_max_size"),
     ("dm_bytes_per_cycle", "units.data_movement.bytes_per_cycle"),
     ("sram_bytes", "memory.sram_bytes_per_core"),
     ("sram_bytes_per_cycle", "memory.sram_bytes_per_cycle"),
@@ -73,7 +72,6 @@ class Hardware:
     cpe_softmax: float
     cpe_pool: float
     cpe_divide: float
-    layernorm_one_pass_size: int
     dm_bytes_per_cycle: float
     sram_bytes: int
     sram_bytes_per_cycle: float
@@ -116,7 +114,7 @@ def hardware_for(march: March | str) -> Hardware:
         raise InputError(f"march '{m.name}' has no cost-model parameter: {exc.args[0]}",
                          "add it to the march's description file (see docs/perf.md for the parameters)") from None
     ints = {"cores", "macs_per_cycle", "array_w", "array_c_out", "array_reduce", "vector_lanes", "sram_bytes",
-            "sram_access_bytes", "ddr_burst_bytes", "cpu_cores", "layernorm_one_pass_size"}
+            "sram_access_bytes", "ddr_burst_bytes", "cpu_cores"}
     values = {k: (int(v) if k in ints else float(v)) for k, v in values.items()}
     values["c_in_quantum"] = int(m.alignment("tensor").get("c_in", 1))
     hw = Hardware(march=m.name, **values)
