@@ -1003,6 +1003,7 @@ def test_float_passes_order_and_names():
         "fold_batchnorm",
         "fuse_layernorm",
         "fuse_gelu",
+        "fuse_group_norm",
         "fuse_activations",
         "fuse_linear",
         "collapse_reshape_transpose",

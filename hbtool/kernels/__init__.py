@@ -59,6 +59,7 @@ Modules
 :mod:`.lut`               Lut (GELU, Sigmoid, Exp, Reciprocal, ... and any callable)
 :mod:`.softmax`           Softmax over any axis (the last by default), masks honoured (linear or log2 output)
 :mod:`.layernorm`         LayerNorm over the last axis or consecutive axes anywhere (optional power-of-two factors)
+:mod:`.normalize`         Div by a feature map (exact integer division), ReduceL2 (integer sqrt of the sum of squares)
 :mod:`.pool`              AvgPool, ReduceMean / GlobalAveragePool, ReduceSum (any axes), MaxPool
 :mod:`.resize`            BilinearResize; the ONNX source-index rule nearest Resize moves codes by
 :mod:`.builder`           OnnxBuilder, the node writer the ONNX forms share
@@ -86,6 +87,7 @@ from hbtool.kernels.fixedpoint import (
 from hbtool.kernels.layernorm import LayerNorm
 from hbtool.kernels.linear import Linear, Log2MatMul, MatMul
 from hbtool.kernels.lut import LUT_FUNCTIONS, Lut
+from hbtool.kernels.normalize import Div, ReduceL2
 from hbtool.kernels.pool import AvgPool, MaxPool, ReduceMean, ReduceSum
 from hbtool.kernels.quantize import (
     Dequantize,
@@ -100,10 +102,10 @@ from hbtool.kernels.resize import BilinearResize
 from hbtool.kernels.softmax import Softmax
 
 __all__ = [
-    "Add", "AvgPool", "BilinearResize", "Conv", "ConvTranspose", "DEFAULT_ROUNDING", "Dequantize", "Kernel", "LUT_FUNCTIONS",
+    "Add", "AvgPool", "BilinearResize", "Conv", "ConvTranspose", "DEFAULT_ROUNDING", "Dequantize", "Div", "Kernel", "LUT_FUNCTIONS",
     "LayerNorm", "Linear",
     "Log2MatMul", "Lut", "MAX_SHIFT", "MatMul", "MaxPool", "Mul", "OnnxBuilder", "Quantize", "ROUNDING_MODES", "RangeError",
-    "ReduceMean", "ReduceSum", "Requantize", "Softmax", "dequantize_numpy", "floor_div_numpy", "floor_div_onnx", "int_range",
+    "ReduceL2", "ReduceMean", "ReduceSum", "Requantize", "Softmax", "dequantize_numpy", "floor_div_numpy", "floor_div_onnx", "int_range",
     "isqrt_numpy", "isqrt_onnx", "quantize_bias", "quantize_multiplier", "quantize_numpy", "quantize_weight",
     "rounding_shift_numpy", "rounding_shift_onnx",
 ]

@@ -214,7 +214,7 @@ def pow_exponent_is_constant(ctx: RuleContext) -> str | None:
 
 
 def layernorm_size_within_limit(ctx: RuleContext) -> str | None:
-    """LayerNorm normalises at most {layernorm_max_size} elements per row on the vector unit"""
+    """LayerNorm normalises rows of up to {layernorm_max_size} elements in one pass on the vector unit, and longer rows up to {layernorm_two_pass_max_size} elements in two (the row's sums, then the normalisation)"""
     s = ctx.in_shape(0)
     if s is None:
         return None
@@ -223,12 +223,13 @@ def layernorm_size_within_limit(ctx: RuleContext) -> str | None:
     # LayerNormalization: the axes from ``axis`` on; ChannelLayerNorm: ``axis`` alone (strided, any position);
     # InstanceNormalization: the spatial axes
     if ctx.node.op_type == "ChannelLayerNorm":
-        size = int(s[axis])
+        axes = ctx.node.attr("axes")  # GroupNorm(1, C): axes 1..r-1
+        size = int(s[axis]) if axes is None else int(np.prod([s[int(a)] for a in axes]))
     elif ctx.node.op_type == "InstanceNormalization":
         size = int(np.prod(s[2:]))
     else:
         size = int(np.prod(s[axis:]))
-    return None if size <= ctx.lim("layernorm_max_size") else f"{size} elements per row"
+    return None if size <= ctx.lim("layernorm_two_pass_max_size") else f"{size} elements per row"
 
 
 def reduce_axes_are_constant(ctx: RuleContext) -> str | None:
@@ -401,7 +402,7 @@ _register(["Softmax"], "HzSoftmax", "vector")
 _register(["LogSoftmax"], "HzSoftmax", "vector")
 _register(["LayerNormalization", "ChannelLayerNorm", "InstanceNormalization"], "HzLayerNorm", "vector", layernorm_size_within_limit)
 _register(["BatchNormalization"], "HzSElementwiseMul", "vector")
-_register(["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin"], "HzSQuantizedReduce", "vector", reduce_axes_are_constant)
+_register(["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceL2"], "HzSQuantizedReduce", "vector", reduce_axes_are_constant)
 _register(["MaxPool", "AveragePool"], "HzSQuantizedPool", "vector", pool_is_2d, pool_kernel_within_limit)
 _register(["GlobalAveragePool", "GlobalMaxPool"], "HzSQuantizedPool", "vector", pool_is_2d)
 _register(["ArgMax", "ArgMin"], "HzArgMax", "vector", argmax_channels_within_limit)

@@ -13,7 +13,9 @@ next tile streams in):
                    A ConvTranspose runs as one stride-1 conv per stride phase (sub-pixel
                    decomposition), each with its ``ceil(k / stride)`` taps.
 ``vector``         elements (padded, as stored) x cycles per element of the op's class / lanes,
-                   at half rate when an operand is 16-bit. Window ops count one element per
+                   at half rate when an operand is 16-bit. A LayerNorm row longer than the
+                   march's ``layernorm_max_size`` runs in two passes: one more reduction pass
+                   and one more read of the input. Window ops count one element per
                    tap: max pool per window tap, bilinear resize 4 (a multiply-add per source
                    pixel of each output element).
 ``data_movement``  bytes moved / the unit's bytes per cycle, where each side moves whole
@@ -26,6 +28,7 @@ next tile streams in):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -190,7 +193,7 @@ def tensor_padding(kind: str, kernel: Any, node: Node, ctx: CostContext) -> tupl
     return macs, macs, 1, ""
 
 
-REDUCTIONS = {"ReduceMean": "mean", "ReduceSum": "sum"}
+REDUCTIONS = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceL2": "l2"}
 
 
 def _reduction_transpose(op: OpCost, node: Node, ctx: CostContext) -> None:
@@ -272,7 +275,15 @@ def vector_class(kind: str, kernel: Any) -> str:
     if kind == "Lut":
         return "lut_int16" if int(getattr(kernel, "in_bits", 8)) > 8 else "lut"
     return {"LayerNorm": "layernorm", "Softmax": "softmax", "AvgPool": "pool", "ReduceMean": "pool",
-            "ReduceSum": "pool", "MaxPool": "pool"}.get(kind, "elementwise")
+            "ReduceSum": "pool", "MaxPool": "pool", "ReduceL2": "pool", "Div": "divide"}.get(kind, "elementwise")
+
+
+@lru_cache(maxsize=None)
+def layernorm_one_pass_size(march: str) -> int:
+    """The longest LayerNorm row the vector unit normalises in one pass (the march's ``layernorm_max_size``)."""
+    from hbtool.march.description import load_march
+
+    return load_march(march).limit("layernorm_max_size")
 
 
 def vector_cost(node: Node, ctx: CostContext) -> OpCost:
@@ -306,7 +317,24 @@ def vector_cost(node: Node, ctx: CostContext) -> OpCost:
         op.note += f", over axes {list(over)} (strided, no transpose)"
     if kind == "BilinearResize":
         op.note += f", {BILINEAR_TAPS} taps per output element"
+    one_pass = layernorm_one_pass_size(hw.march)
+    two_pass = cls == "layernorm" and int(getattr(kernel, "n", 0)) > one_pass
+    if two_pass:
+        # a row longer than the unit holds streams twice: its sums (a reduction pass), then the normalisation
+        op.components[VECTOR] += elements * hw.cpe_pool / hw.vector_lanes / rate / ctx.split
+        op.note += f", two passes (row of {kernel.n} > {one_pass})"
     _memory_traffic(op, node, ctx)
+    if two_pass:  # the input is read once per pass
+        for name in acts:
+            b = ctx.padded_bytes(name)
+            if ctx.location(name) == DDR:
+                extra = access.sequential_bytes(b, hw.ddr_burst_bytes)
+                op.ddr_bytes += extra
+                op.ddr_useful_bytes += extra
+                op.components[DDR] += extra / hw.ddr_bytes_per_cycle
+            else:
+                op.sram_bytes += b
+                op.components[SRAM] += b / hw.sram_bytes_per_cycle / ctx.split
     _reduction_transpose(op, node, ctx)
     op.overhead = hw.per_op_cycles + (hw.dual_core_sync_cycles if ctx.split > 1 else 0)
     return op

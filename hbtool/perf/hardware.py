@@ -30,6 +30,7 @@ _PARAMS: tuple[tuple[str, str], ...] = (
     ("cpe_layernorm", "units.vector.cycles_per_element.layernorm"),
     ("cpe_softmax", "units.vector.cycles_per_element.softmax"),
     ("cpe_pool", "units.vector.cycles_per_element.pool"),
+    ("cpe_divide", "units.vector.cycles_per_element.divide"),
     ("dm_bytes_per_cycle", "units.data_movement.bytes_per_cycle"),
     ("sram_bytes", "memory.sram_bytes_per_core"),
     ("sram_bytes_per_cycle", "memory.sram_bytes_per_cycle"),
@@ -70,6 +71,7 @@ class Hardware:
     cpe_layernorm: float
     cpe_softmax: float
     cpe_pool: float
+    cpe_divide: float
     dm_bytes_per_cycle: float
     sram_bytes: int
     sram_bytes_per_cycle: float

@@ -23,6 +23,7 @@ import numpy as np
 
 from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node
 from hbtool.kernels import Add, Conv, ConvTranspose, LayerNorm, Linear, Log2MatMul, Lut, MatMul, Mul
+from hbtool.kernels.normalize import Div, ReduceL2
 from hbtool.kernels.pool import AvgPool, MaxPool, ReduceMean, ReduceSum
 from hbtool.kernels.quantize import Dequantize, Quantize
 from hbtool.kernels.resize import COORDINATE_MODES, BilinearResize, axis_scales
@@ -144,12 +145,17 @@ class _Lowerer:
         self.floats.add(name)
         return name
 
-    def const_int(self, tensor: str, bits: int = 16) -> IntTensor:
-        """A float constant operand quantized to its own symmetric scale."""
+    def const_int(self, tensor: str, bits: int = 16, zero_scale: float = 1.0) -> IntTensor:
+        """A float constant operand quantized to its own symmetric scale.
+
+        An all-zero constant (LeViT's attention biases, ConvNeXt-V2's GRN gamma and beta as
+        initialised) has no range of its own: it takes ``zero_scale``, the other operand's
+        scale, so an Add keeps a ratio of one for it instead of ``1 / s_out`` (which passes
+        the kernel's exact range when the other operand's scale is tiny)."""
         data = np.asarray(self.src.const(tensor), np.float64)
         qmax = 32767 if bits == 16 else 127
         amax = float(np.abs(data).max()) if data.size else 0.0
-        scale = float(np.float32(amax / qmax)) if amax > 0 else 1.0
+        scale = float(np.float32(amax / qmax)) if amax > 0 else float(zero_scale)
         q = np.clip(np.round(data / scale), -qmax - 1, qmax).astype(np.float64)
         name = self.out.add_const(q, hint=f"{tensor}_q")
         return IntTensor(name, scale, bits)
@@ -419,12 +425,9 @@ class _Lowerer:
 
     def _binary(self, node: Node, cls) -> bool:
         a_t, b_t = node.inputs[0], node.inputs[1]
-        ints = []
-        for t in (a_t, b_t):
-            if self.src.is_const(t):
-                ints.append(self.const_int(t))
-            else:
-                ints.append(self.int_input(t))
+        live = {t: self.int_input(t) for t in (a_t, b_t) if not self.src.is_const(t)}
+        zero_scale = next(iter(live.values())).scale if live else 1.0
+        ints = [live[t] if t in live else self.const_int(t, zero_scale=zero_scale) for t in (a_t, b_t)]
         out, extra, act = self.fused_activation(node)
         tq = self.tq(out)
         a, b = ints
@@ -451,8 +454,21 @@ class _Lowerer:
         return self._binary(node, Mul)
 
     def _lower_Div(self, node: Node) -> bool:
+        """By a constant: Mul by its reciprocal; by a feature map: the integer division kernel."""
         d = self.src.const(node.inputs[1])
-        if d is None or np.any(d == 0):
+        if d is None:
+            dv = self.int_input(node.inputs[1])
+            a = self.const_int(node.inputs[0], zero_scale=dv.scale) if self.src.is_const(node.inputs[0]) else self.int_input(node.inputs[0])
+            if a.alpha is not None or dv.alpha is not None:
+                return False
+            out, extra, act = self.fused_activation(node)
+            tq = self.tq(out)
+            kernel = Div.build(a.scale, dv.scale, tq.scale, a.bits, dv.bits, tq.bits, rounding=self.rounding, **extra)
+            self.emit_kernel(node, "HzDiv", kernel, [a.name, dv.name], out)
+            if act is not None:
+                self.skip.add(act.name)
+            return True
+        if np.any(d == 0):
             return False
         recip = self.src.unique_name(f"{node.inputs[1]}_reciprocal")
         self.src.add_const((1.0 / np.asarray(d, np.float64)).astype(np.float32), name=recip)
@@ -539,8 +555,9 @@ class _Lowerer:
         shape = self.src.shape(node.inputs[0])
         if shape is None:
             return False
-        axis = int(node.attr("axis"))
-        return self._layernorm(node, [axis + len(shape) if axis < 0 else axis])
+        axes = node.attr("axes")  # GroupNorm(1, C): consecutive axes 1..r-1 (fuse_group_norm)
+        axes = [int(node.attr("axis"))] if axes is None else [int(a) for a in axes]
+        return self._layernorm(node, [a + len(shape) if a < 0 else a for a in axes])
 
     def _lower_HzPreprocess(self, node: Node) -> bool:
         shape = self.src.shape(node.inputs[0])
@@ -652,6 +669,24 @@ class _Lowerer:
         kernel = BilinearResize.build(shape[2:], out_shape[2:], per_axis[2:], coords, x.bits, rounding=self.rounding)
         self.emit_kernel(node, "HzResize", kernel, [x.name], node.outputs[0],
                          {"mode": "linear", "coordinate_transformation_mode": coords})
+        return True
+
+    def _lower_ReduceL2(self, node: Node) -> bool:
+        """sqrt of the integer sum of squares over any axes (the kernel's integer square root)."""
+        from hbtool.ir.patterns import reduce_axes
+
+        axes = reduce_axes(self.src, node)
+        shape = self.src.shape(node.inputs[0])
+        if axes is None or shape is None:
+            return False
+        axes = sorted(a + len(shape) if a < 0 else a for a in axes)
+        if not axes:
+            return False
+        x = self.int_input(node.inputs[0])
+        tq = self.tq(node.outputs[0])
+        count = int(np.prod([shape[a] for a in axes]))
+        kernel = ReduceL2.build(axes, count, x.scale, tq.scale, bool(node.attr("keepdims", 1)), x.bits, tq.bits, rounding=self.rounding)
+        self.emit_kernel(node, "HzReduceL2", kernel, [x.name], node.outputs[0])
         return True
 
     def _lower_ReduceSum(self, node: Node) -> bool:

@@ -16,6 +16,7 @@ from hbtool.ir.passes.einsum_to_matmul import einsum_to_matmul
 from hbtool.ir.passes.fold_batchnorm import fold_batchnorm
 from hbtool.ir.passes.fuse_activations import fuse_activations
 from hbtool.ir.passes.fuse_gelu import fuse_gelu
+from hbtool.ir.passes.fuse_group_norm import fuse_group_norm
 from hbtool.ir.passes.fuse_layernorm import fuse_layernorm
 from hbtool.ir.passes.fuse_linear import fuse_linear
 from hbtool.ir.passes.fuse_roll import fuse_roll
@@ -33,6 +34,7 @@ FLOAT_PASSES: list[GraphPass] = [
     GraphPass("collapse_reshape_transpose", collapse_reshape_transpose, "merge Reshape/Transpose/Squeeze/Unsqueeze/Flatten chains"),
     GraphPass("fuse_roll", fuse_roll, "torch.roll exported as Slice+Concat -> Roll"),
     GraphPass("fuse_window_ops", fuse_window_ops, "Swin window partition / reverse -> WindowPartition / WindowReverse"),
+    GraphPass("fuse_group_norm", fuse_group_norm, "GroupNorm(1, C) as Reshape + InstanceNormalization -> ChannelLayerNorm over C, H, W"),
     GraphPass("fuse_layernorm", fuse_layernorm, "decomposed LayerNorm -> LayerNormalization"),
     GraphPass("fuse_gelu", fuse_gelu, "Erf / Tanh GELU decompositions -> Gelu"),
     GraphPass("fuse_activations", fuse_activations, "HardSigmoid / HardSwish / Swish decompositions -> one op"),
@@ -52,6 +54,7 @@ __all__ = [
     "fold_batchnorm",
     "fuse_activations",
     "fuse_gelu",
+    "fuse_group_norm",
     "fuse_layernorm",
     "fuse_linear",
     "fuse_roll",
