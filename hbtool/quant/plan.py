@@ -30,7 +30,9 @@ INT8_MIN_SQNR_DB = 30.0
 
 QMAX = {8: 127, 16: 32767}
 
-#: the threshold floor of a range that is not zero but yields none (thresholds.py floors zero ranges to it too)
+#: the threshold floor of a range that is not zero but yields none (thresholds.py floors zero ranges to it too);
+#: a group observed no larger than it is a zero-range group: its float values (1e-41 at the end of a deep
+#: randomly initialised network) would give scales that float32 cannot hold and ratios no kernel can
 ZERO_RANGE = 1e-8
 #: the threshold of a zero-range group with no calibrated neighbour at all
 ZERO_RANGE_FALLBACK = 1.0
@@ -255,7 +257,7 @@ def build_plan(
                 return t if t > 0 else ZERO_RANGE
 
             observed = max([stats[m].absmax for m in members if m in stats] + [const_absmax.get(m, 0.0) for m in members])
-            if not observed > 0:  # a zero range (or none observed): the neighbours decide, below
+            if not observed > ZERO_RANGE:  # a (numerically) zero range, or none observed: the neighbours decide, below
                 zero_groups[gid] = (members, bits, used)
                 continue
             thr = group_threshold(qmax)
