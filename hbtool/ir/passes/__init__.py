@@ -1,9 +1,11 @@
 """Float graph optimizations: each module one rewrite, listed in run order in ``FLOAT_PASSES``.
 
-Order: pass-through nodes first (they hide patterns), then BatchNorm folding (needs the layer
-right before it), then layout-chain collapsing (it merges the reshapes that window and roll
-patterns are written around), then the pattern fusions, Linear last because BN folding into a
-MatMul leaves a MatMul + Add for it.
+Order: pass-through nodes first (they hide patterns), then ``auto_pad`` made explicit (the
+whole-input pool test reads pads) and whole-input pools made global, then BatchNorm folding
+(needs the layer right before it), then exact Col2Im folds as Reshape/Transpose, then
+layout-chain collapsing (it merges the reshapes that window and roll patterns are written
+around, and those the Col2Im rewrite leaves), then the pattern fusions, Linear last because BN
+folding into a MatMul leaves a MatMul + Add for it.
 """
 
 from __future__ import annotations
