@@ -18,7 +18,7 @@ from tests.helpers import assert_graph_matches, cosine, make_model, run_ort, run
 
 
 def _head_model(pool: helper.NodeProto, pooled_shape, conv_auto_pad: str = "SAME_UPPER", stride: int = 2) -> "onnx.ModelProto":
-    """x [1,3,13,13] -> depthwise-free Conv 3x3 (auto_pad, stride) -> Relu -> pool -> y."""
+    """x [1,3,13,13] -> Conv 3x3 (auto_pad, stride 2: 7x7) -> Relu -> pool -> y."""
     rng = np.random.default_rng(1)
     w = rng.standard_normal((8, 3, 3, 3)).astype(np.float32) * 0.3
     b = rng.standard_normal(8).astype(np.float32) * 0.1
@@ -92,11 +92,15 @@ def test_counted_padding_keeps_the_average_pool():
     assert_graph_matches(model, graph, {"x": np.random.default_rng(4).standard_normal((1, 3, 13, 13)).astype(np.float32)})
 
 
-def test_efficientnet_head_runs_wholly_as_integers(tmp_path):
-    model = _head_model(_efficientnet_pool(), [1, 8, 1, 1])
+@pytest.mark.parametrize("pool, global_op", [
+    (_efficientnet_pool(), "GlobalAveragePool"),
+    (helper.make_node("MaxPool", ["r"], ["y"], name="pool", kernel_shape=[300, 300], strides=[300, 300], ceil_mode=1), "GlobalMaxPool"),
+])
+def test_efficientnet_head_runs_wholly_as_integers(tmp_path, pool, global_op):
+    model = _head_model(pool, [1, 8, 1, 1])
     calibration, compiled, _feeds, simulated, quantized, floats = run_pipeline(model, tmp_path, (1, 3, 13, 13))
     placed = {n.name: (n.op_type, n.meta.get("on"), n.meta.get("reason")) for n in calibration.graph.nodes}
-    assert placed["pool"][:2] == ("GlobalAveragePool", "BPU"), placed["pool"]
+    assert placed["pool"][:2] == (global_op, "BPU"), placed["pool"]
     assert all(on == "BPU" for _, on, _ in placed.values()), placed
     assert compiled.fallbacks == []
     for sim, q, f in zip(simulated, quantized, floats):

@@ -31,8 +31,9 @@ INT8_MIN_SQNR_DB = 30.0
 QMAX = {8: 127, 16: 32767}
 
 #: the threshold floor of a range that is not zero but yields none (thresholds.py floors zero ranges to it too);
-#: a group observed no larger than it is a zero-range group: its float values (1e-41 at the end of a deep
-#: randomly initialised network) would give scales that float32 cannot hold and ratios no kernel can
+#: a group observed no larger is numerically zero and a zero-range group: a deep randomly initialised
+#: network decays to such values (MobileViT-XXS ends near 1e-41), whose float32 scales underflow to 0 and
+#: whose LayerNorms would need output steps below 2**-50 of gamma
 ZERO_RANGE = 1e-8
 #: the threshold of a zero-range group with no calibrated neighbour at all
 ZERO_RANGE_FALLBACK = 1.0
