@@ -998,7 +998,12 @@ def test_float_passes_order_and_names():
     assert names[0] == "remove_identity"
     assert names.index("fold_batchnorm") < names.index("collapse_reshape_transpose") < names.index("fuse_window_ops")
     assert names.index("collapse_reshape_transpose") < names.index("fuse_roll")
+    assert names.index("explicit_pads") < names.index("pool_to_global")  # the global test reads explicit pads
+    assert names.index("col2im_to_rearrange") < names.index("collapse_reshape_transpose")
     assert set(names) == {
+        "explicit_pads",
+        "pool_to_global",
+        "col2im_to_rearrange",
         "remove_identity",
         "fold_batchnorm",
         "fuse_layernorm",

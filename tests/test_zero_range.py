@@ -207,24 +207,27 @@ def test_requantize_tiny_ratio_builds_and_rounds_to_zero():
 def test_plan_gives_zero_ranges_the_neighbours_threshold_and_keeps_tiny_ranges():
     """Add(a, z): z calibrated to exactly zero takes the consumer side's threshold (a's, the sum's);
     Mul(z, b) -> w, a model output (zero too, no consumer): its producer's inputs decide, the larger of
-    b and the already known ones; a tensor with a tiny but non-zero range keeps its own threshold."""
+    b and the already known ones; a tensor with a small range above ZERO_RANGE (1e-8) keeps its own
+    threshold, one at or below it (1e-12) is numerically zero (tests/test_tiny_activations.py)."""
     from hbtool.ir.graph import Graph
     from hbtool.quant.observers import TensorStats
     from hbtool.quant.plan import build_plan
 
     g = Graph("g", 17)
-    for t in ("a", "z", "s", "b", "w", "tiny", "t2"):
+    for t in ("a", "z", "s", "b", "w", "tiny", "t2", "nil", "n2"):
         g.set_value(t, (1, 4), np.float32)
-    g.inputs = ["a", "z", "b", "tiny"]
-    for name, op, ins, out in [("add", "Add", ["a", "z"], "s"), ("mul", "Mul", ["z", "b"], "w"), ("neg", "Neg", ["tiny"], "t2")]:
+    g.inputs = ["a", "z", "b", "tiny", "nil"]
+    for name, op, ins, out in [("add", "Add", ["a", "z"], "s"), ("mul", "Mul", ["z", "b"], "w"), ("neg", "Neg", ["tiny"], "t2"),
+                               ("neg2", "Neg", ["nil"], "n2")]:
         g.add_node(op, ins, [out], {}, name=name).meta["on"] = "BPU"
-    g.outputs = ["s", "w", "t2"]
+    g.outputs = ["s", "w", "t2", "n2"]
     stats = {}
-    for t, v in {"a": 2.0, "s": 3.0, "z": 0.0, "b": 0.5, "w": 0.0, "tiny": 1e-12, "t2": 1e-12}.items():
+    for t, v in {"a": 2.0, "s": 3.0, "z": 0.0, "b": 0.5, "w": 0.0, "tiny": 1e-7, "t2": 1e-7, "nil": 1e-12, "n2": 1e-12}.items():
         st = TensorStats(t)
         st.update(np.full((1, 4), v, np.float32) * np.array([1, -1, 0.5, 0], np.float32))
         stats[t] = st
     plan = build_plan(g, stats, "max", auto_int16=False)
     assert plan.tensors["z"].threshold == pytest.approx(3.0) and plan.tensors["z"].method == "max+zero_range"
     assert plan.tensors["w"].threshold == pytest.approx(0.5)  # b; z is itself zero-range, so not yet known
-    assert plan.tensors["tiny"].threshold == pytest.approx(1e-12) and plan.tensors["tiny"].method == "max"
+    assert plan.tensors["tiny"].threshold == pytest.approx(1e-7) and plan.tensors["tiny"].method == "max"
+    assert plan.tensors["nil"].method == "max+zero_range" and plan.tensors["nil"].threshold == pytest.approx(1.0)

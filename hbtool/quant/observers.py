@@ -67,7 +67,10 @@ class TensorStats:
         elif flat.size > MAX_HIST_SAMPLES:
             flat = flat[:: int(np.ceil(flat.size / MAX_HIST_SAMPLES))]
         self._grow_to(amax)
-        idx = np.minimum((np.abs(flat) * (self.bins / self.hist_range)).astype(np.int64), self.bins - 1)
+        # float64: for a tensor of tiny values (1e-41, as deep randomly initialised networks give)
+        # bins / hist_range exceeds float32's range, and a float32 product would overflow to inf
+        per_bin = self.bins / self.hist_range
+        idx = np.minimum(np.abs(flat.astype(np.float64)) * per_bin, self.bins - 1).astype(np.int64)
         self.hist += np.bincount(idx, minlength=self.bins)
 
     def _grow_to(self, amax: float) -> None:

@@ -30,7 +30,10 @@ INT8_MIN_SQNR_DB = 30.0
 
 QMAX = {8: 127, 16: 32767}
 
-#: the threshold floor of a range that is not zero but yields none (thresholds.py floors zero ranges to it too)
+#: the threshold floor of a range that is not zero but yields none (thresholds.py floors zero ranges to it too);
+#: a group observed no larger is numerically zero and a zero-range group: a deep randomly initialised
+#: network decays to such values (MobileViT-XXS ends near 1e-41), whose float32 scales underflow to 0 and
+#: whose LayerNorms would need output steps below 2**-50 of gamma
 ZERO_RANGE = 1e-8
 #: the threshold of a zero-range group with no calibrated neighbour at all
 ZERO_RANGE_FALLBACK = 1.0
@@ -255,7 +258,7 @@ def build_plan(
                 return t if t > 0 else ZERO_RANGE
 
             observed = max([stats[m].absmax for m in members if m in stats] + [const_absmax.get(m, 0.0) for m in members])
-            if not observed > 0:  # a zero range (or none observed): the neighbours decide, below
+            if not observed > ZERO_RANGE:  # a (numerically) zero range, or none observed: the neighbours decide, below
                 zero_groups[gid] = (members, bits, used)
                 continue
             thr = group_threshold(qmax)

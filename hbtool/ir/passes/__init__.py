@@ -1,18 +1,22 @@
 """Float graph optimizations: each module one rewrite, listed in run order in ``FLOAT_PASSES``.
 
-Order: pass-through nodes first (they hide patterns), Einsum rewritten into MatMul early (the
-attention and Linear patterns below see MatMul), then BatchNorm folding (needs the layer
-right before it), then layout-chain collapsing (it merges the reshapes that window and roll
-patterns are written around), then the pattern fusions, Linear last because BN folding into a
-MatMul leaves a MatMul + Add for it.
+Order: pass-through nodes first (they hide patterns), then ``auto_pad`` made explicit (the
+whole-input pool test reads pads) and whole-input pools made global, Einsum rewritten into
+MatMul early (the attention and Linear patterns below see MatMul), then BatchNorm folding
+(needs the layer right before it), then exact Col2Im folds as Reshape/Transpose, then
+layout-chain collapsing (it merges the reshapes that window and roll patterns are written
+around, and those the Col2Im rewrite leaves), then the pattern fusions, Linear last because BN
+folding into a MatMul leaves a MatMul + Add for it.
 """
 
 from __future__ import annotations
 
 from hbtool.ir.graph import Graph
 from hbtool.ir.pass_manager import GraphPass, PassResult, run_passes
+from hbtool.ir.passes.col2im_to_rearrange import col2im_to_rearrange
 from hbtool.ir.passes.collapse_reshape_transpose import collapse_reshape_transpose
 from hbtool.ir.passes.einsum_to_matmul import einsum_to_matmul
+from hbtool.ir.passes.explicit_pads import explicit_pads
 from hbtool.ir.passes.fold_batchnorm import fold_batchnorm
 from hbtool.ir.passes.fuse_activations import fuse_activations
 from hbtool.ir.passes.fuse_gelu import fuse_gelu
@@ -23,14 +27,18 @@ from hbtool.ir.passes.fuse_roll import fuse_roll
 from hbtool.ir.passes.fuse_window_ops import fuse_window_ops
 from hbtool.ir.passes.remove_identity import remove_identity
 from hbtool.ir.passes.mask_where_to_bias import mask_where_to_bias
+from hbtool.ir.passes.pool_to_global import pool_to_global
 from hbtool.ir.passes.remove_nan_guards import remove_nan_guards
 
 FLOAT_PASSES: list[GraphPass] = [
     GraphPass("remove_identity", remove_identity, "drop Identity and inference Dropout nodes"),
+    GraphPass("explicit_pads", explicit_pads, "Conv / pool auto_pad SAME_* / VALID -> explicit pads"),
+    GraphPass("pool_to_global", pool_to_global, "AveragePool / MaxPool with one window over the whole input -> global pool"),
     GraphPass("remove_nan_guards", remove_nan_guards, "drop Where(IsNaN(x), c, x) guards: nothing is NaN in integer arithmetic"),
     GraphPass("einsum_to_matmul", einsum_to_matmul, "Einsum batched matrix products -> Transpose/Reshape + MatMul"),
     GraphPass("mask_where_to_bias", mask_where_to_bias, "Where(mask, -inf, scores) before Softmax -> scores + additive mask bias"),
     GraphPass("fold_batchnorm", fold_batchnorm, "fold BatchNormalization into the preceding layer's weights, else Mul+Add"),
+    GraphPass("col2im_to_rearrange", col2im_to_rearrange, "Col2Im with blocks tiling the image exactly -> Reshape/Transpose/Reshape"),
     GraphPass("collapse_reshape_transpose", collapse_reshape_transpose, "merge Reshape/Transpose/Squeeze/Unsqueeze/Flatten chains"),
     GraphPass("fuse_roll", fuse_roll, "torch.roll exported as Slice+Concat -> Roll"),
     GraphPass("fuse_window_ops", fuse_window_ops, "Swin window partition / reverse -> WindowPartition / WindowReverse"),
@@ -49,8 +57,10 @@ def optimize_float(graph: Graph) -> list[PassResult]:
 
 __all__ = [
     "FLOAT_PASSES",
+    "col2im_to_rearrange",
     "collapse_reshape_transpose",
     "einsum_to_matmul",
+    "explicit_pads",
     "fold_batchnorm",
     "fuse_activations",
     "fuse_gelu",
@@ -61,6 +71,7 @@ __all__ = [
     "fuse_window_ops",
     "mask_where_to_bias",
     "optimize_float",
+    "pool_to_global",
     "remove_identity",
     "remove_nan_guards",
 ]
