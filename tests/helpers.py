@@ -66,8 +66,8 @@ def small_conv_model(channels: int = 8, opset: int = 17, extra_nodes=(), tail: s
     return make_model(nodes, [vinfo("x", [1, 3, 16, 16])], [vinfo(tail, [1, channels, 16, 16])], [tensor("w", w), tensor("b", b)], opset)
 
 
-def run_pipeline(model: onnx.ModelProto, tmp: Path, input_shape, seed: int = 0, samples: int = 8):
-    """calibrate -> compile -> simulate a one-input featuremap model on random data.
+def run_pipeline(model: onnx.ModelProto, tmp: Path, input_shape, seed: int = 0, samples: int = 8, node_info: dict | None = None):
+    """calibrate -> compile -> simulate a one-input featuremap model on random data (``node_info``: the YAML key).
 
     Returns ``(calibration, compiled, feeds, simulated, quantized_onnx_outputs, float_outputs)``
     where the three output lists are per example, each a list in output order.
@@ -84,7 +84,8 @@ def run_pipeline(model: onnx.ModelProto, tmp: Path, input_shape, seed: int = 0, 
     inputs = {"input_name": name, "input_shape": "x".join(map(str, input_shape)), "input_type_train": "featuremap",
               "input_type_rt": "featuremap", "norm_type": "no_preprocess"}
     cfg = config_from_dict({
-        "model_parameters": {"onnx_model": str(tmp / "m.onnx"), "working_dir": str(tmp / "wd"), "output_model_file_prefix": "m"},
+        "model_parameters": {"onnx_model": str(tmp / "m.onnx"), "working_dir": str(tmp / "wd"), "output_model_file_prefix": "m",
+                             **({"node_info": node_info} if node_info else {})},
         "input_parameters": inputs,
         "calibration_parameters": {"calibration_type": "skip", "num_samples": samples},
     }, base_dir=tmp)
