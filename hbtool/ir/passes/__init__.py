@@ -1,7 +1,7 @@
 """Float graph optimizations: each module one rewrite, listed in run order in ``FLOAT_PASSES``.
 
-Order: pass-through nodes first (they hide patterns), then BatchNorm folding (needs the layer
-right before it), then layout-chain collapsing (it merges the reshapes that window and roll
+Order: pass-through nodes first (they hide patterns), then bias-Add and BatchNorm folding (they need
+the layer right before them), then layout-chain collapsing (it merges the reshapes that window and roll
 patterns are written around), then the pattern fusions, Linear last because BN folding into a
 MatMul leaves a MatMul + Add for it.
 """
@@ -12,6 +12,7 @@ from hbtool.ir.graph import Graph
 from hbtool.ir.pass_manager import GraphPass, PassResult, run_passes
 from hbtool.ir.passes.collapse_reshape_transpose import collapse_reshape_transpose
 from hbtool.ir.passes.fold_batchnorm import fold_batchnorm
+from hbtool.ir.passes.fold_conv_bias import fold_conv_bias
 from hbtool.ir.passes.fuse_activations import fuse_activations
 from hbtool.ir.passes.fuse_gelu import fuse_gelu
 from hbtool.ir.passes.fuse_layernorm import fuse_layernorm
@@ -26,6 +27,7 @@ FLOAT_PASSES: list[GraphPass] = [
     GraphPass("remove_identity", remove_identity, "drop Identity and inference Dropout nodes"),
     GraphPass("remove_nan_guards", remove_nan_guards, "drop Where(IsNaN(x), c, x) guards: nothing is NaN in integer arithmetic"),
     GraphPass("mask_where_to_bias", mask_where_to_bias, "Where(mask, -inf, scores) before Softmax -> scores + additive mask bias"),
+    GraphPass("fold_conv_bias", fold_conv_bias, "Conv/ConvTranspose + per-channel constant Add -> the layer's bias"),
     GraphPass("fold_batchnorm", fold_batchnorm, "fold BatchNormalization into the preceding layer's weights, else Mul+Add"),
     GraphPass("collapse_reshape_transpose", collapse_reshape_transpose, "merge Reshape/Transpose/Squeeze/Unsqueeze/Flatten chains"),
     GraphPass("fuse_roll", fuse_roll, "torch.roll exported as Slice+Concat -> Roll"),
@@ -46,6 +48,7 @@ __all__ = [
     "FLOAT_PASSES",
     "collapse_reshape_transpose",
     "fold_batchnorm",
+    "fold_conv_bias",
     "fuse_activations",
     "fuse_gelu",
     "fuse_layernorm",
