@@ -18,7 +18,7 @@ from hbtool.ir.patterns import other_input, sole_consumer
 
 
 def _channel_bias(graph: Graph, layer: Node, add: Node) -> np.ndarray | None:
-    """The Add's constant as a length-M vector when it only varies along the channel axis 1."""
+    """The Add's constant as a length-M vector when it is shaped like a channel bias (``(1, M, 1, 1)``, ``(M, 1, 1)``)."""
     y = layer.outputs[0]
     name = other_input(add, y)
     c = graph.const(name) if name else None
@@ -26,7 +26,8 @@ def _channel_bias(graph: Graph, layer: Node, add: Node) -> np.ndarray | None:
     if c is None or out_shape is None or len(out_shape) < 3 or graph.shape(add.outputs[0]) != out_shape:
         return None
     m = int(out_shape[1])
-    if c.ndim > len(out_shape):
+    if c.ndim < 2 or c.ndim > len(out_shape):
+        # a scalar is not a bias: ``Conv + 3`` is the start of a hard-sigmoid that fuse_activations needs whole
         return None
     full = (1,) * (len(out_shape) - c.ndim) + tuple(c.shape)
     if any(d != 1 for k, d in enumerate(full) if k != 1) or full[1] not in (1, m):
