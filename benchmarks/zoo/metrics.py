@@ -124,11 +124,12 @@ def yolox_boxes(out: np.ndarray, size: tuple[int, int], score_thr: float = 0.3) 
 
 def picodet_boxes(outs: dict[str, np.ndarray], size: tuple[int, int], score_thr: float = 0.3) -> tuple:
     """PicoDet heads (rapid-layout's postprocess): 4 strides, class scores + distribution (reg_max 7) distances."""
-    names = sorted(outs, key=lambda n: int(n.split("_")[1].split(".")[0]))   # transpose_0 .. transpose_7
+    # transpose_0 .. transpose_7: even ones the class scores of strides 8..64, odd ones their distances
+    names = sorted(outs, key=lambda n: int(n.split("_")[1].split(".")[0]))
     scores_l, boxes_l = [], []
     for level, s in enumerate((8, 16, 32, 64)):
-        sc = outs[names[level]].reshape(-1, outs[names[level]].shape[-1])
-        reg = outs[names[level + 4]].reshape(-1, 4, 8).astype(np.float64)
+        sc = outs[names[2 * level]].reshape(-1, outs[names[2 * level]].shape[-1])
+        reg = outs[names[2 * level + 1]].reshape(-1, 4, 8).astype(np.float64)
         h, w = int(np.ceil(size[0] / s)), int(np.ceil(size[1] / s))
         yv, xv = np.mgrid[0:h, 0:w]
         cx, cy = ((xv.ravel() + 0.5) * s)[: len(sc)], ((yv.ravel() + 0.5) * s)[: len(sc)]
