@@ -997,6 +997,7 @@ def test_float_passes_order_and_names():
     names = [p.name for p in FLOAT_PASSES]
     assert names[0] == "remove_identity"
     assert names.index("fold_batchnorm") < names.index("collapse_reshape_transpose") < names.index("fuse_window_ops")
+    assert names.index("fold_conv_bias") < names.index("fold_batchnorm")   # the BN after a bias Add folds once the Add is gone
     assert names.index("collapse_reshape_transpose") < names.index("fuse_roll")
     assert names.index("explicit_pads") < names.index("pool_to_global")  # the global test reads explicit pads
     assert names.index("col2im_to_rearrange") < names.index("collapse_reshape_transpose")
@@ -1006,6 +1007,7 @@ def test_float_passes_order_and_names():
         "col2im_to_rearrange",
         "remove_identity",
         "fold_batchnorm",
+        "fold_conv_bias",
         "fuse_layernorm",
         "fuse_gelu",
         "fuse_group_norm",

@@ -65,13 +65,108 @@ def _text_image(width: int, height: int, seed: int, lines: int) -> Image.Image:
     return img
 
 
+def _seal_image(width: int, height: int, seed: int) -> Image.Image:
+    """A red round stamp on a light page: characters set along an arc, a star, a straight line inside.
+
+    What a seal detector is trained on; on black straight text lines its probability map stays 0
+    everywhere, so there would be nothing to compare.
+    """
+    rng = np.random.default_rng(seed)
+    page = tuple(int(v) for v in rng.integers(215, 256, 3))
+    img = Image.new("RGB", (width, height), page)
+    draw = ImageDraw.Draw(img)
+    ink = (int(rng.integers(170, 235)), int(rng.integers(0, 50)), int(rng.integers(0, 50)))
+    cx, cy = width / 2 + rng.uniform(-0.08, 0.08) * width, height / 2 + rng.uniform(-0.08, 0.08) * height
+    radius = min(width, height) * rng.uniform(0.36, 0.44)
+    ring = max(2, int(radius * 0.06))
+    draw.ellipse([cx - radius, cy - radius, cx + radius, cy + radius], outline=ink, width=ring)
+    text = "".join(w[:1].upper() for w in " ".join(_sentences(3, offset=seed * 5)).split())[:14] or "SEAL"
+    size = max(10, int(radius * 0.22))
+    font = ImageFont.load_default(size=size)
+    span = rng.uniform(200, 260)
+    for k, ch in enumerate(text):
+        angle = -90 - span / 2 + span * (k + 0.5) / len(text)           # degrees, along the top arc
+        glyph = Image.new("L", (size * 2, size * 2), 0)
+        ImageDraw.Draw(glyph).text((size // 2, size // 4), ch, fill=255, font=font)
+        glyph = glyph.rotate(-(angle + 90), resample=Image.BILINEAR)
+        r = radius - ring - size * 0.8
+        gx = cx + r * np.cos(np.radians(angle)) - size
+        gy = cy + r * np.sin(np.radians(angle)) - size
+        img.paste(Image.new("RGB", glyph.size, ink), (int(gx), int(gy)), glyph)
+    star = [(cx + radius * 0.25 * (1 if k % 2 == 0 else 0.4) * np.cos(np.radians(-90 + 36 * k)),
+             cy + radius * 0.25 * (1 if k % 2 == 0 else 0.4) * np.sin(np.radians(-90 + 36 * k))) for k in range(10)]
+    draw.polygon(star, fill=ink)
+    small = ImageFont.load_default(size=max(8, int(size * 0.8)))
+    draw.text((cx - radius * 0.45, cy + radius * 0.35), text[:6], fill=ink, font=small)
+    return img
+
+
+def _layout_page(width: int, height: int, seed: int) -> Image.Image:
+    """A document page: a title, paragraphs of text lines, a figure and a ruled table (layout detectors)."""
+    rng = np.random.default_rng(seed)
+    img = Image.new("RGB", (width, height), tuple(int(v) for v in rng.integers(235, 256, 3)))
+    draw = ImageDraw.Draw(img)
+    margin, y = int(width * 0.08), int(height * 0.05)
+    title = ImageFont.load_default(size=max(12, height // 28))
+    body = ImageFont.load_default(size=max(8, height // 60))
+    draw.text((margin, y), _sentences(1, offset=seed)[0][:32], fill=(10, 10, 10), font=title)
+    y += height // 14
+    blocks = list(rng.permutation(["text", "text", "figure", "table", "text"]))
+    for kind in blocks:
+        if y > height * 0.9:
+            break
+        if kind == "text":
+            for line in _sentences(int(rng.integers(3, 7)), offset=seed * 17 + y):
+                draw.text((margin, y), line[:70], fill=(20, 20, 20), font=body)
+                y += int(height / 48)
+        elif kind == "figure":
+            h = int(height * rng.uniform(0.12, 0.2))
+            fig = _scene(width - 2 * margin, h, seed + y)
+            img.paste(fig, (margin, y))
+            y += h + height // 40
+        else:
+            rows, cols, h = int(rng.integers(3, 6)), int(rng.integers(3, 5)), int(height / 36)
+            for r in range(rows + 1):
+                draw.line([(margin, y + r * h), (width - margin, y + r * h)], fill=(0, 0, 0), width=1)
+            for c in range(cols + 1):
+                x = margin + c * (width - 2 * margin) // cols
+                draw.line([(x, y), (x, y + rows * h)], fill=(0, 0, 0), width=1)
+            for r in range(rows):
+                for c in range(cols):
+                    draw.text((margin + c * (width - 2 * margin) // cols + 3, y + r * h + 2), f"{(seed * 7 + r * 13 + c) % 1000}",
+                              fill=(0, 0, 0), font=body)
+            y += rows * h + height // 40
+        y += height // 50
+    return img
+
+
+def _rotated_text(width: int, height: int, seed: int, lines: int, quarter_turns: int) -> Image.Image:
+    """Text rendered upright, then turned by ``quarter_turns`` x 90 degrees (orientation classifiers)."""
+    w, h = (height, width) if quarter_turns % 2 else (width, height)
+    img = _text_image(w, h, seed, lines)
+    return img.rotate(90 * quarter_turns, expand=True).resize((width, height), Image.BILINEAR)
+
+
+def _image(spec: ModelSpec, width: int, height: int, index: int) -> Image.Image:
+    """The picture of sample ``index``, of the kind the model's ``extra["images"]`` (or its metric) says."""
+    kind = spec.extra.get("images")
+    if kind == "seal":
+        return _seal_image(width, height, 3000 + index)
+    if kind == "layout":
+        return _layout_page(width, height, 4000 + index)
+    if kind == "textline_orientation":      # 0 or 180 degrees
+        return _rotated_text(width, height, 1000 + index, 1, 2 * (index % 2))
+    if kind == "page_orientation":          # 0, 90, 180 or 270 degrees
+        return _rotated_text(width, height, 5000 + index, 8, index % 4)
+    if spec.metric in _TEXTLINE_METRICS:
+        return _text_image(width, height, 1000 + index, lines=1 if spec.metric == "ctc" else 6)
+    return _scene(width, height, 2000 + index)
+
+
 def image_sample(spec: ModelSpec, index: int) -> np.ndarray:
     """Raw pixels (float32 0-255) in the model's NCHW shape and colour order."""
     _, channels, height, width = spec.shape
-    if spec.metric in _TEXTLINE_METRICS:
-        img = _text_image(width, height, 1000 + index, lines=1 if spec.metric == "ctc" else 6)
-    else:
-        img = _scene(width, height, 2000 + index)
+    img = _image(spec, width, height, index)
     if spec.color == "gray":
         arr = np.asarray(img.convert("L"), np.float32)[None]
     else:

@@ -96,9 +96,9 @@ class FirstOutput(torch.nn.Module):
         return out[0]
 
 
-#: models whose transformers init (normal, std 0.02, for every conv) shrinks the activations layer
-#: after layer until the float output is ~1e-41: a signal-preserving re-init makes them a real test
-FAN_IN_INIT = {"hf_mobilevit_xxs"}
+#: models whose transformers init (normal, std 0.02 or truncated, for every conv) shrinks the activations layer
+#: after layer until the float output is 1e-21 to 1e-41: a signal-preserving re-init makes them a real test
+FAN_IN_INIT = {"hf_mobilevit_xxs", "hf_mobilenet_v1", "hf_mobilenet_v2"}
 
 
 def _fan_in_init(model: torch.nn.Module) -> None:

@@ -2,8 +2,8 @@
 
 Order: pass-through nodes first (they hide patterns), then ``auto_pad`` made explicit (the
 whole-input pool test reads pads) and whole-input pools made global, Einsum rewritten into
-MatMul early (the attention and Linear patterns below see MatMul), then BatchNorm folding
-(needs the layer right before it), then exact Col2Im folds as Reshape/Transpose, then
+MatMul early (the attention and Linear patterns below see MatMul), then bias-Add and BatchNorm
+folding (they need the layer right before them), then exact Col2Im folds as Reshape/Transpose, then
 layout-chain collapsing (it merges the reshapes that window and roll patterns are written
 around, and those the Col2Im rewrite leaves), then the pattern fusions, Linear last because BN
 folding into a MatMul leaves a MatMul + Add for it.
@@ -18,6 +18,7 @@ from hbtool.ir.passes.collapse_reshape_transpose import collapse_reshape_transpo
 from hbtool.ir.passes.einsum_to_matmul import einsum_to_matmul
 from hbtool.ir.passes.explicit_pads import explicit_pads
 from hbtool.ir.passes.fold_batchnorm import fold_batchnorm
+from hbtool.ir.passes.fold_conv_bias import fold_conv_bias
 from hbtool.ir.passes.fuse_activations import fuse_activations
 from hbtool.ir.passes.fuse_gelu import fuse_gelu
 from hbtool.ir.passes.fuse_group_norm import fuse_group_norm
@@ -37,6 +38,7 @@ FLOAT_PASSES: list[GraphPass] = [
     GraphPass("remove_nan_guards", remove_nan_guards, "drop Where(IsNaN(x), c, x) guards: nothing is NaN in integer arithmetic"),
     GraphPass("einsum_to_matmul", einsum_to_matmul, "Einsum batched matrix products -> Transpose/Reshape + MatMul"),
     GraphPass("mask_where_to_bias", mask_where_to_bias, "Where(mask, -inf, scores) before Softmax -> scores + additive mask bias"),
+    GraphPass("fold_conv_bias", fold_conv_bias, "Conv/ConvTranspose + per-channel constant Add -> the layer's bias"),
     GraphPass("fold_batchnorm", fold_batchnorm, "fold BatchNormalization into the preceding layer's weights, else Mul+Add"),
     GraphPass("col2im_to_rearrange", col2im_to_rearrange, "Col2Im with blocks tiling the image exactly -> Reshape/Transpose/Reshape"),
     GraphPass("collapse_reshape_transpose", collapse_reshape_transpose, "merge Reshape/Transpose/Squeeze/Unsqueeze/Flatten chains"),
@@ -62,6 +64,7 @@ __all__ = [
     "einsum_to_matmul",
     "explicit_pads",
     "fold_batchnorm",
+    "fold_conv_bias",
     "fuse_activations",
     "fuse_gelu",
     "fuse_group_norm",
