@@ -101,13 +101,24 @@ class FirstOutput(torch.nn.Module):
 FAN_IN_INIT = {"hf_mobilevit_xxs", "hf_mobilenet_v1", "hf_mobilenet_v2"}
 
 
-def _fan_in_init(model: torch.nn.Module) -> None:
-    """He-normal weights for convs and linears (variance kept through ReLU/SiLU stacks), biases zero."""
+def _fan_in_init(model: torch.nn.Module, size: int) -> None:
+    """He-normal weights for convs and linears, biases zero, then BatchNorm statistics measured on
+    random images (train-mode passes, cumulative averages), so every BN output has unit variance as
+    in a trained network and nothing decays towards zero."""
     for m in model.modules():
         if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)):
             torch.nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
             if m.bias is not None:
                 torch.nn.init.zeros_(m.bias)
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None
+    model.train()
+    with torch.no_grad():
+        for _ in range(4):
+            model(pixel_values=torch.randn(8, 3, size, size))
+    model.eval()
 
 
 def export(spec: ModelSpec, path: Path) -> None:
@@ -115,7 +126,7 @@ def export(spec: ModelSpec, path: Path) -> None:
     text = spec.inputs == "text"
     inner = _text_model(spec.name) if text else _image_model(spec.name)
     if spec.name in FAN_IN_INIT:
-        _fan_in_init(inner)
+        _fan_in_init(inner, spec.shape[-1])
     try:
         inner.config._attn_implementation = "eager"     # the plain attention graph users export
     except Exception:
