@@ -32,9 +32,12 @@ MODELS = ROOT / "benchmarks" / "_models" / "zoo" / "pkg"
 
 #: model -> (least output cosine quantized vs float, least task metric)
 EXPECTED = {
+    # measured (8 calibration samples, hbtool's default calibration, 4 held-out): cosine 0.9947, metric 1.000
     "ppocrv6_tiny_rec": (0.98, 0.99),    # metric: CTC character accuracy of the quantized model vs the float model's text
-    "ppocrv6_tiny_det": (0.97, 0.9),     # metric: F1 of DB text boxes matched to float's (IoU >= 0.5)
-    "pplcnet_orientation": (0.9, 0.5),   # metric: top-1 agreement with float
+    # measured: cosine 0.9964, F1 1.000
+    "ppocrv6_tiny_det": (0.98, 0.9),     # metric: F1 of DB text boxes matched to float's (IoU >= 0.5)
+    # measured: cosine 1.0000, top-1 1.000 on pages turned 0/90/180/270 degrees
+    "pplcnet_orientation": (0.99, 0.99),  # metric: top-1 agreement with float
 }
 
 
