@@ -70,6 +70,11 @@ class Node:
     def attr(self, key: str, default: Any = None) -> Any:
         return self.attrs.get(key, default)
 
+    def attr_text(self, key: str, default: str = "") -> str:
+        """A string attribute as ``str`` (ONNX import keeps them as ``bytes``)."""
+        value = self.attrs.get(key, default)
+        return value.decode() if isinstance(value, bytes) else str(value)
+
     def __repr__(self) -> str:  # short, for logs and assertion messages
         return f"Node({self.name!r}, {self.op_type}, {self.inputs} -> {self.outputs})"
 

@@ -292,8 +292,7 @@ def resize_is_spatial(ctx: RuleContext) -> str | None:
     # the channels stay put: axis 1 (NCHW) or axis 3 (channels-last, tf2onnx / timm heads)
     if s[0] != o[0] or (s[1] != o[1] and s[3] != o[3]):
         return "scales N or C"
-    mode = ctx.node.attr("mode", "nearest")
-    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    mode = ctx.node.attr_text("mode", "nearest")
     if mode == "linear" and s[1] != o[1]:
         return "linear interpolation of a channels-last tensor"
     return None if mode in ("nearest", "linear") else f"mode {mode}"
@@ -314,10 +313,7 @@ def resize_coordinates_have_an_integer_form(ctx: RuleContext) -> str | None:
     """Resize on the BPU maps output to input pixels by the asymmetric, half_pixel, pytorch_half_pixel, align_corners or tf_half_pixel_for_nn rule, over all axes, without antialiasing; tf_crop_and_resize, antialias and keep_aspect_ratio_policy run on the CPU"""
     if ctx.node.op_type != "Resize":  # Upsample: asymmetric coordinates by definition
         return None
-    def text(key: str, default: str) -> str:
-        v = ctx.node.attr(key, default)
-        return v.decode() if isinstance(v, bytes) else str(v)
-
+    text = ctx.node.attr_text
     coords = text("coordinate_transformation_mode", "half_pixel")
     if coords not in RESIZE_COORDINATE_MODES:
         return f"coordinate_transformation_mode {coords}"

@@ -58,11 +58,6 @@ _PTF_CONSUMERS = {"Add", "Sub", "LayerNormalization"}
 _PTF_PRODUCERS = {"Add", "Sub", "LayerNormalization", "Linear", "Gemm", "MatMul"}
 
 
-def _text_attr(node: Node, key: str, default: str) -> str:
-    value = node.attr(key, default)
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 @dataclass
 class IntTensor:
     name: str
@@ -638,10 +633,7 @@ class _Lowerer:
 
     def _resize_form(self, node: Node) -> tuple[str, str, np.ndarray | None]:
         """(mode, coordinate mode, constant scales or None) of a Resize the integer forms compute; ValueError if none does."""
-        def text(key: str, default: str) -> str:
-            v = node.attr(key, default)
-            return v.decode() if isinstance(v, bytes) else str(v)
-
+        text = node.attr_text
         mode, coords = text("mode", "nearest"), text("coordinate_transformation_mode", "half_pixel")
         if coords not in COORDINATE_MODES:
             raise ValueError(f"coordinate_transformation_mode {coords} has no integer form")

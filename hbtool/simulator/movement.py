@@ -156,23 +156,17 @@ def _roll(node: Node, program: Graph, x: np.ndarray, *rest) -> list[np.ndarray]:
     return [np.roll(x, shifts, axis=axes)]
 
 
-def _text(v, default: str) -> str:
-    if v is None:
-        return default
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 def _resize(node: Node, program: Graph, x: np.ndarray, *rest) -> list[np.ndarray]:
     """Nearest Resize: every axis indexed by :func:`hbtool.kernels.resize.nearest_indices` (the ONNX rule)."""
     from hbtool.kernels.resize import axis_scales, nearest_indices
 
-    if _text(node.attrs.get("mode"), "nearest") != "nearest":
+    if node.attr_text("mode", "nearest") != "nearest":
         raise ValueError(f"Resize {node.name}: only nearest Resize is data movement")
     scales = _const(program, node.inputs[2]) if len(node.inputs) > 2 else None
     out_shape = program.shape(node.outputs[0])
     per_axis = axis_scales(x.shape, out_shape, None if scales is None else np.asarray(scales).reshape(-1))
-    coords = _text(node.attrs.get("coordinate_transformation_mode"), "half_pixel")
-    rounding = _text(node.attrs.get("nearest_mode"), "round_prefer_floor")
+    coords = node.attr_text("coordinate_transformation_mode", "half_pixel")
+    rounding = node.attr_text("nearest_mode", "round_prefer_floor")
     for axis, (n_in, n_out) in enumerate(zip(x.shape, out_shape)):
         idx = nearest_indices(int(n_in), int(n_out), per_axis[axis], coords, rounding)
         if n_in != n_out or np.any(idx != np.arange(n_in)):

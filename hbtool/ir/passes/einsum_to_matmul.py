@@ -48,8 +48,7 @@ class EinsumPlan:
 
 
 def equation_of(node: Node) -> str:
-    eq = node.attr("equation", "")
-    return eq.decode() if isinstance(eq, bytes) else str(eq)
+    return node.attr_text("equation", "")
 
 
 def _expand_ellipsis(terms: list[str], ranks: list[int], out: str | None) -> tuple[list[str], str | None, str]:

@@ -42,8 +42,7 @@ def explicit_pads(graph: Graph) -> int:
     for node in graph.nodes:
         if node.op_type not in AUTO_PAD_OPS or node.domain not in ("", "ai.onnx"):
             continue
-        mode = node.attr("auto_pad", "NOTSET")
-        mode = mode.decode() if isinstance(mode, bytes) else mode
+        mode = node.attr_text("auto_pad", "NOTSET")
         if mode == "NOTSET":
             continue
         shape = graph.shape(node.inputs[0])
