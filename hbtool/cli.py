@@ -92,7 +92,7 @@ def parse_input_shapes(pairs: Sequence[tuple[str, str]]) -> dict[str, tuple[int,
 
 @main.command()
 @click.option("--model", "-m", "model", type=click.Path(path_type=Path), help="Float ONNX model (or give it in the YAML).")
-@click.option("--march", default=None, help="Target architecture (bayes = Journey 5). Default: the YAML's, else bayes.")
+@click.option("--march", default=None, help="Target architecture: bayes (J5), bayes-e (RDK X5), bernoulli2 (RDK X3). Default: the YAML's, else bayes.")
 @click.option("--input-shape", "input_shapes", nargs=2, multiple=True, metavar="NAME SHAPE", help="Fix an input's shape, e.g. --input-shape input 1x3x224x224 (repeat per input).")
 @click.option("-c", "--config", "config_path", type=click.Path(path_type=Path), help="Horizon-style YAML config (model, input shapes, node_info).")
 @click.option("--output-dir", type=click.Path(path_type=Path), default=Path(".hb_check"), show_default=True, help="Where checker.json and the optimized float model go.")
@@ -239,7 +239,7 @@ def simulate(artifact: Path, inputs: tuple[str, ...], output_dir: Path | None, c
 @click.option("--model", "-m", "model", type=click.Path(path_type=Path), help="Quick path: an ONNX model, calibrated on random data (needs --fast).")
 @click.option("--fast", is_flag=True, help="Quick path (like makertbin --fast-perf): calibration_type skip, compile, cost.")
 @click.option("--input-shape", "input_shapes", nargs=2, multiple=True, metavar="NAME SHAPE", help="Quick path: fix an input's shape, e.g. --input-shape input 1x3x224x224.")
-@click.option("--march", default="bayes", show_default=True, help="Quick path: target architecture.")
+@click.option("--march", default="bayes", show_default=True, help="Quick path: target architecture (bayes, bayes-e, bernoulli2).")
 @click.option("--optimize-level", type=click.Choice(["O0", "O1", "O2", "O3"]), default=None, help="Compile at this level (quick path default O3; -c default: the config's).")
 @click.option("--core-num", type=click.Choice(["1", "2"]), default=None, help="BPU cores per frame (default: the artifact's / config's core_num).")
 @click.option("--output-dir", type=click.Path(path_type=Path), default=None, help="Write perf.html, perf_ops.png, perf_timeline.png and perf.json here.")

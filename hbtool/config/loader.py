@@ -383,9 +383,9 @@ def _check_march(value: Any) -> None:
     if isinstance(value, str) and value.strip().lower() in S.OTHER_MARCH:
         chip = S.OTHER_MARCH[value.strip().lower()]
         fail("model_parameters.march",
-             f"'{value.strip()}' ({chip}) is not supported; hbtool supports only "
-             f"{', '.join(S.SUPPORTED_MARCH)} (Journey 5)",
-             "set march: bayes")
+             f"'{value.strip()}' ({chip}) is not supported; hbtool supports "
+             f"{', '.join(S.SUPPORTED_MARCH)}",
+             "set march to bayes (J5, RDK Ultra), bayes-e (RDK X5) or bernoulli2 (RDK X3)")
 
 
 class _Builder:

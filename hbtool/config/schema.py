@@ -81,12 +81,10 @@ class Key:
 # value sets shared by the loader
 # ----------------------------------------------------------------------------------------------
 
-SUPPORTED_MARCH = ("bayes",)
+SUPPORTED_MARCH = ("bayes", "bayes-e", "bernoulli2")
 # Horizon march names we recognise, to say what chip they are when refusing them.
 OTHER_MARCH = {
     "bernoulli": "Journey 2 / X2",
-    "bernoulli2": "Journey 3 / X3",
-    "bayes-e": "RDK X5",
     "nash-e": "Journey 6E",
     "nash-m": "Journey 6M",
     "nash-p": "Journey 6P",
@@ -132,7 +130,8 @@ MODEL = _g(
         unsupported=("Caffe models are not supported",
                      "convert the model to ONNX and give it as model_parameters.onnx_model")),
     Key("march", "enum",
-        "Target micro-architecture. `bayes` is the Journey 5 BPU, the only one hbtool targets.",
+        "Target micro-architecture: `bayes` (Journey 5, RDK Ultra), `bayes-e` (RDK X5) or "
+        "`bernoulli2` (RDK X3, Journey 3).",
         default="bayes", allowed=SUPPORTED_MARCH),
     Key("working_dir", "path",
         "Folder for every file the run writes (staged models, artifact, logs). Created if "

@@ -16,7 +16,9 @@ import yaml
 from hbtool.errors import InputError
 
 _HERE = Path(__file__).parent
-SUPPORTED_MARCHES = ("bayes",)
+# Horizon's march names; each has its description file ``<march>.yaml`` beside this module.
+SUPPORTED_MARCHES = ("bayes", "bayes-e", "bernoulli2")
+MARCH_CHIPS = {"bayes": "Journey 5 / RDK Ultra", "bayes-e": "RDK X5", "bernoulli2": "RDK X3 / Journey 3"}
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,8 @@ class March:
 def load_march(name: str) -> March:
     """Load a march by name, or say which ones exist."""
     if name not in SUPPORTED_MARCHES:
-        raise InputError(f"march '{name}' is not supported", f"use one of: {', '.join(SUPPORTED_MARCHES)} (bayes = Journey 5)")
+        known = ", ".join(f"{m} ({MARCH_CHIPS[m]})" for m in SUPPORTED_MARCHES)
+        raise InputError(f"march '{name}' is not supported", f"use one of: {known}")
     with open(_HERE / f"{name}.yaml", encoding="utf-8") as fh:
         raw = yaml.safe_load(fh)
     return March(name, raw)
