@@ -87,7 +87,8 @@ def _input_descriptions(cfg: HbConfig, program: Graph) -> list[dict[str, Any]]:
             if convert:  # the chip's buffer: what simulate reads and the quantized model takes
                 kern = convert[0].meta["kernel"]
                 d["runtime"] = {"format": kern.fmt, "offset": kern.offset, "layout": kern.layout_in,
-                                "height": kern.height, "width": kern.width, "space_and_range": spec.space_and_range}
+                                "height": kern.height, "width": kern.width, "space_and_range": spec.space_and_range,
+                                "train_shape": [int(x) for x in program.values[convert[0].outputs[0]].shape]}
         out.append(d)
     return out
 
