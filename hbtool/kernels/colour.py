@@ -109,7 +109,10 @@ class InputConvert(Kernel):
     requant: Requantize
     train: str = "rgb"
     video_range: bool = False
-    onnx_input_type = TensorProto.UINT8
+
+    @property
+    def onnx_input_type(self) -> int:  # type: ignore[override]
+        return TensorProto.INT8 if self.offset else TensorProto.UINT8
 
     @classmethod
     def build(cls, fmt: str, train: str, height: int, width: int, mean: Sequence[float], scale: Sequence[float],
