@@ -300,3 +300,18 @@ def test_128_types_follow_their_base_type_in_the_config():
     with pytest.raises(ConfigError) as info:
         _cfg("gray", "rgb_128", shape="1x1x16x16")
     assert "input_type_rt" in str(info.value)
+
+
+def test_tiny_cnn_nv12_accuracy_within_0p3_points_of_rgb(tmp_path):
+    """The bundled classifier, deployed with nv12 input on camera-converted held-out images, vs rgb input."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "nv12_accuracy.py"
+    spec = importlib.util.spec_from_file_location("nv12_accuracy", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    res = bench.top1_pair("max", simulate=20, work=tmp_path)
+    assert res["nv12"]["simulated_exact"] == 20 and res["rgb"]["simulated_exact"] == 20
+    assert res["nv12"]["top1"] > 0.97
+    assert abs(res["nv12"]["top1"] - res["rgb"]["top1"]) <= 0.003
