@@ -315,3 +315,20 @@ def test_tiny_cnn_nv12_accuracy_within_0p3_points_of_rgb(tmp_path):
     assert res["nv12"]["simulated_exact"] == 20 and res["rgb"]["simulated_exact"] == 20
     assert res["nv12"]["top1"] > 0.97
     assert abs(res["nv12"]["top1"] - res["rgb"]["top1"]) <= 0.003
+
+
+def test_nv12_with_the_conversion_forced_to_cpu_is_a_clear_error(tmp_path):
+    from hbtool.errors import NotDeployableError
+
+    c = 3
+    onnx.save(_conv_model(c), tmp_path / "m.onnx")
+    (tmp_path / "cal").mkdir()
+    np.save(tmp_path / "cal" / "0.npy", _smooth_images(1, c, 16, 1))
+    d = {"model_parameters": {"onnx_model": str(tmp_path / "m.onnx"), "working_dir": str(tmp_path / "wd"),
+                              "output_model_file_prefix": "m", "node_info": {"HzPreprocess_x": {"ON": "CPU"}}},
+         "input_parameters": {"input_name": "x", "input_shape": "1x3x16x16", "input_type_train": "rgb", "input_type_rt": "nv12",
+                              "input_layout_train": "NCHW", "norm_type": "data_scale", "scale_value": "0.0078"},
+         "calibration_parameters": {"calibration_type": "max", "cal_data_dir": str(tmp_path / "cal")}}
+    with pytest.raises(NotDeployableError) as info:
+        run_calibration(config_from_dict(d, base_dir=tmp_path))
+    assert "nv12" in info.value.problem and "HzPreprocess" in info.value.fix
