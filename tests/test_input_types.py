@@ -18,7 +18,7 @@ from hbtool.compiler.artifact import from_bytes
 from hbtool.compiler.compile import compile_model
 from hbtool.config import config_from_dict
 from hbtool.errors import InputError
-from hbtool.kernels.colour import FRACTION_BITS, InputConvert
+from hbtool.kernels.colour import InputConvert
 from hbtool.quant.calibrate import run_calibration, write_outputs
 from hbtool.quant.runtime_input import to_runtime
 from hbtool.simulator.executor import Executor
