@@ -83,6 +83,12 @@ def _input_descriptions(cfg: HbConfig, program: Graph) -> list[dict[str, Any]]:
                      norm_type=spec.norm_type, cal_data_type=spec.cal_data_type,
                      mean=list(spec.mean) if spec.mean else None, scale=list(spec.scale) if spec.scale else None,
                      source=spec.source)
+            convert = [c for c in consumers.get(name, []) if type(c.meta.get("kernel")).__name__ == "InputConvert"]
+            if convert:  # the chip's buffer: what simulate reads and the quantized model takes
+                kern = convert[0].meta["kernel"]
+                d["runtime"] = {"format": kern.fmt, "offset": kern.offset, "layout": kern.layout_in,
+                                "height": kern.height, "width": kern.width, "space_and_range": spec.space_and_range,
+                                "train_shape": [int(x) for x in program.values[convert[0].outputs[0]].shape]}
         out.append(d)
     return out
 
@@ -110,7 +116,7 @@ def compile_model(cfg: HbConfig, optimize_level: str | None = None, disabled_pas
     steps = 6
     tick = (lambda k, what: progress(what, k, steps)) if progress else (lambda k, what: None)
     tick(0, "lowering")
-    lowered = lower_calibrated(load_calibrated(src), march, cfg.model.node_info, cfg.compiler.rounding)
+    lowered = lower_calibrated(load_calibrated(src), march, cfg.model.node_info, cfg.compiler.rounding, cfg.inputs)
     program = lowered.program
     assign_units(program)
     tick(1, "passes")

@@ -45,8 +45,13 @@ def print_info(art: Artifact, console: Console | None = None) -> None:
         if d.get("mean") or d.get("scale"):
             pre += f" mean={d.get('mean')} scale={d.get('scale')}"
         q = d.get("quantize")
-        t.add_row(d["name"], "x".join(map(str, d["shape"])), d["dtype"], str(d.get("type", "-")), str(d.get("layout", "-")),
-                  pre, f"int{q['bits']} scale {q['scale']:.6g}" if q else "float (CPU)")
+        rt = d.get("runtime")
+        kind, layout = str(d.get("type", "-")), str(d.get("layout", "-"))
+        quant = f"int{q['bits']} scale {q['scale']:.6g}" if q else "float (CPU)"
+        if rt:  # the chip's buffer, converted by the program's first op
+            kind, layout = f"{d.get('type_rt')} -> {kind}", f"{rt['layout']} -> {layout}"
+            quant = "InputConvert (BPU)"
+        t.add_row(d["name"], "x".join(map(str, d["shape"])), d["dtype"], kind, layout, pre, quant)
     console.print(t)
     t = Table(title="outputs")
     for col in ("name", "shape", "dtype", "dequantize"):

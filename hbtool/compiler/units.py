@@ -17,7 +17,7 @@ _KERNEL_UNIT = {
     "Conv": TENSOR, "ConvTranspose": TENSOR, "Linear": TENSOR, "MatMul": TENSOR, "Log2MatMul": TENSOR,
     "Add": VECTOR, "Mul": VECTOR, "Lut": VECTOR, "Softmax": VECTOR, "LayerNorm": VECTOR,
     "AvgPool": VECTOR, "ReduceMean": VECTOR, "ReduceSum": VECTOR, "MaxPool": VECTOR, "Requantize": VECTOR,
-    "BilinearResize": VECTOR, "Div": VECTOR, "ReduceL2": VECTOR,
+    "BilinearResize": VECTOR, "Div": VECTOR, "ReduceL2": VECTOR, "InputConvert": VECTOR,
     "Quantize": CPU, "Dequantize": CPU,
 }
 

@@ -569,7 +569,7 @@ class _Builder:
                      f"{pre}{type_train} has {want_c} channel{'s' if want_c > 1 else ''}, but "
                      f"dimension {c_axis} of '{format_shape(shape)}' ({layout_train}) is {channels}",
                      "check input_shape and input_layout_train against the model's input")
-            if (type_rt in ("nv12", "yuv444") or type_train == "yuv444") and (h % 2 or w % 2):
+            if (type_rt in ("nv12", "yuv444", "yuv444_128") or type_train == "yuv444") and (h % 2 or w % 2):
                 fail(path("input_shape"),
                      f"{pre}{type_rt} input needs an even height and width, got {h}x{w}",
                      "resize the model input to even height and width")

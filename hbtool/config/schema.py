@@ -92,15 +92,16 @@ OTHER_MARCH = {
 
 IMAGE_TYPES = ("rgb", "bgr", "yuv444", "gray")
 TRAIN_TYPES = ("rgb", "bgr", "yuv444", "gray", "featuremap")
-RT_TYPES = ("rgb", "bgr", "yuv444", "nv12", "gray", "featuremap")
+RT_TYPES = ("rgb", "bgr", "yuv444", "nv12", "gray", "featuremap",
+            "rgb_128", "bgr_128", "yuv444_128", "gray_128")  # *_128: value - 128 as int8 (Horizon's RGB_128 ...)
 LAYOUTS = ("NCHW", "NHWC")
 NORM_TYPES = ("no_preprocess", "data_mean", "data_scale", "data_mean_and_scale")
 # Which input_type_rt each input_type_train may be fed as at run time.
 TRAIN_TO_RT = {
-    "rgb": ("nv12", "yuv444", "rgb", "bgr"),
-    "bgr": ("nv12", "yuv444", "rgb", "bgr"),
-    "yuv444": ("nv12", "yuv444"),
-    "gray": ("gray",),
+    "rgb": ("nv12", "yuv444", "rgb", "bgr", "yuv444_128", "rgb_128", "bgr_128"),
+    "bgr": ("nv12", "yuv444", "rgb", "bgr", "yuv444_128", "rgb_128", "bgr_128"),
+    "yuv444": ("nv12", "yuv444", "yuv444_128"),
+    "gray": ("gray", "gray_128"),
     "featuremap": ("featuremap",),
 }
 # Channel count implied by an image type.
@@ -180,7 +181,10 @@ INPUT = _g(
         default="featuremap", allowed=TRAIN_TYPES),
     Key("input_type_rt", "enum",
         "What the deployed model is fed at run time. Must be reachable from input_type_train "
-        "(see below).", per_input=True, broadcast=True, allowed=RT_TYPES,
+        "(see below; a `*_128` type is allowed where its base type is: the same pixels minus 128 as "
+        "int8). When it (or `input_layout_rt`) differs from the training one, the compiled model and "
+        "the quantized ONNX take the chip's uint8 buffer (nv12: Y plane then interleaved UV, "
+        "H*W*3/2 bytes) and convert it in integers (docs/inputs.md).", per_input=True, broadcast=True, allowed=RT_TYPES,
         default_doc="input_type_train"),
     Key("input_layout_train", "enum",
         "Layout of the model's input. Required for image types; optional for featuremap "

@@ -62,12 +62,14 @@ Modules
 :mod:`.normalize`         Div by a feature map (exact integer division), ReduceL2 (integer sqrt of the sum of squares)
 :mod:`.pool`              AvgPool, ReduceMean / GlobalAveragePool, ReduceSum (any axes), MaxPool
 :mod:`.resize`            BilinearResize; the ONNX source-index rule nearest Resize moves codes by
+:mod:`.colour`            InputConvert (the chip's nv12/yuv444/rgb/bgr/gray buffer -> the normalised input, BT.601)
 :mod:`.builder`           OnnxBuilder, the node writer the ONNX forms share
 ========================  ==========================================================
 """
 
 from hbtool.kernels.base import Kernel, RangeError
 from hbtool.kernels.builder import OnnxBuilder
+from hbtool.kernels.colour import InputConvert
 from hbtool.kernels.conv import Conv
 from hbtool.kernels.conv_transpose import ConvTranspose
 from hbtool.kernels.eltwise import Add, Mul
@@ -102,7 +104,7 @@ from hbtool.kernels.resize import BilinearResize
 from hbtool.kernels.softmax import Softmax
 
 __all__ = [
-    "Add", "AvgPool", "BilinearResize", "Conv", "ConvTranspose", "DEFAULT_ROUNDING", "Dequantize", "Div", "Kernel", "LUT_FUNCTIONS",
+    "Add", "AvgPool", "BilinearResize", "Conv", "ConvTranspose", "DEFAULT_ROUNDING", "Dequantize", "Div", "InputConvert", "Kernel", "LUT_FUNCTIONS",
     "LayerNorm", "Linear",
     "Log2MatMul", "Lut", "MAX_SHIFT", "MatMul", "MaxPool", "Mul", "OnnxBuilder", "Quantize", "ROUNDING_MODES", "RangeError",
     "ReduceL2", "ReduceMean", "ReduceSum", "Requantize", "Softmax", "dequantize_numpy", "floor_div_numpy", "floor_div_onnx", "int_range",

@@ -17,7 +17,8 @@ next tile streams in):
                    march's ``layernorm_max_size`` runs in two passes: one more reduction pass
                    and one more read of the input. Window ops count one element per
                    tap: max pool per window tap, bilinear resize 4 (a multiply-add per source
-                   pixel of each output element).
+                   pixel of each output element), the input colour conversion one per input
+                   channel (3 for nv12/yuv444 -> rgb, 1 for a channel swap or gray).
 ``data_movement``  bytes moved / the unit's bytes per cycle, where each side moves whole
                    granules (SRAM line, DDR burst) per contiguous run (:mod:`.access`).
 ``sram``/``ddr``   bytes each memory moves for the op / its bandwidth: activations where the
@@ -301,6 +302,8 @@ def vector_cost(node: Node, ctx: CostContext) -> OpCost:
         elements = out_padded * int(np.prod(getattr(kernel, "kernel_shape", (1,)), dtype=np.int64))
     elif kind == "BilinearResize":
         elements = out_padded * BILINEAR_TAPS
+    elif kind == "InputConvert":  # one multiply-add per input channel of each output element, then the requantize
+        elements = out_padded * kernel.multiply_adds_per_element
     else:
         elements = out_padded
     op.elements = elements
@@ -317,6 +320,9 @@ def vector_cost(node: Node, ctx: CostContext) -> OpCost:
         op.note += f", over axes {list(over)} (strided, no transpose)"
     if kind == "BilinearResize":
         op.note += f", {BILINEAR_TAPS} taps per output element"
+    if kind == "InputConvert":
+        op.note += (f", input conversion {kernel.fmt}{'_128' if kernel.offset else ''} -> {kernel.train}: "
+                    f"{kernel.multiply_adds_per_element} multiply-adds per output element")
     one_pass = layernorm_one_pass_size(hw.march)
     two_pass = cls == "layernorm" and int(getattr(kernel, "n", 0)) > one_pass
     if two_pass:

@@ -138,13 +138,15 @@ def evaluate_outputs(
     tensor_map: dict[str, str] | None = None,
     node_tensors: list[str] | None = None,
     scales: dict[str, Any] | None = None,
+    test_feeds: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None,
 ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
     """Errors of ``test_graph`` against ``float_graph`` on the given feeds.
 
     Returns (per model output, per tensor in ``node_tensors``) metrics; ``tensor_map`` maps a
     float tensor name to its name in ``test_graph``; ``scales`` multiplies the test graph's
     value of a tensor (integer tensors of the quantized model) before comparing (a scale, a
-    per-channel array for the last axis, or a function that decodes the integers).
+    per-channel array for the last axis, or a function that decodes the integers);
+    ``test_feeds`` turns the float graph's feeds into the test graph's (run-time input formats).
     """
     tensor_map = tensor_map or {}
     node_tensors = node_tensors or []
@@ -157,7 +159,7 @@ def evaluate_outputs(
     acc = {t: RunningErrors() for t in f_names}
     for feeds in batches:
         f_vals = f_sess.run(f_names, feeds)
-        t_vals = t_sess.run(t_names, feeds)
+        t_vals = t_sess.run(t_names, test_feeds(feeds) if test_feeds else feeds)
         for name, a, b in zip(f_names, f_vals, t_vals):
             if name in scales and name not in outs:
                 b = scales[name](b) if callable(scales[name]) else b * scales[name]
@@ -165,6 +167,16 @@ def evaluate_outputs(
     out_err = {o: acc[o].result() for o in outs}
     node_err = {t: acc[t].result() for t in node_tensors}
     return out_err, node_err
+
+
+def runtime_feeds(cfg: HbConfig, input_names: list[str]) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None:
+    """Training-type feeds -> the quantized model's, for inputs with a run-time format (converted as the camera does)."""
+    from hbtool.quant.runtime_input import runtime_specs, to_runtime
+
+    specs = runtime_specs(input_names, cfg.inputs)
+    if not specs:
+        return None
+    return lambda feeds: {k: to_runtime(v, specs[k]) if k in specs else v for k, v in feeds.items()}
 
 
 def _total_macs(graph: Graph) -> int:
@@ -271,7 +283,7 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
             qsrc.values[name].data = value
 
     def quantized(plan: QuantPlan) -> tuple[Graph, Graph]:
-        program, _ = lower_to_integer(qsrc, plan, weights, rounding=cfg.compiler.rounding)
+        program, _ = lower_to_integer(qsrc, plan, weights, rounding=cfg.compiler.rounding, inputs=cfg.inputs)
         return program, build_quantized_graph(program)
 
     def output_cosine(test: Graph) -> float:
@@ -318,7 +330,8 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     present = {o for n in program.nodes for o in n.outputs}
     node_tensors = [t for t in plan.tensors if t in present and t not in graph.outputs]
     node_scales = {t: log2_decode if plan.tensors[t].is_log2 else plan.tensors[t].channel_scales() for t in node_tensors}
-    out_err, node_err = evaluate_outputs(graph, qgraph, eval_batches, None, node_tensors, node_scales)
+    out_err, node_err = evaluate_outputs(graph, qgraph, eval_batches, None, node_tensors, node_scales,
+                                         test_feeds=runtime_feeds(cfg, list(graph.inputs)))
     if not candidates:
         candidates = {method: _mean_cosine(out_err)}
     result = CalibrationResult(graph, plan, weights, method, candidates, node_err, out_err, num_samples=total)

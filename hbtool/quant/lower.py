@@ -81,8 +81,9 @@ class LoweringReport:
 
 class _Lowerer:
     def __init__(self, graph: Graph, plan: QuantPlan, weights: dict[str, tuple[np.ndarray, int]], rounding: str,
-                 bias_delta: dict[str, np.ndarray] | None = None):
+                 bias_delta: dict[str, np.ndarray] | None = None, runtime: dict[str, Any] | None = None):
         self.bias_delta = bias_delta or {}
+        self.runtime = dict(runtime or {})        # model input -> InputSpec of its run-time format
         self.src = graph
         self.plan = plan
         self.weights = weights
@@ -555,6 +556,8 @@ class _Lowerer:
         return self._layernorm(node, [a + len(shape) if a < 0 else a for a in axes])
 
     def _lower_HzPreprocess(self, node: Node) -> bool:
+        if node.inputs[0] in self.runtime:
+            return self._input_conversion(node, self.runtime[node.inputs[0]])
         shape = self.src.shape(node.inputs[0])
         layout = node.attr("layout", "NCHW")
         mean = np.asarray(node.attr("mean"), np.float64)
@@ -575,6 +578,28 @@ class _Lowerer:
         w = np.diag(scale).astype(np.float32)
         fake = Node(node.name, "Linear", [node.inputs[0], "__w"], list(node.outputs), {}, "", None, dict(node.meta))
         return self._linear_like(fake, node.inputs[0], w, -mean * scale, 1)
+
+    def _input_conversion(self, node: Node, spec: Any) -> bool:
+        """The preprocessing of an input fed in its run-time format: one InputConvert from the chip's buffer."""
+        from hbtool.kernels.colour import InputConvert
+        from hbtool.quant.runtime_input import base_type, offset_of, runtime_layout, runtime_shape
+
+        name = node.inputs[0]
+        shape = tuple(int(d) for d in self.src.shape(name))
+        layout = node.attr("layout", "NCHW")
+        h, w = (shape[2], shape[3]) if layout == "NCHW" else (shape[1], shape[2])
+        tq = self.tq(node.outputs[0])
+        if tq.ptf_alpha is not None or tq.is_log2:
+            return False
+        kernel = InputConvert.build(base_type(spec.type_rt), node.attr("train_type"), h, w, node.attr("mean"), node.attr("scale"),
+                                    tq.channel_scales(), tq.bits, layout_in=runtime_layout(spec), layout_out=layout,
+                                    offset=offset_of(spec.type_rt), video_range=spec.space_and_range == "bt601_video",
+                                    rounding=self.rounding)
+        self.out.set_value(name, runtime_shape(spec, shape), kernel.input_dtype)
+        self.emit_kernel(node, "HzInputConvert", kernel, [name], node.outputs[0],
+                         {"input_type_rt": spec.type_rt, "input_type_train": node.attr("train_type")})
+        self.converted.add(name)
+        return True
 
     def _lower_MaxPool(self, node: Node) -> bool:
         if node.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID") or len(node.outputs) > 1 and node.outputs[1]:
@@ -708,6 +733,7 @@ class _Lowerer:
 
     def run(self) -> Graph:
         self.skip: set[str] = set()
+        self.converted: set[str] = set()
         for name in self.src.inputs:
             self.copy_value(name)
             self.floats.add(name)
@@ -744,6 +770,14 @@ class _Lowerer:
             node.meta.update(kernel=Dequantize.build(it.scale), on="CPU", boundary=True)
             outputs.append(o)
         self.out.outputs = outputs
+        for name, spec in self.runtime.items():
+            if name not in self.converted:
+                from hbtool.errors import NotDeployableError
+
+                raise NotDeployableError(
+                    f"input '{name}': input_type_rt {spec.type_rt} needs the input's conversion on the BPU, but its "
+                    "preprocessing node runs in float (on the CPU, or without an integer form)",
+                    "keep the HzPreprocess node and its consumers on the BPU (node_info), or set input_type_rt to the training type")
         self.out.remove_unused()
         self.report.tensors = {it.name: (float(it.scale), int(it.bits)) for it in self.ints.values() if it.name in self.out.values}
         return self.out
@@ -758,15 +792,19 @@ class _Lowerer:
 
 
 def lower_to_integer(graph: Graph, plan: QuantPlan, weights: dict[str, tuple[np.ndarray, int]], rounding: str = "half_up",
-                     bias_delta: dict[str, np.ndarray] | None = None) -> tuple[Graph, LoweringReport]:
+                     bias_delta: dict[str, np.ndarray] | None = None, inputs: Any = None) -> tuple[Graph, LoweringReport]:
     """The integer program of ``graph`` under ``plan`` (see the module docstring).
 
     ``bias_delta`` ``{node: per-channel float delta}`` is added to biases before they are
-    quantized (bias correction).
+    quantized (bias correction). ``inputs`` (the config's InputSpecs): image inputs with a
+    run-time format of their own (:mod:`hbtool.quant.runtime_input`) take that buffer, and
+    their preprocessing node becomes an :class:`~hbtool.kernels.colour.InputConvert`.
     """
+    from hbtool.quant.runtime_input import runtime_specs
+
     if bias_delta is None:
         bias_delta = plan.bias_delta
     check_plan_scales(plan)  # loaded scales, PTF and log2 Softmax edit the plan after build_plan checked it
-    low = _Lowerer(graph.copy(), plan, weights, rounding, bias_delta)
+    low = _Lowerer(graph.copy(), plan, weights, rounding, bias_delta, runtime_specs(list(graph.inputs), inputs))
     prog = low.run()
     return prog, low.report

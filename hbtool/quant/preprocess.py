@@ -21,7 +21,10 @@ and quantized models do (``input_type = input_type_train``). With ``runtime_inpu
 compiled artifact's view) it takes ``input_type_rt`` instead and converts first:
 ``rgb``<->``bgr`` by a Gather on the channel axis, ``yuv444`` to ``rgb``/``bgr`` by the inverse
 of full-range BT.601 (see :func:`hbtool.quant.data.rgb_to_yuv444`; no clipping), ``gray`` and
-same-type pairs need nothing. ``nv12`` is not supported yet (an InputError names the key).
+same-type pairs need nothing. This float view has no ``nv12`` form (an InputError names the key):
+the compiled artifact and the quantized model take nv12 through the integer kernel
+:class:`hbtool.kernels.colour.InputConvert`, which the lowering makes of this node
+(:mod:`hbtool.quant.runtime_input`).
 
 Idempotent: an existing ``HzPreprocess`` reading the same input is rebuilt in place (never a
 second one), so inserting twice, or inserting into a model hbtool wrote, does not apply the
@@ -38,6 +41,7 @@ import numpy as np
 from hbtool.config.types import InputSpec
 from hbtool.errors import InputError
 from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node, Value
+from hbtool.quant.runtime_input import needs_conversion
 
 OP_TYPE = "HzPreprocess"
 METADATA_PREFIX = "hbtool.preprocess."
@@ -163,14 +167,15 @@ def insert_preprocess(graph: Graph, inputs: Sequence[InputSpec], *,
     """Put one HzPreprocess node after every graph input that needs preprocessing.
 
     An input needs it when its ``norm_type`` is not ``no_preprocess`` (a featuremap with a norm
-    type gets one too: the config asked for it), or, with ``runtime_input``, when its
-    ``input_type_rt`` differs from ``input_type_train``. Idempotent; see the module doc.
+    type gets one too: the config asked for it), or when it has a run-time format of its own
+    (:func:`hbtool.quant.runtime_input.needs_conversion`: the node, an Identity in float, is
+    where the integer program converts the chip's buffer). Idempotent; see the module doc.
     Raises InputError for an unknown input name, a non-float input with a norm type, and nv12
     run-time input with ``runtime_input``.
     """
     for index, spec in enumerate(inputs):
         conversion = _conversion(spec, runtime_input)
-        if spec.norm_type == "no_preprocess" and conversion is None:
+        if spec.norm_type == "no_preprocess" and conversion is None and not needs_conversion(spec):
             continue
         name = _input_name(graph, spec, index)
         value = graph.values.get(name)

@@ -3,6 +3,13 @@
 PATH is a ``.npy`` whose first axis stacks samples (``(S, *shape[1:])``, or exactly the
 input's shape), or a folder of images / ``.npy`` / ``.bin`` files read like calibration data
 (one sample per file, sorted by name). Every problem is a one-line InputError.
+
+An input the artifact takes in a run-time format (its description has ``runtime``: nv12,
+yuv444, rgb/bgr/gray in another layout, ``*_128``; see :mod:`hbtool.quant.runtime_input`)
+takes the chip's buffer: a ``.npy`` in that shape and dtype, raw ``.nv12`` files (each a whole
+number of ``H*W*3/2``-byte frames), or images, which are converted as the camera pipeline
+would (:func:`hbtool.quant.runtime_input.to_runtime`); PATH may be one such file or a folder
+of them.
 """
 
 from __future__ import annotations
@@ -37,6 +44,11 @@ class InputSource:
 
 
 def _convert(x: np.ndarray, dtype: np.dtype, name: str, i: int) -> np.ndarray:
+    if dtype.kind in "iu" and dtype.itemsize == 1 and x.dtype.kind in "iuf" and x.size:
+        info = np.iinfo(dtype)
+        if float(x.min()) < info.min or float(x.max()) > info.max:
+            raise InputError(f"input '{name}' sample {i}: values {x.min()}..{x.max()} do not fit {dtype.name}",
+                             f"give the run-time buffer's {dtype.name} values ({info.min}..{info.max})")
     if x.dtype.kind == "f" and not np.all(np.isfinite(x)):
         bad = int(x.size - np.count_nonzero(np.isfinite(x)))
         raise InputError(f"input '{name}' sample {i}: {bad} values are NaN or Inf", "give finite input values")
@@ -88,6 +100,12 @@ def open_inputs(descriptions: list[dict[str, Any]], paths: dict[str, Path]) -> l
         path = paths[name]
         if not path.exists():
             raise InputError(f"--input {name}={path}: no such file or folder", "check the path")
+        if desc.get("runtime") and (path.is_dir() or path.suffix.lower() != ".npy"):
+            from hbtool.simulator.runtime_files import RuntimeReader
+
+            reader = RuntimeReader(desc, path)
+            sources.append(InputSource(name, shape, dtype, len(reader), reader=reader))
+            continue
         if path.is_dir():
             from hbtool.quant.data import _FileInput, _InputInfo
 

@@ -38,9 +38,10 @@ class SimulationResult:
     files: list[Path] = field(default_factory=list)
 
 
-def _compare_session(path: Path, input_names: list[str], output_names: list[str]):
+def _compare_session(path: Path, input_names: list[str], output_names: list[str], runtime_types: dict[str, str] | None = None):
     import onnxruntime as ort
 
+    runtime_types = runtime_types or {}
     if not path.exists():
         raise InputError(f"--compare {path}: no such file", "give the float or quantized ONNX model to compare with")
     try:
@@ -53,6 +54,11 @@ def _compare_session(path: Path, input_names: list[str], output_names: list[str]
     if sorted(have_in) != sorted(input_names):
         raise InputError(f"--compare {path}: its inputs {have_in} differ from the artifact's {input_names}",
                          "compare with a model of the same inputs (e.g. <prefix>_original_float_model.onnx or <prefix>_quantized_model.onnx)")
+    for i in sess.get_inputs():
+        want = runtime_types.get(i.name)
+        if want is not None and i.type != f"tensor({want})":
+            raise InputError(f"--compare {path}: its input '{i.name}' is {i.type}, but the artifact takes the run-time "
+                             f"buffer ({want})", "compare with <prefix>_quantized_model.onnx, which takes the same buffer")
     missing = [o for o in output_names if o not in have_out]
     if missing:
         raise InputError(f"--compare {path}: has no output '{missing[0]}'", "compare with a model of the same outputs")
@@ -70,7 +76,8 @@ def simulate(artifact: Path, inputs: dict[str, Path], output_dir: Path | None = 
     sources = open_inputs(art.header["inputs"], inputs)
     out_names = executor.output_names
     scales = {o["name"]: (o.get("dequantize") or {}).get("scale") for o in art.header["outputs"]}
-    session = _compare_session(Path(compare), executor.input_names, out_names) if compare is not None else None
+    runtime_types = {d["name"]: d["dtype"] for d in art.header["inputs"] if d.get("runtime")}
+    session = _compare_session(Path(compare), executor.input_names, out_names, runtime_types) if compare is not None else None
     errors = {o: RunningErrors() for o in out_names}
     lsb = {o: [0.0, 0, 0] for o in out_names}  # max, within-1-LSB count, total
     collected: dict[str, list[np.ndarray]] = {o: [] for o in out_names}
