@@ -22,6 +22,7 @@ from hbtool.compiler.program_io import program_from_section
 from hbtool.errors import InputError
 from hbtool.ir.graph import Graph, Node
 from hbtool.simulator.accel import accelerate
+from hbtool.simulator.batching import mergeable, merged_kernel, movement_step, per_sample
 from hbtool.simulator.movement import MOVEMENT
 
 
@@ -34,11 +35,18 @@ class _Step:
     free_after: list[str]
 
 
-def _kernel_step(node: Node, fast: bool, threads: int | None) -> Callable:
+def _kernel_step(node: Node, program: Graph, fast: bool, threads: int | None) -> Callable:
+    """The kernel on a batch: merged into its first axis where :func:`.batching.mergeable`, else sample by sample."""
     kernel = node.meta["kernel"]
+    apply = (accelerate(kernel, threads) if fast else None) or kernel.apply_numpy
+    if mergeable(node, program):
+        return merged_kernel(node, program, apply)
+    return per_sample(node, program, _one_sample_kernel(node, apply))
+
+
+def _one_sample_kernel(node: Node, apply: Callable) -> Callable:
     perms = node.meta.get("in_perms") or {}
     out_perm = node.meta.get("out_perm")
-    apply = (accelerate(kernel, threads) if fast else None) or kernel.apply_numpy
 
     def run(xs: list[Any]) -> list[np.ndarray]:
         if perms:
@@ -54,12 +62,12 @@ def _kernel_step(node: Node, fast: bool, threads: int | None) -> Callable:
 def _movement_step(node: Node, program: Graph) -> Callable:
     fn = MOVEMENT.get(node.op_type)
     if fn is None:
-        return _reference_step(node, program)
+        return per_sample(node, program, _reference_step(node, program))
 
     def run(xs: list[Any]) -> list[np.ndarray]:
         return fn(node, program, *xs)
 
-    return run
+    return movement_step(node, program, run)
 
 
 def _reference_step(node: Node, program: Graph) -> Callable:
@@ -133,9 +141,9 @@ class Executor:
         self.steps: list[_Step] = []
         for k, n in enumerate(nodes):
             if n.op_type == CPU_SUBGRAPH_OP:
-                run = _cpu_step(n, subgraphs[int(n.attrs["index"])], threads)
+                run = per_sample(n, self.program, _cpu_step(n, subgraphs[int(n.attrs["index"])], threads))
             elif "kernel" in n.meta:
-                run = _kernel_step(n, fast, threads)
+                run = _kernel_step(n, self.program, fast, threads)
             else:
                 run = _movement_step(n, self.program)
             free = [i for i in dict.fromkeys(n.inputs) if i and last_use.get(i) == k and i not in keep and not self.program.is_const(i)]
@@ -150,9 +158,31 @@ class Executor:
     def output_names(self) -> list[str]:
         return list(self.program.outputs)
 
+    def samples_in(self, feeds: dict[str, np.ndarray]) -> int:
+        """How many samples ``feeds`` stack (each input's first axis holds ``S`` times the program's)."""
+        counts = set()
+        for name in self.program.inputs:
+            shape = tuple(self.program.shape(name))
+            x = feeds[name]
+            if x.ndim != len(shape) or tuple(x.shape[1:]) != shape[1:] or not shape or x.shape[0] % shape[0]:
+                raise InputError(f"simulate: input '{name}' has shape {tuple(x.shape)}, the program takes {shape}"
+                                 " (or samples stacked on its first axis)", "give arrays of the input's shape")
+            counts.add(x.shape[0] // shape[0])
+        if len(counts) != 1:
+            raise InputError("simulate: the inputs stack different numbers of samples", "give every input the same number")
+        return counts.pop()
+
     def run(self, feeds: dict[str, np.ndarray], keep: set[str] | None = None) -> dict[str, np.ndarray]:
-        """Outputs (dequantized float32) for one batch; ``keep`` also returns these tensors."""
-        values: dict[str, Any] = dict(feeds)
+        """Outputs (dequantized float32) of ``S`` samples stacked on each input's first axis, stacked the same way.
+
+        One sample is the program's own shapes; ``S`` samples run as one batch (see
+        :mod:`.batching`). ``keep`` also returns these tensors.
+        """
+        S = self.samples_in(feeds)
+        values: dict[str, Any] = {}
+        for name in self.program.inputs:
+            shape = tuple(self.program.shape(name))
+            values[name] = feeds[name].reshape((S,) + shape)
         keep = keep or set()
         for step in self.steps:
             xs = []
@@ -173,4 +203,9 @@ class Executor:
             for name in step.free_after:
                 if name not in keep:
                     values.pop(name, None)
-        return {name: values[name] for name in list(self.program.outputs) + sorted(keep) if name in values}
+        out = {}
+        for name in list(self.program.outputs) + sorted(keep):
+            if name in values:
+                y = values[name]
+                out[name] = y.reshape(()) if y.ndim == 1 and S == 1 else y.reshape((S * y.shape[1],) + y.shape[2:]) if y.ndim > 1 else y
+        return out

@@ -35,6 +35,14 @@ class InputSource:
             x = self.reader.read(i)
         return _convert(x, self.dtype, self.name, i)
 
+    def batch(self, start: int, stop: int) -> np.ndarray:
+        """Samples ``start..stop-1`` stacked on the first axis (one slice of a memory-mapped stack)."""
+        if self.array is not None:
+            b = self.shape[0]
+            x = np.asarray(self.array[start * b:stop * b])
+            return _convert(x, self.dtype, self.name, start)
+        return np.concatenate([self.sample(i) for i in range(start, stop)], axis=0)
+
 
 def _convert(x: np.ndarray, dtype: np.dtype, name: str, i: int) -> np.ndarray:
     if x.dtype.kind == "f" and not np.all(np.isfinite(x)):
@@ -123,3 +131,28 @@ def iter_samples(sources: list[InputSource]) -> Iterator[dict[str, np.ndarray]]:
     n = sources[0].count if sources else 0
     for i in range(n):
         yield {s.name: s.sample(i) for s in sources}
+
+
+def iter_batches(sources: list[InputSource], batch_size: int, start: int = 0) -> Iterator[tuple[int, int, dict[str, np.ndarray]]]:
+    """``(first, stop, feeds)`` for batches of ``batch_size`` samples from sample ``start`` on.
+
+    The next batch is read (images decoded, pages of the stack faulted in) on a background
+    thread while the caller runs the current one; at most two batches are in memory.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    n = sources[0].count if sources else 0
+    bounds = [(i, min(i + batch_size, n)) for i in range(start, n, batch_size)]
+    if not bounds:
+        return
+
+    def read(span):
+        return {s.name: s.batch(*span) for s in sources}
+
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(read, bounds[0])
+        for k, span in enumerate(bounds):
+            feeds = pending.result()
+            if k + 1 < len(bounds):
+                pending = pool.submit(read, bounds[k + 1])
+            yield span[0], span[1], feeds
