@@ -28,6 +28,7 @@ numpy form unchanged.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import numpy as np
@@ -222,6 +223,26 @@ def _integer_gemm_is_exact(session, w: np.ndarray) -> bool:
     return bool(np.array_equal(got[np.arange(2 * N), cols], want))
 
 
+@functools.lru_cache(maxsize=None)
+def _cpu_integer_gemm_never_saturates() -> bool:
+    """Whether this CPU's uint8 x int8 GEMM is exact for every int8 weight (no saturating pair sums).
+
+    The largest pair sums are 255 under weights all 127 and all -128: if those come out exact the
+    kernel accumulates in int32 (VNNI/AMX) and every weight is exact; if not, each weight is
+    tested on its own (:func:`_integer_gemm_is_exact`). One small GEMM per process, where testing a
+    large weight (a recogniser's 18,000-class head: a 36,000 x 18,000 product) took a minute.
+    """
+    from onnx import helper, numpy_helper
+
+    K = 64
+    w = np.stack([np.full(K, 127), np.full(K, -128), np.where(np.arange(K) % 2, 127, -128)], axis=1).astype(np.int64)
+    inits = [numpy_helper.from_array(w.astype(np.int8), "w"), numpy_helper.from_array(np.array(128, np.uint8), "xz")]
+    session = _integer_session(helper.make_node("MatMulInteger", ["x", "w", "xz"], ["y"]), inits, 1)
+    x = np.stack([np.full(K, 255), np.zeros(K), np.where(np.arange(K) % 2, 255, 0)]).astype(np.uint8)
+    got = session.run(None, {"x": x})[0].astype(np.int64)
+    return bool(np.array_equal(got, (x.astype(np.int64) - 128) @ w)) and _integer_gemm_is_exact(session, w)
+
+
 def _integer_linear(w: np.ndarray, threads: int | None):
     """A ``MatMulInteger`` session (uint8 activations with zero point 128, int8 weights), or None
     when the weight is not int8, the int32 sums could overflow, or the CPU's kernel is not exact."""
@@ -232,6 +253,10 @@ def _integer_linear(w: np.ndarray, threads: int | None):
         return None
     inits = [numpy_helper.from_array(w.astype(np.int8), "w"), numpy_helper.from_array(np.array(128, np.uint8), "xz")]
     session = _integer_session(helper.make_node("MatMulInteger", ["x", "w", "xz"], ["y"]), inits, threads)
+    if _cpu_integer_gemm_never_saturates():
+        return session
+    if 2 * N * N * K > 2**30:
+        return None  # too big to test alone: the exact float product runs instead
     return session if _integer_gemm_is_exact(session, w) else None
 
 

@@ -242,26 +242,30 @@ def _index_map(node: Node, program: Graph, run_one: Run) -> Run | None:
             else:
                 xs.append(program.const(name))
         runs.append([np.asarray(y) for y in run_one(xs)])
+    # constants joined with the data decide the output dtype, as they do in the one-sample op
+    const_types = [np.asarray(program.const(n)).dtype for n, a in zip(node.inputs, active)
+                   if n and not a and (data is None or node.inputs.index(n) in data)]
     maps = []
     for y0, y1 in zip(*runs):
         moved = (y1 - y0) == (bases[1] - bases[0])
-        idx = np.where(moved, y0 - bases[0], 0).reshape(-1)
+        idx = np.where(moved, y0 - bases[0], 0).astype(np.int64).reshape(-1)
         fill = np.where(moved, 0, y0).reshape(-1)
         maps.append((np.ascontiguousarray(idx), moved.reshape(-1), fill, y0.shape, bool(np.all(moved))))
 
     def run(xs: list[Any]) -> list[np.ndarray]:
         parts = [x for x, a in zip(xs, active) if a]
         S = parts[0].shape[0]
-        dtype = np.result_type(*parts)
         src = parts[0].reshape(S, -1) if len(parts) == 1 else np.concatenate([p.reshape(S, -1) for p in parts], axis=1)
         outs = []
         for idx, moved, fill, shape, full in maps:
             y = np.take(src, idx, axis=1)
             if not full:
-                info = np.iinfo(dtype) if dtype.kind in "iu" else None
-                if info is not None and (fill.min(initial=0) < info.min or fill.max(initial=0) > info.max):
-                    y = y.astype(np.int64)
-                y = np.where(moved, y, fill.astype(y.dtype))
+                dtype = np.result_type(y.dtype, *const_types)
+                if dtype.kind in "iu":
+                    info = np.iinfo(dtype)
+                    if fill.min(initial=0) < info.min or fill.max(initial=0) > info.max:
+                        dtype = np.dtype(np.int64)
+                y = np.where(moved, y.astype(dtype, copy=False), fill.astype(dtype))
             outs.append(y.reshape((S,) + shape))
         return outs
 

@@ -123,11 +123,11 @@ class Executor:
     """Runs one artifact's program on one batch of inputs at a time."""
 
     def __init__(self, artifact: Artifact, threads: int | None = None, fast: bool = True):
-        """``threads``: cores for onnxruntime and the numba loops (None: all); numba's count is process-wide."""
-        if threads:
-            import numba
+        """``threads``: cores for onnxruntime and the integer loops (None: all); the loops' count is process-wide."""
+        from hbtool.simulator.accel import fused
 
-            numba.set_num_threads(max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS)))
+        if fused is not None:
+            fused.set_threads(threads)
         self.header = artifact.header
         self.program = program_from_section(artifact.header["program"])
         subgraphs = artifact.header.get("cpu_subgraphs", [])
