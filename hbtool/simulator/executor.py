@@ -7,6 +7,10 @@ compiler's passes recorded (``in_perms``/``out_perm``); data-movement nodes run
 :mod:`.movement`; CPU subgraphs run in onnxruntime, as on the A55 cluster. Integer tensors
 are int16 arrays where a fast form wrote them and int64 where a numpy form did (every form
 accepts any integer dtype); a tensor is freed as soon as its last reader has run.
+
+``run`` takes any number of samples stacked on each input's first axis and runs them in passes
+of up to :attr:`Executor.micro_batch` samples, every tensor carrying a leading sample axis
+(:mod:`.batching`); the results are those of one sample at a time, bit for bit.
 """
 
 from __future__ import annotations
@@ -127,7 +131,7 @@ def _cpu_step(node: Node, subgraph: dict[str, Any], threads: int | None) -> Call
 
 
 class Executor:
-    """Runs one artifact's program on one batch of inputs at a time."""
+    """Runs one artifact's program on batches of samples."""
 
     def __init__(self, artifact: Artifact, threads: int | None = None, fast: bool = True):
         """``threads``: cores for onnxruntime and the integer loops (None: all); the loops' count is process-wide."""
