@@ -66,7 +66,10 @@ def run_simulate(art: Path, name: str, stack: Path, out: Path, batch: int, resum
     t0 = time.perf_counter()
     log = out.parent / f"{out.name}.log"
     with open(log, "w") as sink:
-        proc = subprocess.Popen(cmd, env=env, stdout=sink, stderr=subprocess.STDOUT, text=True)
+        # SIGINT as Ctrl-C delivers it: a shell starts background jobs with SIGINT ignored, and a
+        # child that inherits that never sees the interruption
+        proc = subprocess.Popen(cmd, env=env, stdout=sink, stderr=subprocess.STDOUT, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     trace = []
     state = out / ".partial" / "state.json"
     interrupted = False

@@ -243,8 +243,14 @@ def simulate(artifact: Path, inputs: tuple[str, ...], output_dir: Path | None, c
             speed = progress.tasks[tasks[stage]].speed
             progress.update(tasks[stage], rate=f"{speed:.1f} samples/s" if speed else "")
 
-        result = run_simulation(artifact, parse_input_args(list(inputs)), output_dir, compare, progress=update,
-                                threads=threads, batch_size=batch_size, resume=resume, keep_outputs=False)
+        try:
+            result = run_simulation(artifact, parse_input_args(list(inputs)), output_dir, compare, progress=update,
+                                    threads=threads, batch_size=batch_size, resume=resume, keep_outputs=False)
+        except KeyboardInterrupt:
+            if output_dir is None:
+                raise
+            raise InputError(f"interrupted (Ctrl-C); the finished batches are kept in {output_dir}/.partial",
+                             "run the same command with --resume to continue where it stopped") from None
     print_simulation(result)
     for path in result.files:
         click.echo(f"wrote {path}")

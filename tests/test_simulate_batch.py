@@ -183,3 +183,22 @@ def test_bad_stream_options_are_one_line_errors(cnn, tmp_path, args, message):
     r = CliRunner().invoke(main, ["simulate", str(cnn / "tiny_cnn.hbm"), "--input", f"input={tmp_path / 'x.npy'}", *args])
     assert r.exit_code == 2, r.output
     assert message in r.output and "fix:" in r.output and len(r.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [((2, 5, 3, 4), (2, 5, 1, 1)), ((2, 5, 3, 4), (5, 1, 1)), ((1, 5, 1, 1), (3, 5, 6, 2)),
+                                              ((2, 5, 3, 4), (1,)), ((4, 6), (4, 1)), ((2, 5, 3, 4), (1, 5, 1, 1))])
+@pytest.mark.parametrize("sub", [False, True])
+def test_channel_scale_add_and_mul_run_one_value_per_row_bit_exact(a_shape, b_shape, sub):
+    """The SE-block form: one operand constant over the trailing axes of the other (no broadcast copy)."""
+    from hbtool.kernels import Add, Mul
+    from hbtool.simulator import accel
+
+    rng = np.random.default_rng(3)
+    a = rng.integers(-32768, 32768, a_shape)
+    b = rng.integers(-128, 128, b_shape)
+    a.reshape(-1)[:2] = [-32768, 32767]
+    assert accel._row_scalars(a.astype(np.int16), b.astype(np.int16)) is not None
+    add = Add.build(0.02, 0.003, 0.025, 16, 16, 8, sub=sub)
+    np.testing.assert_array_equal(accel.accelerate(add)(a.astype(np.int16), b.astype(np.int16)), add.apply_numpy(a, b))
+    mul = Mul.build(0.02, 0.0003, 0.01, 16, 8, 8)
+    np.testing.assert_array_equal(accel.accelerate(mul)(a.astype(np.int16), b.astype(np.int16)), mul.apply_numpy(a, b))

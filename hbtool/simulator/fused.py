@@ -355,6 +355,30 @@ def _mul_rows(r0_, r1_, a, b, m, n, clamp, pre, lo, hi, mode, out):
 
 
 @_jit()
+def _mul_rowscalar(r0_, r1_, a, b, m, n, clamp, pre, lo, hi, mode, out):
+    """:meth:`Mul.apply_numpy` with one ``b`` value per row of ``a`` (a channel scale over the spatial axes),
+    ``b`` repeating over ``a``'s rows (``R % b.size == 0``)."""
+    R, Q = out.shape
+    Rb = b.shape[0]
+    for r in range(r0_, r1_):
+        bv = np.int64(b[r % Rb])
+        for q in range(Q):
+            out[r, q] = _requant_one(np.int64(a[r, q]) * bv, m, n, clamp, pre, lo, hi, mode)
+
+
+@_jit()
+def _add_rowscalar(r0_, r1_, a, b, A, B, n, lo, hi, mode, out):
+    """:meth:`Add.apply_numpy` (scalar ``A``, ``B``, ``n``) with one ``b`` value per row of ``a``, repeating as in
+    :func:`_mul_rowscalar`."""
+    R, Q = out.shape
+    Rb = b.shape[0]
+    for r in range(r0_, r1_):
+        bb = B * np.int64(b[r % Rb])
+        for q in range(Q):
+            out[r, q] = _clip(_rshift(np.int64(a[r, q]) * A + bb, n, mode), lo, hi)
+
+
+@_jit()
 def _lookup(r0_, r1_, x, table, offset, out):
     """``out[i] = table[x[i] + offset]`` (a whole-code-range table of an elementwise kernel)."""
     for i in range(r0_, r1_):
@@ -419,6 +443,16 @@ def add_rows(a, b, A, B, n, lo, hi, mode, out):
 def mul_rows(a, b, m, n, clamp, pre, lo, hi, mode, out):
     """:func:`_mul_rows` over all rows, split across the cores when the tensor is big enough."""
     over_rows(_mul_rows, out.shape[0], out.size, a, b, m, n, clamp, pre, lo, hi, mode, out)
+
+
+def mul_rowscalar(a, b, m, n, clamp, pre, lo, hi, mode, out):
+    """:func:`_mul_rowscalar` over all rows, split across the cores when the tensor is big enough."""
+    over_rows(_mul_rowscalar, out.shape[0], out.size, a, b, m, n, clamp, pre, lo, hi, mode, out)
+
+
+def add_rowscalar(a, b, A, B, n, lo, hi, mode, out):
+    """:func:`_add_rowscalar` over all rows, split across the cores when the tensor is big enough."""
+    over_rows(_add_rowscalar, out.shape[0], out.size, a, b, A, B, n, lo, hi, mode, out)
 
 
 def lookup(x, table, offset, out):

@@ -36,12 +36,32 @@ class InputSource:
         return _convert(x, self.dtype, self.name, i)
 
     def batch(self, start: int, stop: int) -> np.ndarray:
-        """Samples ``start..stop-1`` stacked on the first axis (one slice of a memory-mapped stack)."""
+        """Samples ``start..stop-1`` stacked on the first axis (one slice of a memory-mapped stack).
+
+        The slice is copied out and the stack's pages are released again (``MADV_DONTNEED``, clean
+        file pages: nothing is lost), so reading a stack of any size leaves the process's resident
+        memory where it was instead of growing by every page read.
+        """
         if self.array is not None:
             b = self.shape[0]
-            x = np.asarray(self.array[start * b:stop * b])
+            x = np.array(self.array[start * b:stop * b])
+            release_pages(self.array)
             return _convert(x, self.dtype, self.name, start)
         return np.concatenate([self.sample(i) for i in range(start, stop)], axis=0)
+
+
+def release_pages(array: np.ndarray) -> None:
+    """Drop a memory-mapped array's resident pages (they are re-read from, or were written to, its file)."""
+    import mmap
+
+    mapping = getattr(array, "_mmap", None)
+    advice = getattr(mmap, "MADV_DONTNEED", None)
+    if mapping is None or advice is None:
+        return
+    try:
+        mapping.madvise(advice)
+    except (OSError, ValueError):  # pragma: no cover - a platform without madvise on file maps
+        pass
 
 
 def _convert(x: np.ndarray, dtype: np.dtype, name: str, i: int) -> np.ndarray:

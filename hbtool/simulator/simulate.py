@@ -14,7 +14,7 @@ from hbtool.compiler.artifact import read_artifact
 from hbtool.errors import InputError
 from hbtool.quant.metrics import RunningErrors
 from hbtool.simulator.executor import Executor
-from hbtool.simulator.inputs import iter_batches, open_inputs
+from hbtool.simulator.inputs import iter_batches, open_inputs, release_pages
 
 
 @dataclass
@@ -129,6 +129,7 @@ class _OutputFiles:
             rows = self.shapes[o][0] if self.shapes[o] else 1
             arr[first * rows: stop * rows] = np.asarray(outs[o], np.float32).reshape((-1,) + arr.shape[1:])
             arr.flush()
+            release_pages(arr)  # written to the file: resident memory stays one batch whatever the count
         payload = {self._state_path(): json.dumps({"key": self.key, "done": stop}).encode()}
         if extras is not None:
             payload[self.partial / "compare.pkl"] = pickle.dumps(extras)
