@@ -219,15 +219,38 @@ def info(artifact: Path, as_json: bool) -> None:
 @click.option("--output-dir", "-o", type=click.Path(path_type=Path), default=None, help="Write <output name>.npy (dequantized float32, one row per sample) here.")
 @click.option("--compare", type=click.Path(path_type=Path), default=None, help="ONNX model (float or quantized) to compare the outputs with.")
 @click.option("--threads", type=int, default=None, help="CPU threads for the emulator, CPU subgraphs and --compare (default: all cores).")
-def simulate(artifact: Path, inputs: tuple[str, ...], output_dir: Path | None, compare: Path | None, threads: int | None) -> None:
+@click.option("--batch-size", "-b", type=int, default=16, show_default=True, help="Samples per pass through the integer program (results do not depend on it).")
+@click.option("--resume", is_flag=True, help="Continue an interrupted run into the same --output-dir where it stopped.")
+def simulate(artifact: Path, inputs: tuple[str, ...], output_dir: Path | None, compare: Path | None, threads: int | None,
+             batch_size: int, resume: bool) -> None:
     """Run an artifact's integer program on inputs, bit-exactly, and compare with an ONNX model."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
     from hbtool.simulator.inputs import parse_input_args
     from hbtool.simulator.report import print_simulation
     from hbtool.simulator.simulate import simulate as run_simulation
 
-    with _progress_bar() as progress:
-        result = run_simulation(artifact, parse_input_args(list(inputs)), output_dir, compare,
-                                progress=_progress_callback(progress), threads=threads)
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("[progress.data.speed]{task.fields[rate]}"),
+                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), transient=True)
+    with bar as progress:
+        tasks: dict[str, int] = {}
+
+        def update(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = progress.add_task(stage, total=total, rate="")
+            progress.update(tasks[stage], completed=done, total=total)
+            speed = progress.tasks[tasks[stage]].speed
+            progress.update(tasks[stage], rate=f"{speed:.1f} samples/s" if speed else "")
+
+        try:
+            result = run_simulation(artifact, parse_input_args(list(inputs)), output_dir, compare, progress=update,
+                                    threads=threads, batch_size=batch_size, resume=resume, keep_outputs=False)
+        except KeyboardInterrupt:
+            if output_dir is None:
+                raise
+            raise InputError(f"interrupted (Ctrl-C); the finished batches are kept in {output_dir}/.partial",
+                             "run the same command with --resume to continue where it stopped") from None
     print_simulation(result)
     for path in result.files:
         click.echo(f"wrote {path}")

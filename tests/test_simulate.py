@@ -150,6 +150,7 @@ def test_linear_integer_and_float_forms_are_bit_exact(monkeypatch, in_bits, inte
     """The uint8 x int8 GEMM path (forced on with weights no CPU's kernel can saturate, |w| <= 64)
     and the float path the self-test falls back to."""
     monkeypatch.setattr(accel, "_integer_gemm_is_exact", lambda session, w: integer)
+    monkeypatch.setattr(accel, "_cpu_integer_gemm_never_saturates", lambda: integer)  # the once-per-process probe
     wmax = 64 if integer else 127
     w = RNG.integers(-wmax, wmax + 1, size=(300, 24))
     kern = Linear.build(w, RNG.integers(-5000, 5000, 24), 0.02, RNG.uniform(0.001, 0.01, 24), 0.7, in_bits=in_bits, out_bits=16)
@@ -357,18 +358,20 @@ def test_every_hot_kernel_of_the_tiny_models_has_a_fast_form(cnn_artifact, tmp_p
 
 
 def test_thread_count_changes_speed_not_numbers(cnn_artifact):
-    import numba
-
     from hbtool.compiler.artifact import read_artifact
+    from hbtool.simulator import fused
     from hbtool.simulator.executor import Executor
 
     art = read_artifact(cnn_artifact / "tiny_cnn.hbm")
-    x = {"input": np.load(HELDOUT)["images"][:1].astype(np.float32)}
-    default = numba.get_num_threads()
+    # 32 samples per pass: tensors big enough for the loops to split their rows over threads
+    x = {"input": np.load(HELDOUT)["images"][:32].astype(np.float32)}
     try:
         one = Executor(art, threads=1).run(x)
-        assert numba.get_num_threads() == 1
+        assert fused._THREADS[0] == 1
+        three = Executor(art, threads=3).run(x)
+        assert fused._THREADS[0] == 3
     finally:
-        numba.set_num_threads(default)
+        fused.set_threads(None)
     for name, y in Executor(art).run(x).items():
         np.testing.assert_array_equal(one[name], y)
+        np.testing.assert_array_equal(three[name], y)

@@ -2,6 +2,9 @@
 
 :mod:`.movement`  numpy forms of the data-movement ops (reshape, transpose, slice, window ops...)
 :mod:`.executor`  the program interpreter: integer kernels, data movement, CPU subgraphs in onnxruntime
+:mod:`.batching`  many samples per pass: the sample axis through a one-sample program
+:mod:`.accel`     exact faster forms of the kernels (products in onnxruntime)
+:mod:`.fused`     the integer loops after the products, compiled by numba, rows over the cores
 :mod:`.inputs`    reading and checking the user's inputs (``.npy`` stacks, folders of images/arrays)
-:mod:`.simulate`  the driver behind the CLI: batches, outputs, the comparison table
+:mod:`.simulate`  the driver behind the CLI: batches, streamed and resumable outputs, the comparison table
 """

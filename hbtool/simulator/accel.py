@@ -28,6 +28,7 @@ numpy form unchanged.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import numpy as np
@@ -222,6 +223,26 @@ def _integer_gemm_is_exact(session, w: np.ndarray) -> bool:
     return bool(np.array_equal(got[np.arange(2 * N), cols], want))
 
 
+@functools.lru_cache(maxsize=None)
+def _cpu_integer_gemm_never_saturates() -> bool:
+    """Whether this CPU's uint8 x int8 GEMM is exact for every int8 weight (no saturating pair sums).
+
+    The largest pair sums are 255 under weights all 127 and all -128: if those come out exact the
+    kernel accumulates in int32 (VNNI/AMX) and every weight is exact; if not, each weight is
+    tested on its own (:func:`_integer_gemm_is_exact`). One small GEMM per process, where testing a
+    large weight (a recogniser's 18,000-class head: a 36,000 x 18,000 product) took a minute.
+    """
+    from onnx import helper, numpy_helper
+
+    K = 64
+    w = np.stack([np.full(K, 127), np.full(K, -128), np.where(np.arange(K) % 2, 127, -128)], axis=1).astype(np.int64)
+    inits = [numpy_helper.from_array(w.astype(np.int8), "w"), numpy_helper.from_array(np.array(128, np.uint8), "xz")]
+    session = _integer_session(helper.make_node("MatMulInteger", ["x", "w", "xz"], ["y"]), inits, 1)
+    x = np.stack([np.full(K, 255), np.zeros(K), np.where(np.arange(K) % 2, 255, 0)]).astype(np.uint8)
+    got = session.run(None, {"x": x})[0].astype(np.int64)
+    return bool(np.array_equal(got, (x.astype(np.int64) - 128) @ w)) and _integer_gemm_is_exact(session, w)
+
+
 def _integer_linear(w: np.ndarray, threads: int | None):
     """A ``MatMulInteger`` session (uint8 activations with zero point 128, int8 weights), or None
     when the weight is not int8, the int32 sums could overflow, or the CPU's kernel is not exact."""
@@ -232,6 +253,10 @@ def _integer_linear(w: np.ndarray, threads: int | None):
         return None
     inits = [numpy_helper.from_array(w.astype(np.int8), "w"), numpy_helper.from_array(np.array(128, np.uint8), "xz")]
     session = _integer_session(helper.make_node("MatMulInteger", ["x", "w", "xz"], ["y"]), inits, threads)
+    if _cpu_integer_gemm_never_saturates():
+        return session
+    if 2 * N * N * K > 2**30:
+        return None  # too big to test alone: the exact float product runs instead
     return session if _integer_gemm_is_exact(session, w) else None
 
 
@@ -480,6 +505,35 @@ def _rows(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool, t
     return big2, small2, swapped, shape
 
 
+def _row_scalars(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool, tuple] | None:
+    """``(big (R, Q), small (Rs,), swapped, out_shape)`` when one operand is constant along the trailing
+    axes of the other (a channel scale ``(N, C, 1, 1)`` over ``(N, C, H, W)``, a scalar), else None;
+    ``small`` repeats over ``big``'s rows (``R % Rs == 0``) where it lacks leading axes.
+
+    Then the small operand is one value per row: no broadcast copy, one pass.
+    """
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    if len(shape) == 0 or 0 in shape:
+        return None
+    if tuple(a.shape) == tuple(shape) and tuple(b.shape) != tuple(shape):
+        big, small, swapped = a, b, False
+    elif tuple(b.shape) == tuple(shape) and tuple(a.shape) != tuple(shape):
+        big, small, swapped = b, a, True
+    else:
+        return None
+    padded = (1,) * (len(shape) - small.ndim) + tuple(small.shape)
+    k = len(shape)
+    while k > 0 and padded[k - 1] == 1:
+        k -= 1
+    j = 0
+    while j < k and padded[j] == 1:
+        j += 1
+    if k == len(shape) or tuple(padded[j:k]) != tuple(shape[j:k]):
+        return None  # varies along the last axis, or a pattern other than leading repetition
+    rows = int(np.prod(shape[:k]))
+    return as_stored(big).reshape(rows, -1), as_stored(small).reshape(-1), swapped, shape
+
+
 def _per_channel(v, C: int) -> np.ndarray:
     arr = np.asarray(v, np.int64).reshape(-1)
     return np.ascontiguousarray(np.broadcast_to(arr, (C,)) if arr.size == 1 else arr)
@@ -494,8 +548,18 @@ def add_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray, np.nda
     dtype = storage_dtype(kernel.lo, kernel.hi)
     mode = fused.MODE_CODES[kernel.rounding]
 
+    scalar = A.size == 1 and B.size == 1 and n.size == 1
+
     def run(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        plan = _rows(np.asarray(a), np.asarray(b))
+        a, b = np.asarray(a), np.asarray(b)
+        by_row = _row_scalars(a, b) if scalar else None
+        if by_row is not None:
+            big, small, swapped, shape = by_row
+            fa, fb = (B.reshape(()), A.reshape(())) if swapped else (A.reshape(()), B.reshape(()))
+            out = np.empty(big.shape, dtype)
+            fused.add_rowscalar(big, small, np.int64(fa), np.int64(fb), np.int64(n.reshape(())), lo, hi, mode, out)
+            return out.reshape(shape)
+        plan = _rows(a, b)
         if plan is None:
             return kernel.apply_numpy(a, b)
         big, small, swapped, shape = plan
@@ -518,7 +582,14 @@ def mul_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray, np.nda
     p = RequantParams(rq, 1)
 
     def run(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        plan = _rows(np.asarray(a), np.asarray(b))
+        a, b = np.asarray(a), np.asarray(b)
+        by_row = _row_scalars(a, b)
+        if by_row is not None:
+            big, small, _, shape = by_row
+            out = np.empty(big.shape, p.dtype)
+            fused.mul_rowscalar(big, small, p.M[0], p.n[0], p.clamp[0], p.pre[0], p.lo, p.hi, p.mode, out)
+            return out.reshape(shape)
+        plan = _rows(a, b)
         if plan is None:
             return kernel.apply_numpy(a, b)
         big, small, _, shape = plan

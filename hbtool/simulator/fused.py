@@ -4,7 +4,7 @@ The kernels' numpy forms (:mod:`hbtool.kernels`) spell each step as a whole-arra
 operation: a requantization is four passes over the tensor, a LayerNorm about twenty. On
 a memory-bound two-core machine those passes, not the products, dominated the emulator's
 time. The loops here do the same integer arithmetic element by element, in one or two
-passes, on narrow (int8/int16) tensors, in parallel over rows. They are the same
+passes, on narrow (int8/int16) tensors, rows split over the cores. They are the same
 definitions in another spelling; ``tests/test_simulate.py`` and the fuzzer check each one
 bit for bit against the kernel's numpy form, rounding ties and saturation included.
 
@@ -17,16 +17,92 @@ Rounding modes are passed as small ints (:data:`MODE_CODES`).
 
 from __future__ import annotations
 
-import numpy as np
-from numba import njit, prange
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+
+def _default_cache_dir() -> None:
+    """Point numba's on-disk cache at the user's cache folder (``~/.cache/hbtool/numba``) unless
+    ``NUMBA_CACHE_DIR`` says otherwise: a place every user can write, whether hbtool is a clone or
+    a read-only install, so the loops compile once per machine, not once per process."""
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    folder = base / "hbtool" / "numba"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return  # numba falls back to beside this file, or compiles without a cache
+    if os.access(folder, os.W_OK):
+        os.environ["NUMBA_CACHE_DIR"] = str(folder)
+
+
+_default_cache_dir()
+
+import numpy as np  # noqa: E402
+from numba import config as _numba_config, njit  # noqa: E402
+
+if os.environ.get("NUMBA_CACHE_DIR") and not _numba_config.CACHE_DIR:  # numba was imported before us
+    _numba_config.CACHE_DIR = os.environ["NUMBA_CACHE_DIR"]
 
 MODE_CODES = {"floor": 0, "half_up": 1, "half_away": 2, "half_even": 3}
 
 
+def _content_keyed_cache() -> None:
+    """Key the compiled loops on this file's bytes, not its path and mtime.
+
+    numba's own cache is keyed on the source file's location and modification time, so every
+    fresh clone or reinstall compiled the loops again (about 30 s on two cores). Keyed on the
+    content, a clone or install of the same version on the same machine finds them compiled.
+    Only this module's functions use this locator; numba's internals are touched defensively:
+    if they change, numba's default locators apply.
+    """
+    import hashlib
+    import sys
+
+    try:
+        from numba.core import caching
+    except ImportError:  # pragma: no cover
+        return
+    here = os.path.abspath(__file__)
+    try:
+        digest = hashlib.sha256(Path(here).read_bytes()).hexdigest()[:20]
+    except OSError:  # pragma: no cover
+        return
+    root = _numba_config.CACHE_DIR
+
+    class ContentKeyedLocator(caching.UserProvidedCacheLocator):
+        def __init__(self, py_func, py_file):
+            self._py_file = py_file
+            self._lineno = py_func.__code__.co_firstlineno
+            self._cache_path = os.path.join(root, f"fused-{digest}-py{sys.version_info[0]}{sys.version_info[1]}")
+
+        def get_source_stamp(self):
+            return digest
+
+        @classmethod
+        def from_function(cls, py_func, py_file):
+            if not root or os.path.abspath(py_file) != here:
+                return None
+            return super().from_function(py_func, py_file)
+
+    impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl", None)
+    classes = getattr(impl, "_locator_classes", None)
+    if isinstance(classes, list) and not any(c.__name__ == "ContentKeyedLocator" for c in classes):
+        classes.insert(0, ContentKeyedLocator)
+
+
+_content_keyed_cache()
+
+
 def _jit(**options):
-    """``numba.njit`` with the on-disk cache (compiled once per machine) where a folder for it is
-    writable (beside this file, ``NUMBA_CACHE_DIR`` or the user's cache directory); without one,
-    numba refuses ``cache=True`` and the loops are compiled in every process instead."""
+    """``numba.njit`` (serial, GIL released) with the on-disk cache where a folder for it is
+    writable; without one numba refuses ``cache=True`` and the loops compile in every process.
+
+    Serial loops compile about five times faster than ``parallel=True`` ones (numba's parfors
+    pass): that is most of a first run's cost. The cores are used by :func:`over_rows` instead.
+    """
     def decorate(fn):
         try:
             return njit(cache=True, nogil=True, **options)(fn)
@@ -35,6 +111,38 @@ def _jit(**options):
 
     return decorate
 
+
+# ------------------------------------------------------------------------------ threads
+_THREADS = [max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))]
+_POOL: list[ThreadPoolExecutor | None] = [None]
+MIN_PARALLEL_WORK = 1 << 15  # elements below which splitting across threads costs more than it saves
+
+
+def set_threads(n: int | None) -> None:
+    """Cores the loops split their rows over (None: all of this process's)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    n = cores if not n else max(1, int(n))
+    if n != _THREADS[0] and _POOL[0] is not None:
+        _POOL[0].shutdown(wait=True)
+        _POOL[0] = None
+    _THREADS[0] = n
+
+
+def over_rows(loop, rows: int, work: int, *args) -> None:
+    """``loop(r0, r1, *args)`` over ``[0, rows)``: in the calling thread for small tensors, else in one
+    contiguous chunk per core (the loops release the GIL, rows are independent, so the result is the
+    same integers in any split)."""
+    threads = min(_THREADS[0], rows)
+    if threads <= 1 or work < MIN_PARALLEL_WORK:
+        loop(0, rows, *args)
+        return
+    if _POOL[0] is None:
+        _POOL[0] = ThreadPoolExecutor(_THREADS[0] - 1, thread_name_prefix="hbtool-sim")
+    bounds = [rows * k // threads for k in range(threads + 1)]
+    futures = [_POOL[0].submit(loop, bounds[k], bounds[k + 1], *args) for k in range(1, threads)]
+    loop(bounds[0], bounds[1], *args)
+    for f in futures:
+        f.result()
 
 
 @_jit(inline="always")
@@ -74,8 +182,8 @@ def _requant_one(acc, m, n, clamp, pre, lo, hi, mode):
     return _clip(_rshift(acc * m, n - pre, mode), lo, hi)
 
 
-@_jit(parallel=True)
-def requantize_parts(parts, factors, bias, M, n, clamp, pre, lo, hi, mode, per_col, out):
+@_jit()
+def _requantize_parts(r0_, r1_, parts, factors, bias, M, n, clamp, pre, lo, hi, mode, per_col, out):
     """``out[r,q] = requant_c(bias[c] + sum_k factors[k] * parts[k][r,q])``.
 
     ``parts``: a tuple of 2-D arrays ``(R, Q)`` holding exact integers (the digit parts of a
@@ -85,7 +193,7 @@ def requantize_parts(parts, factors, bias, M, n, clamp, pre, lo, hi, mode, per_c
     R, Q = out.shape
     C = M.shape[0]
     K = len(parts)
-    for r in prange(R):
+    for r in range(r0_, r1_):
         cr = 0 if C == 1 else r % C
         for q in range(Q):
             c = (q if C > 1 else 0) if per_col else cr
@@ -95,25 +203,25 @@ def requantize_parts(parts, factors, bias, M, n, clamp, pre, lo, hi, mode, per_c
             out[r, q] = _requant_one(acc, M[c], n[c], clamp[c], pre[c], lo, hi, mode)
 
 
-@_jit(parallel=True)
-def requantize_cols(y0, y1, f0, f1, bias, M, n, half, lo, hi, out):
+@_jit()
+def _requantize_cols(r0_, r1_, y0, y1, f0, f1, bias, M, n, half, lo, hi, out):
     """The common case of :func:`requantize_parts`, written to vectorise: at most two parts
     (``f1 = 0`` for one), channels along columns, ``floor``/``half_up`` (``half`` = 0 or
     ``2**(n-1)`` per channel), no accumulator clamp or pre-shift."""
     R, Q = out.shape
-    for r in prange(R):
+    for r in range(r0_, r1_):
         for q in range(Q):
             acc = bias[q] + f0 * np.int64(y0[r, q]) + f1 * np.int64(y1[r, q])
             v = (acc * M[q] + half[q]) >> n[q]
             out[r, q] = min(max(v, lo), hi)
 
 
-@_jit(parallel=True)
-def requantize_rows(y0, y1, f0, f1, bias, M, n, half, lo, hi, out):
+@_jit()
+def _requantize_rows(r0_, r1_, y0, y1, f0, f1, bias, M, n, half, lo, hi, out):
     """:func:`requantize_cols` with the channel of row ``r`` being ``r % C`` (NCHW rows; C = 1: per tensor)."""
     R, Q = out.shape
     C = M.shape[0]
-    for r in prange(R):
+    for r in range(r0_, r1_):
         c = r % C
         b, m, nn, h = bias[c], M[c], n[c], half[c]
         for q in range(Q):
@@ -122,14 +230,14 @@ def requantize_rows(y0, y1, f0, f1, bias, M, n, half, lo, hi, out):
             out[r, q] = min(max(v, lo), hi)
 
 
-@_jit(parallel=True)
-def split_digits(x, out):
+@_jit()
+def _split_digits(r0_, r1_, x, out):
     """``x = 256 * hi + lo`` with ``hi = (x + 128) >> 8``, ``lo`` in [-128, 127]: ``out[0] = hi``, ``out[1] = lo`` (float32).
 
     ``x`` and ``out[0]`` are 2-D ``(R, Q)``; the balanced digits keep ``|digit| <= 128``.
     """
     R, Q = x.shape
-    for r in prange(R):
+    for r in range(r0_, r1_):
         for q in range(Q):
             v = np.int64(x[r, q])
             h = (v + 128) >> 8
@@ -137,12 +245,12 @@ def split_digits(x, out):
             out[1, r, q] = v - (h << 8)
 
 
-@_jit(parallel=True)
-def layernorm_rows(q, alpha, f, E, G, B, shift, lo, hi, d_shift, mode, out):
+@_jit()
+def _layernorm_rows(r0_, r1_, q, alpha, f, E, G, B, shift, lo, hi, d_shift, mode, out):
     """:meth:`LayerNorm.apply_numpy` on rows ``q[r, :]`` (three passes over each row, no temporaries)."""
     R, N = q.shape
     two_n = np.int64(2 * N)
-    for r in prange(R):
+    for r in range(r0_, r1_):
         S = np.int64(0)
         for j in range(N):
             S += np.int64(q[r, j]) << alpha[j]
@@ -188,12 +296,12 @@ def _exp_fixed(qv, m, t_hi, t_lo, in8, exp_bits, mask_min, qmin, mode):
     return e
 
 
-@_jit(parallel=True)
-def softmax_rows(q, t_hi, t_lo, in8, exp_bits, mask_min, qmin, p, ymax, thresholds, mode, out):
+@_jit()
+def _softmax_rows(r0_, r1_, q, t_hi, t_lo, in8, exp_bits, mask_min, qmin, p, ymax, thresholds, mode, out):
     """:meth:`Softmax.apply_numpy` on rows ``q[r, :]``; ``thresholds`` non-empty means log2 codes."""
     R, N = q.shape
     L = len(thresholds)
-    for r in prange(R):
+    for r in range(r0_, r1_):
         m = np.int64(q[r, 0])
         for j in range(1, N):
             if q[r, j] > m:
@@ -223,50 +331,140 @@ def softmax_rows(q, t_hi, t_lo, in8, exp_bits, mask_min, qmin, p, ymax, threshol
                 out[r, j] = _clip(y, 0, ymax)
 
 
-@_jit(parallel=True)
-def add_rows(a, b, A, B, n, lo, hi, mode, out):
+@_jit()
+def _add_rows(r0_, r1_, a, b, A, B, n, lo, hi, mode, out):
     """:meth:`Add.apply_numpy` with ``b``'s rows repeating over ``a``'s (``R % Rb == 0``); ``B`` carries the sign."""
     R, C = out.shape
     Rb = b.shape[0]
-    for r in prange(R):
+    for r in range(r0_, r1_):
         rb = r % Rb
         for c in range(C):
             acc = np.int64(a[r, c]) * A[c] + B[c] * np.int64(b[rb, c])
             out[r, c] = _clip(_rshift(acc, n[c], mode), lo, hi)
 
 
-@_jit(parallel=True)
-def mul_rows(a, b, m, n, clamp, pre, lo, hi, mode, out):
+@_jit()
+def _mul_rows(r0_, r1_, a, b, m, n, clamp, pre, lo, hi, mode, out):
     """:meth:`Mul.apply_numpy` (scalar requantizer) with ``b``'s rows repeating over ``a``'s."""
     R, C = out.shape
     Rb = b.shape[0]
-    for r in prange(R):
+    for r in range(r0_, r1_):
         rb = r % Rb
         for c in range(C):
             out[r, c] = _requant_one(np.int64(a[r, c]) * np.int64(b[rb, c]), m, n, clamp, pre, lo, hi, mode)
 
 
-@_jit(parallel=True)
-def lookup(x, table, offset, out):
+@_jit()
+def _mul_rowscalar(r0_, r1_, a, b, m, n, clamp, pre, lo, hi, mode, out):
+    """:meth:`Mul.apply_numpy` with one ``b`` value per row of ``a`` (a channel scale over the spatial axes),
+    ``b`` repeating over ``a``'s rows (``R % b.size == 0``)."""
+    R, Q = out.shape
+    Rb = b.shape[0]
+    for r in range(r0_, r1_):
+        bv = np.int64(b[r % Rb])
+        for q in range(Q):
+            out[r, q] = _requant_one(np.int64(a[r, q]) * bv, m, n, clamp, pre, lo, hi, mode)
+
+
+@_jit()
+def _add_rowscalar(r0_, r1_, a, b, A, B, n, lo, hi, mode, out):
+    """:meth:`Add.apply_numpy` (scalar ``A``, ``B``, ``n``) with one ``b`` value per row of ``a``, repeating as in
+    :func:`_mul_rowscalar`."""
+    R, Q = out.shape
+    Rb = b.shape[0]
+    for r in range(r0_, r1_):
+        bb = B * np.int64(b[r % Rb])
+        for q in range(Q):
+            out[r, q] = _clip(_rshift(np.int64(a[r, q]) * A + bb, n, mode), lo, hi)
+
+
+@_jit()
+def _lookup(r0_, r1_, x, table, offset, out):
     """``out[i] = table[x[i] + offset]`` (a whole-code-range table of an elementwise kernel)."""
-    for i in prange(x.size):
+    for i in range(r0_, r1_):
         out[i] = table[np.int64(x[i]) + offset]
 
 
-@_jit(parallel=True)
-def offset_u8(x, out):
+@_jit()
+def _offset_u8(r0_, r1_, x, out):
     """``out = x + 128`` as uint8 for an int8-range ``x``."""
-    for i in prange(x.size):
+    for i in range(r0_, r1_):
         out[i] = np.uint8(x[i] + 128)
 
 
-@_jit(parallel=True)
-def digits_u8(x, out):
+@_jit()
+def _digits_u8(r0_, r1_, x, out):
     """Base-256 digits of an int16 ``x`` (2-D) as uint8 with zero point 128: ``out[0] = (x >> 8) + 128``
     (the signed high digit) and ``out[1] = x & 255`` (the low digit, read as ``lo - 128``)."""
     R, Q = x.shape
-    for r in prange(R):
+    for r in range(r0_, r1_):
         for q in range(Q):
             v = np.int64(x[r, q])
             out[0, r, q] = np.uint8((v >> 8) + 128)
             out[1, r, q] = np.uint8(v & 255)
+
+
+# ------------------------------------------------------------------------------ entry points (rows over the cores)
+def requantize_parts(parts, factors, bias, M, n, clamp, pre, lo, hi, mode, per_col, out):
+    """:func:`_requantize_parts` over all rows, split across the cores when the tensor is big enough."""
+    over_rows(_requantize_parts, out.shape[0], out.size, parts, factors, bias, M, n, clamp, pre, lo, hi, mode, per_col, out)
+
+
+def requantize_cols(y0, y1, f0, f1, bias, M, n, half, lo, hi, out):
+    """:func:`_requantize_cols` over all rows, split across the cores when the tensor is big enough."""
+    over_rows(_requantize_cols, out.shape[0], out.size, y0, y1, f0, f1, bias, M, n, half, lo, hi, out)
+
+
+def requantize_rows(y0, y1, f0, f1, bias, M, n, half, lo, hi, out):
+    """:func:`_requantize_rows` over all rows, split across the cores when the tensor is big enough."""
+    over_rows(_requantize_rows, out.shape[0], out.size, y0, y1, f0, f1, bias, M, n, half, lo, hi, out)
+
+
+def split_digits(x, out):
+    """:func:`_split_digits` over all rows, split across the cores when the tensor is big enough."""
+    over_rows(_split_digits, x.shape[0], x.size, x, out)
+
+
+def layernorm_rows(q, alpha, f, E, G, B, shift, lo, hi, d_shift, mode, out):
+    """:func:`_layernorm_rows` over all rows, split across the cores when the tensor is big enough."""
+    over_rows(_layernorm_rows, q.shape[0], 8 * q.size, q, alpha, f, E, G, B, shift, lo, hi, d_shift, mode, out)
+
+
+def softmax_rows(q, t_hi, t_lo, in8, exp_bits, mask_min, qmin, p, ymax, thresholds, mode, out):
+    """:func:`_softmax_rows` over all rows, split across the cores when the tensor is big enough."""
+    over_rows(_softmax_rows, q.shape[0], 8 * q.size, q, t_hi, t_lo, in8, exp_bits, mask_min, qmin, p, ymax, thresholds, mode, out)
+
+
+def add_rows(a, b, A, B, n, lo, hi, mode, out):
+    """:func:`_add_rows` over all rows, split across the cores when the tensor is big enough."""
+    over_rows(_add_rows, out.shape[0], out.size, a, b, A, B, n, lo, hi, mode, out)
+
+
+def mul_rows(a, b, m, n, clamp, pre, lo, hi, mode, out):
+    """:func:`_mul_rows` over all rows, split across the cores when the tensor is big enough."""
+    over_rows(_mul_rows, out.shape[0], out.size, a, b, m, n, clamp, pre, lo, hi, mode, out)
+
+
+def mul_rowscalar(a, b, m, n, clamp, pre, lo, hi, mode, out):
+    """:func:`_mul_rowscalar` over all rows, split across the cores when the tensor is big enough."""
+    over_rows(_mul_rowscalar, out.shape[0], out.size, a, b, m, n, clamp, pre, lo, hi, mode, out)
+
+
+def add_rowscalar(a, b, A, B, n, lo, hi, mode, out):
+    """:func:`_add_rowscalar` over all rows, split across the cores when the tensor is big enough."""
+    over_rows(_add_rowscalar, out.shape[0], out.size, a, b, A, B, n, lo, hi, mode, out)
+
+
+def lookup(x, table, offset, out):
+    """:func:`_lookup` over all rows, split across the cores when the tensor is big enough."""
+    over_rows(_lookup, x.size, x.size, x, table, offset, out)
+
+
+def offset_u8(x, out):
+    """:func:`_offset_u8` over all rows, split across the cores when the tensor is big enough."""
+    over_rows(_offset_u8, x.size, x.size, x, out)
+
+
+def digits_u8(x, out):
+    """:func:`_digits_u8` over all rows, split across the cores when the tensor is big enough."""
+    over_rows(_digits_u8, x.shape[0], x.size, x, out)

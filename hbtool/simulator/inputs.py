@@ -42,6 +42,34 @@ class InputSource:
             x = self.reader.read(i)
         return _convert(x, self.dtype, self.name, i)
 
+    def batch(self, start: int, stop: int) -> np.ndarray:
+        """Samples ``start..stop-1`` stacked on the first axis (one slice of a memory-mapped stack).
+
+        The slice is copied out and the stack's pages are released again (``MADV_DONTNEED``, clean
+        file pages: nothing is lost), so reading a stack of any size leaves the process's resident
+        memory where it was instead of growing by every page read.
+        """
+        if self.array is not None:
+            b = self.shape[0]
+            x = np.array(self.array[start * b:stop * b])
+            release_pages(self.array)
+            return _convert(x, self.dtype, self.name, start)
+        return np.concatenate([self.sample(i) for i in range(start, stop)], axis=0)
+
+
+def release_pages(array: np.ndarray) -> None:
+    """Drop a memory-mapped array's resident pages (they are re-read from, or were written to, its file)."""
+    import mmap
+
+    mapping = getattr(array, "_mmap", None)
+    advice = getattr(mmap, "MADV_DONTNEED", None)
+    if mapping is None or advice is None:
+        return
+    try:
+        mapping.madvise(advice)
+    except (OSError, ValueError):  # pragma: no cover - a platform without madvise on file maps
+        pass
+
 
 def _convert(x: np.ndarray, dtype: np.dtype, name: str, i: int) -> np.ndarray:
     if dtype.kind in "iu" and dtype.itemsize == 1 and x.dtype.kind in "iuf" and x.size:
@@ -141,3 +169,28 @@ def iter_samples(sources: list[InputSource]) -> Iterator[dict[str, np.ndarray]]:
     n = sources[0].count if sources else 0
     for i in range(n):
         yield {s.name: s.sample(i) for s in sources}
+
+
+def iter_batches(sources: list[InputSource], batch_size: int, start: int = 0) -> Iterator[tuple[int, int, dict[str, np.ndarray]]]:
+    """``(first, stop, feeds)`` for batches of ``batch_size`` samples from sample ``start`` on.
+
+    The next batch is read (images decoded, pages of the stack faulted in) on a background
+    thread while the caller runs the current one; at most two batches are in memory.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    n = sources[0].count if sources else 0
+    bounds = [(i, min(i + batch_size, n)) for i in range(start, n, batch_size)]
+    if not bounds:
+        return
+
+    def read(span):
+        return {s.name: s.batch(*span) for s in sources}
+
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(read, bounds[0])
+        for k, span in enumerate(bounds):
+            feeds = pending.result()
+            if k + 1 < len(bounds):
+                pending = pool.submit(read, bounds[k + 1])
+            yield span[0], span[1], feeds

@@ -10,8 +10,10 @@ from hbtool.simulator.simulate import SimulationResult
 
 def print_simulation(result: SimulationResult, console: Console | None = None) -> None:
     console = console or Console()
-    rate = result.samples / result.seconds if result.seconds > 0 else float("inf")
-    console.print(f"simulated {result.samples} samples in {result.seconds:.2f} s ({rate:.1f} samples/s)")
+    ran = result.samples if result.samples_run is None else result.samples_run
+    rate = ran / result.seconds if result.seconds > 0 else float("inf")
+    resumed = f" (resumed: {result.samples - ran} were done before)" if ran != result.samples else ""
+    console.print(f"simulated {result.samples} samples in {result.seconds:.2f} s ({rate:.1f} samples/s){resumed}")
     if not result.comparisons:
         return
     t = Table(title="simulated vs --compare")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import re
 import time
 from dataclasses import dataclass, field
@@ -15,7 +14,7 @@ from hbtool.compiler.artifact import read_artifact
 from hbtool.errors import InputError
 from hbtool.quant.metrics import RunningErrors
 from hbtool.simulator.executor import Executor
-from hbtool.simulator.inputs import iter_samples, open_inputs
+from hbtool.simulator.inputs import iter_batches, open_inputs, release_pages
 
 
 @dataclass
@@ -36,6 +35,7 @@ class SimulationResult:
     seconds: float
     comparisons: list[OutputComparison] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)
+    samples_run: int | None = None  # samples this call ran (fewer than ``samples`` after --resume)
 
 
 def _compare_session(path: Path, input_names: list[str], output_names: list[str], runtime_types: dict[str, str] | None = None):
@@ -69,8 +69,122 @@ def safe_file_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "output"
 
 
+class _OutputFiles:
+    """The ``--output-dir`` files, written as batches finish, resumable after an interruption.
+
+    Every output is a memory-mapped ``.npy`` of its full final shape in ``<dir>/.partial/``;
+    a batch's rows are written there and flushed, then ``state.json`` records how many samples
+    are done (and the comparison's running sums, so a resumed run prints the same table).
+    Memory stays at one batch whatever the sample count. When the last batch is written the
+    files are renamed into place, so ``<dir>/<output>.npy`` only ever appears complete.
+    """
+
+    def __init__(self, output_dir: Path, shapes: dict[str, tuple[int, ...]], total: int, key: dict):
+        if output_dir.exists() and not output_dir.is_dir():
+            raise InputError(f"--output-dir {output_dir} is a file", "give a folder (it is created if missing)")
+        self.dir = Path(output_dir)
+        self.partial = self.dir / ".partial"
+        self.shapes = shapes
+        self.total = total
+        self.key = key
+        self.files = {o: self.dir / f"{safe_file_name(o)}.npy" for o in shapes}
+        self.arrays: dict[str, np.ndarray] = {}
+
+    def _state_path(self) -> Path:
+        return self.partial / "state.json"
+
+    def resume_point(self) -> tuple[int, dict | None]:
+        """Samples already written by an interrupted run with the same artifact and inputs (0: none), and its extras."""
+        import json
+        import pickle
+
+        try:
+            state = json.loads(self._state_path().read_text())
+        except (OSError, ValueError):
+            return 0, None
+        if state.get("key") != self.key or not all((self.partial / f.name).exists() for f in self.files.values()):
+            return 0, None
+        extras = None
+        if (self.partial / "compare.pkl").exists():
+            extras = pickle.loads((self.partial / "compare.pkl").read_bytes())
+        self._open("r+")
+        return int(state["done"]), extras
+
+    def _open(self, mode: str) -> None:
+        from numpy.lib.format import open_memmap
+
+        for o, path in self.files.items():
+            shape = (self.total * self.shapes[o][0],) + tuple(self.shapes[o][1:]) if self.shapes[o] else (self.total,)
+            self.arrays[o] = open_memmap(self.partial / path.name, mode=mode, dtype=np.float32, shape=shape if mode == "w+" else None)
+
+    def start(self) -> None:
+        import shutil
+
+        if self.partial.exists():
+            shutil.rmtree(self.partial)
+        self.partial.mkdir(parents=True)
+        self._open("w+")
+
+    def write(self, first: int, stop: int, outs: dict[str, np.ndarray], extras: dict | None) -> None:
+        import json
+        import pickle
+
+        from hbtool.utils.atomic import atomic_write_files
+
+        for o, arr in self.arrays.items():
+            rows = self.shapes[o][0] if self.shapes[o] else 1
+            arr[first * rows: stop * rows] = np.asarray(outs[o], np.float32).reshape((-1,) + arr.shape[1:])
+            arr.flush()
+            release_pages(arr)  # written to the file: resident memory stays one batch whatever the count
+        payload = {self._state_path(): json.dumps({"key": self.key, "done": stop}).encode()}
+        if extras is not None:
+            payload[self.partial / "compare.pkl"] = pickle.dumps(extras)
+        atomic_write_files(payload)
+
+    def finish(self) -> list[Path]:
+        import os
+        import shutil
+
+        for o in list(self.arrays):
+            del self.arrays[o]  # close the maps before the rename
+        for path in self.files.values():
+            os.replace(self.partial / path.name, path)
+        shutil.rmtree(self.partial, ignore_errors=True)
+        return list(self.files.values())
+
+
+def _run_key(artifact: Path, inputs: dict[str, Path], compare: Path | None, total: int) -> dict:
+    """What an interrupted run must share with this one to be resumed: the artifact's bytes, the inputs, the comparison."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(artifact, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+
+    def stamp(p: Path) -> list:
+        st = Path(p).stat()
+        return [str(Path(p).resolve()), st.st_size, st.st_mtime_ns]
+
+    return {"artifact": digest.hexdigest(), "inputs": {k: stamp(v) for k, v in sorted(inputs.items())},
+            "compare": stamp(compare) if compare is not None else None, "samples": total}
+
+
 def simulate(artifact: Path, inputs: dict[str, Path], output_dir: Path | None = None, compare: Path | None = None,
-             progress: Callable[[str, int, int], None] | None = None, threads: int | None = None) -> SimulationResult:
+             progress: Callable[[str, int, int], None] | None = None, threads: int | None = None,
+             batch_size: int = 1, resume: bool = False, keep_outputs: bool = True) -> SimulationResult:
+    """Run every sample of ``inputs`` through the artifact, ``batch_size`` samples per pass.
+
+    With ``output_dir`` the outputs stream to memory-mapped ``.npy`` files (see
+    :class:`_OutputFiles`) and ``resume`` continues an interrupted run of the same artifact,
+    inputs and ``compare`` model where it stopped. ``keep_outputs=False`` (the CLI without
+    ``--output-dir``) keeps no outputs in memory, so any number of samples runs in the memory
+    of one batch.
+    """
+    if batch_size < 1:
+        raise InputError(f"--batch-size {batch_size}: must be at least 1", "give a positive number of samples per pass")
+    if resume and output_dir is None:
+        raise InputError("--resume needs --output-dir", "give the --output-dir of the interrupted run")
     art = read_artifact(artifact)
     executor = Executor(art, threads=threads)
     sources = open_inputs(art.header["inputs"], inputs)
@@ -80,45 +194,61 @@ def simulate(artifact: Path, inputs: dict[str, Path], output_dir: Path | None = 
     session = _compare_session(Path(compare), executor.input_names, out_names, runtime_types) if compare is not None else None
     errors = {o: RunningErrors() for o in out_names}
     lsb = {o: [0.0, 0, 0] for o in out_names}  # max, within-1-LSB count, total
-    collected: dict[str, list[np.ndarray]] = {o: [] for o in out_names}
     total = sources[0].count if sources else 0
+    files = None
+    start = 0
+    if output_dir is not None:
+        shapes = {o: tuple(executor.program.shape(o)) for o in out_names}
+        files = _OutputFiles(Path(output_dir), shapes, total, _run_key(Path(artifact), inputs, compare, total))
+        if resume:
+            start, extras = files.resume_point()
+            if extras is not None:
+                errors, lsb = extras["errors"], extras["lsb"]
+    collected: dict[str, list[np.ndarray]] = {o: [] for o in out_names}
+    started = start > 0
     t0 = time.perf_counter()
-    for k, feeds in enumerate(iter_samples(sources)):
+    if progress and start:
+        progress("simulate", start, total)
+    for first, stop, feeds in iter_batches(sources, batch_size, start):
         outs = executor.run(feeds)
-        for o in out_names:
-            collected[o].append(np.asarray(outs[o], np.float32))
         if session is not None:
-            refs = session.run(out_names, feeds)
-            for o, ref in zip(out_names, refs):
-                got = np.asarray(outs[o], np.float32)
-                ref = np.asarray(ref, np.float32)
-                errors[o].update(ref, got)
-                if scales.get(o):
-                    d = np.abs(got.astype(np.float64) - ref.astype(np.float64)) / scales[o]
-                    lsb[o][0] = max(lsb[o][0], float(d.max()) if d.size else 0.0)
-                    lsb[o][1] += int(np.count_nonzero(d <= 1.0 + 1e-6))
-                    lsb[o][2] += d.size
+            for k in range(stop - first):
+                one = {name: x[k * (x.shape[0] // (stop - first)):(k + 1) * (x.shape[0] // (stop - first))] for name, x in feeds.items()}
+                refs = session.run(out_names, one)
+                for o, ref in zip(out_names, refs):
+                    rows = outs[o].shape[0] // (stop - first) if outs[o].ndim else 1
+                    got = np.asarray(outs[o][k * rows:(k + 1) * rows] if outs[o].ndim else outs[o], np.float32)
+                    ref = np.asarray(ref, np.float32)
+                    errors[o].update(ref, got)
+                    if scales.get(o):
+                        d = np.abs(got.astype(np.float64) - ref.astype(np.float64)) / scales[o]
+                        lsb[o][0] = max(lsb[o][0], float(d.max()) if d.size else 0.0)
+                        lsb[o][1] += int(np.count_nonzero(d <= 1.0 + 1e-6))
+                        lsb[o][2] += d.size
+        if files is not None:
+            if not started:
+                files.start()
+                started = True
+            files.write(first, stop, outs, {"errors": errors, "lsb": lsb} if session is not None else None)
+        elif keep_outputs:
+            for o in out_names:
+                collected[o].append(np.asarray(outs[o], np.float32))
         if progress:
-            progress("simulate", k + 1, total)
+            progress("simulate", stop, total)
     seconds = time.perf_counter() - t0
-    result = SimulationResult(total, {o: np.concatenate(v, axis=0) if v else np.zeros((0,)) for o, v in collected.items()}, seconds)
+    result = SimulationResult(total, {}, seconds, samples_run=total - start)
+    if files is not None:
+        if not started:  # everything was done before: the interrupted run had finished its last batch
+            files.start()
+        result.files.extend(files.finish())
+        if keep_outputs:
+            result.outputs = {o: np.load(path, mmap_mode="r") for o, path in zip(out_names, result.files)}
+    elif keep_outputs:
+        result.outputs = {o: np.concatenate(v, axis=0) if v else np.zeros((0,)) for o, v in collected.items()}
     if session is not None:
         for o in out_names:
             e = errors[o].result()
             m, ok, n = lsb[o]
             result.comparisons.append(OutputComparison(o, e["cosine"], e["l1"], e["l2"], e["chebyshev"],
                                                        m if n else None, ok / n if n else None))
-    if output_dir is not None:
-        from hbtool.utils.atomic import atomic_write_files
-
-        output_dir = Path(output_dir)
-        if output_dir.exists() and not output_dir.is_dir():
-            raise InputError(f"--output-dir {output_dir} is a file", "give a folder (it is created if missing)")
-        payloads = {}
-        for o, arr in result.outputs.items():
-            buf = io.BytesIO()
-            np.save(buf, arr)
-            payloads[output_dir / f"{safe_file_name(o)}.npy"] = buf.getvalue()
-        atomic_write_files(payloads)
-        result.files.extend(payloads)
     return result

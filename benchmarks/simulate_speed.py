@@ -1,0 +1,210 @@
+"""hbtool simulate against onnxruntime float32 on corpus models, at batch 1 and batch 16, in one run.
+
+For every model (``--models``, default: the 14 below) the compiled artifact of the conformance
+corpus runner (``benchmarks/zoo/run.py``, written to ``--zoo-out``) is run
+
+* through ``hbtool simulate``'s executor, one sample per call and 16 samples per call;
+* through onnxruntime float32 on the same model's ``*_original_float_model.onnx``, one sample
+  per call, and 16 per call where the model takes a batch (its first input axis made dynamic
+  and the outputs checked to be the 16 one-sample outputs), else as 16 calls ("16x1").
+
+The machine is shared, so both sides are measured in the same process and interleaved: each
+of ``--rounds`` rounds times simulate and onnxruntime back to back on the same 16 samples, and
+the totals over rounds are compared, so load from other processes falls on both alike.
+Exactness: every simulated output at batch 16 must equal the batch-1 outputs and the quantized
+ONNX model (``*_quantized_model.onnx`` in onnxruntime) bit for bit.
+
+    python benchmarks/simulate_speed.py [--models ...] [--rounds 3] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+ZOO_OUT = ROOT / "benchmarks" / "_out" / "zoo"
+
+MODELS = {
+    "hf_mobilenet_v2": "depthwise CNN",
+    "timm_efficientnet_b0": "depthwise CNN",
+    "timm_mobilenetv3_large_100": "depthwise CNN",
+    "ppocrv5_rec": "text recogniser",
+    "ppocrv6_tiny_det": "text detector",
+    "ddddocr_yolox_det": "detector",
+    "hf_resnet50": "CNN",
+    "hf_swin_t": "Swin",
+    "hf_deit_tiny": "DeiT",
+    "hf_vit_tiny": "ViT",
+    "hf_bert_4l": "BERT",
+    "minilm_l6_v2": "BERT (MiniLM)",
+    "hf_segformer_b0": "segmenter",
+    "hf_levit_128s": "LeViT",
+}
+BATCH = 16
+
+
+def _samples(name: str, inputs: list[dict], n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """``n`` samples per input, stacked: the corpus runner's evaluation samples, repeated, else random."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for desc in inputs:
+        shape, dtype = tuple(desc["shape"]), np.dtype(desc["dtype"])
+        path = ZOO_OUT / name / f"eval_{desc['name']}.npy"
+        if path.exists():
+            data = np.load(path)
+            reps = -(-n * shape[0] // data.shape[0])
+            data = np.concatenate([data] * reps)[: n * shape[0]]
+        elif dtype.kind == "f":
+            data = rng.uniform(0, 255, (n * shape[0],) + shape[1:]).astype(dtype)
+        else:
+            data = rng.integers(0, 1000, (n * shape[0],) + shape[1:]).astype(dtype)
+        out[desc["name"]] = np.ascontiguousarray(data.astype(dtype))
+    return out
+
+
+def _slice(feeds: dict, shapes: dict, k: int, count: int = 1) -> dict:
+    return {n: x[k * shapes[n][0]:(k + count) * shapes[n][0]] for n, x in feeds.items()}
+
+
+def _session(path, threads: int):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.log_severity_level = 3
+    return ort.InferenceSession(path if isinstance(path, bytes) else str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def _batched_float(path: Path, threads: int, feeds16: dict, singles: list[list[np.ndarray]]):
+    """The float model with a dynamic first axis, if it runs 16 samples at once and gives the one-sample outputs."""
+    import onnx
+
+    model = onnx.load(str(path))
+    for v in list(model.graph.input) + list(model.graph.output):
+        dims = v.type.tensor_type.shape.dim
+        if dims:
+            dims[0].ClearField("dim_value")
+            dims[0].dim_param = "N"
+    try:
+        sess = _session(model.SerializeToString(), threads)
+        got = sess.run(None, feeds16)
+    except Exception:
+        return None
+    for k, y in enumerate(got):
+        want = np.concatenate([s[k] for s in singles])
+        if y.shape != want.shape or not np.allclose(y, want, rtol=1e-3, atol=1e-3 * float(np.abs(want).max() + 1e-6)):
+            return None
+    return sess
+
+
+def run_model(name: str, rounds: int, threads: int) -> dict:
+    from hbtool.compiler.artifact import read_artifact
+    from hbtool.simulator.executor import Executor
+
+    wd = ZOO_OUT / name / "model_output"
+    art_path = wd / f"{name}.hbm"
+    if not art_path.exists():
+        raise SystemExit(f"{art_path} is missing: run benchmarks/zoo/run.py --models {name} --out {ZOO_OUT} first")
+    art = read_artifact(art_path)
+    t = time.perf_counter()
+    executor = Executor(art, threads=threads)
+    build_s = time.perf_counter() - t
+    shapes = {d["name"]: tuple(d["shape"]) for d in art.header["inputs"]}
+    feeds = _samples(name, art.header["inputs"], BATCH)
+    outs = executor.output_names
+    float_sess = _session(wd / f"{name}_original_float_model.onnx", threads)
+    singles_f = [float_sess.run(outs, _slice(feeds, shapes, k)) for k in range(BATCH)]
+    batched_f = _batched_float(wd / f"{name}_original_float_model.onnx", threads, feeds, singles_f)
+
+    # warm-up: first-call allocations, loops loaded from the cache
+    executor.run(_slice(feeds, shapes, 0))
+    executor.run(feeds)
+    t_sim1 = t_ort1 = t_sim16 = t_ort16 = 0.0
+    sim1 = sim16 = None
+    for _ in range(rounds):
+        t = time.perf_counter()
+        sim1 = [executor.run(_slice(feeds, shapes, k)) for k in range(BATCH)]
+        t_sim1 += time.perf_counter() - t
+        t = time.perf_counter()
+        for k in range(BATCH):
+            float_sess.run(outs, _slice(feeds, shapes, k))
+        t_ort1 += time.perf_counter() - t
+        t = time.perf_counter()
+        sim16 = executor.run(feeds)
+        t_sim16 += time.perf_counter() - t
+        t = time.perf_counter()
+        if batched_f is not None:
+            batched_f.run(outs, feeds)
+        else:
+            for k in range(BATCH):
+                float_sess.run(outs, _slice(feeds, shapes, k))
+        t_ort16 += time.perf_counter() - t
+
+    quant = _session(wd / f"{name}_quantized_model.onnx", threads)
+    exact = True
+    for k in range(BATCH):
+        ref = quant.run(outs, _slice(feeds, shapes, k))
+        for j, o in enumerate(outs):
+            rows = sim16[o].shape[0] // BATCH
+            got16 = sim16[o][k * rows:(k + 1) * rows]
+            exact &= bool(np.array_equal(got16, sim1[k][o]) and np.array_equal(got16, np.asarray(ref[j], np.float32)))
+    n = rounds * BATCH
+    row = {
+        "model": name, "kind": MODELS.get(name, ""), "input": "x".join(map(str, next(iter(shapes.values())))),
+        "build_s": round(build_s, 2),
+        "sim_b1_ms": 1000 * t_sim1 / n, "ort_b1_ms": 1000 * t_ort1 / n,
+        "sim_b16_ms": 1000 * t_sim16 / n, "ort_b16_ms": 1000 * t_ort16 / n,
+        "ort_b16_mode": "batched" if batched_f is not None else "16x1", "bit_exact": exact,
+    }
+    row["ratio_b1"] = row["sim_b1_ms"] / row["ort_b1_ms"]
+    row["ratio_b16"] = row["sim_b16_ms"] / row["ort_b16_ms"]
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| model | kind | input | simulate b1 ms | ORT float b1 ms | ratio b1 | simulate b16 ms/sample | ORT float b16 ms/sample | ratio b16 | bit-exact |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['kind']} | {r['input']} | {r['sim_b1_ms']:.1f} | {r['ort_b1_ms']:.1f} | {r['ratio_b1']:.2f}x | "
+                     f"{r['sim_b16_ms']:.1f} | {r['ort_b16_ms']:.1f} ({r['ort_b16_mode']}) | {r['ratio_b16']:.2f}x | {'yes' if r['bit_exact'] else 'NO'} |")
+    for key in ("ratio_b1", "ratio_b16"):
+        vals = [r[key] for r in rows]
+        lines.append(f"\n{key}: median {statistics.median(vals):.2f}x, worst {max(vals):.2f}x "
+                     f"({max(rows, key=lambda r: r[key])['model']})")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    global ZOO_OUT
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", nargs="+", default=list(MODELS))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=None, help="both sides (default: all cores)")
+    ap.add_argument("--zoo-out", type=Path, default=ZOO_OUT, help="the corpus runner's --out folder")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    ZOO_OUT = args.zoo_out
+    import os
+
+    threads = args.threads or len(os.sched_getaffinity(0))
+    rows = []
+    for name in args.models:
+        row = run_model(name, args.rounds, threads)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(rows, indent=1))
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()

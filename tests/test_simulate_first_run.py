@@ -1,0 +1,73 @@
+"""The first simulate costs little more than the second: compiled loops are cached where users can write.
+
+Each check runs ``hbtool simulate`` as a user would, in fresh processes:
+
+* a fresh clone (another copy of the package, new paths and modification times) with the loops
+  already cached on this machine: its first run must cost at most 3 s more than its second; numba's
+  default cache, keyed on the source path and mtime, compiled everything again here (about 30 s);
+* a fresh cache folder (a machine that never ran simulate): the first run compiles the loops
+  once; slow under a loaded CI machine, so behind ``HBTOOL_RUN_SLOW=1`` like the other long checks.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from hbtool.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def cnn(tmp_path_factory):
+    from tests.test_compile import tiny_config
+
+    tmp = tmp_path_factory.mktemp("first_run")
+    r = CliRunner().invoke(main, ["compile", "-c", str(tiny_config(tmp, "tiny_cnn"))])
+    assert r.exit_code == 0, r.output
+    np.save(tmp / "x.npy", np.load(ROOT / "samples" / "data" / "digits_heldout.npz")["images"][:8].astype(np.float32))
+    return tmp
+
+
+def _simulate_seconds(package_root: Path, cache: Path, tmp: Path) -> float:
+    env = dict(os.environ, PYTHONPATH=str(package_root), NUMBA_CACHE_DIR=str(cache))
+    t = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "hbtool.cli", "simulate", str(tmp / "wd" / "tiny_cnn.hbm"),
+                        "--input", f"input={tmp / 'x.npy'}"], env=env, capture_output=True, text=True, cwd=tmp)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "simulated 8 samples" in r.stdout
+    return time.perf_counter() - t
+
+
+def _clone(dest: Path) -> Path:
+    shutil.copytree(ROOT / "hbtool", dest / "hbtool", ignore=shutil.ignore_patterns("__pycache__"))
+    os.utime(dest / "hbtool" / "simulator" / "fused.py")  # a new mtime, as a checkout writes
+    return dest
+
+
+def test_a_fresh_clone_finds_the_loops_compiled(cnn, tmp_path):
+    cache = tmp_path / "cache"
+    _simulate_seconds(_clone(tmp_path / "a"), cache, cnn)  # this machine ran simulate once
+    clone = _clone(tmp_path / "b")
+    first = _simulate_seconds(clone, cache, cnn)
+    second = _simulate_seconds(clone, cache, cnn)
+    assert first - second <= 3.0, (first, second)
+    assert len(list(cache.iterdir())) == 1  # one folder, keyed on the loops' source, shared by both clones
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("HBTOOL_RUN_SLOW") != "1", reason="compiles every loop: set HBTOOL_RUN_SLOW=1")
+def test_the_first_run_on_a_fresh_cache_costs_at_most_3s_more(cnn, tmp_path):
+    clone = _clone(tmp_path / "c")
+    first = _simulate_seconds(clone, tmp_path / "fresh", cnn)
+    second = _simulate_seconds(clone, tmp_path / "fresh", cnn)
+    assert first - second <= 3.0, (first, second)
