@@ -31,6 +31,7 @@ _PARAMS: tuple[tuple[str, str], ...] = (
     ("cpe_softmax", "units.vector.cycles_per_element.softmax"),
     ("cpe_pool", "units.vector.cycles_per_element.pool"),
     ("cpe_divide", "units.vector.cycles_per_element.divide"),
+    ("cpe_colour_convert", "units.vector.cycles_per_element.colour_convert"),
     ("dm_bytes_per_cycle", "units.data_movement.bytes_per_cycle"),
     ("sram_bytes", "memory.sram_bytes_per_core"),
     ("sram_bytes_per_cycle", "memory.sram_bytes_per_cycle"),
@@ -40,6 +41,7 @@ _PARAMS: tuple[tuple[str, str], ...] = (
     ("ddr_burst_bytes", "memory.ddr_burst_bytes"),
     ("per_op_cycles", "overheads.per_op_cycles"),
     ("per_frame_us", "overheads.per_frame_us"),
+    ("host_per_frame_us", "overheads.host_per_frame_us"),
     ("dual_core_sync_cycles", "overheads.dual_core_sync_cycles"),
     ("cpu_cores", "cpu.cores"),
     ("cpu_clock_hz", "cpu.clock_hz"),
@@ -72,6 +74,7 @@ class Hardware:
     cpe_softmax: float
     cpe_pool: float
     cpe_divide: float
+    cpe_colour_convert: float
     dm_bytes_per_cycle: float
     sram_bytes: int
     sram_bytes_per_cycle: float
@@ -81,6 +84,7 @@ class Hardware:
     ddr_burst_bytes: int
     per_op_cycles: float
     per_frame_us: float
+    host_per_frame_us: float
     dual_core_sync_cycles: float
     cpu_cores: int
     cpu_clock_hz: float
