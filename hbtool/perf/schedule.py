@@ -55,15 +55,20 @@ class PerfResult:
         frames of different threads overlap, the BPU cores working on one while the A55 cores
         convert another's inputs and outputs, up to the throughput limits (``fps_limits``).
         """
-        if self.core_num > 1:
-            return self.fps
-        return min(max(1, int(threads)) * self.fps_1core, self.fps)
+        return self._threads(threads)[0]
 
     def fps_bound_at(self, threads: int) -> str:
         """What limits :meth:`fps_threads`: the threads' own latency, or one of ``fps_limits``."""
-        if self.core_num == 1 and max(1, int(threads)) * self.fps_1core < self.fps:
-            return f"{int(threads)} threads x latency"
-        return self.fps_bound
+        return self._threads(threads)[1]
+
+    def _threads(self, threads: int) -> tuple[float, str]:
+        if self.core_num > 1:
+            return self.fps, self.fps_bound
+        n = max(1, int(threads))
+        limits = dict(self.fps_limits)
+        limits[f"{n} threads x latency"] = n * self.fps_1core
+        bound = min(limits, key=lambda k: limits[k])
+        return limits[bound], bound
 
     # ---- totals
     @property
