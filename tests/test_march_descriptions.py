@@ -177,3 +177,28 @@ def test_auto_int16_is_off_on_int8_only_marches_and_on_for_j5(tmp_path):
     x3 = _calibrate(tmp_path, "bernoulli2")
     assert any(q.bits == 16 for q in j5.plan.tensors.values())     # the LUT's input, by the op-type rule
     assert x3.plan.tensors and all(q.bits == 8 for q in x3.plan.tensors.values())
+
+
+def test_x3_matmul_of_two_feature_maps_only_as_1xbxmxk_by_1x1xkxn():
+    from hbtool.march.op_rules import bernoulli2_matmul_of_feature_maps_is_1xbxmxk
+
+    def place(a, b):
+        m = make_model([helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")],
+                       [vinfo("a", a), vinfo("b", b)], [vinfo("y", a[:-1] + b[-1:])])
+        return _place(m, "bernoulli2")["MatMul"], _place(m, "bayes")["MatMul"]
+
+    x3, j5 = place([1, 2, 4, 8], [1, 2, 8, 4])      # attention-style batched product
+    assert x3["on"] == "CPU" and j5["on"] == "BPU"
+    assert x3["reason"].startswith(" ".join(bernoulli2_matmul_of_feature_maps_is_1xbxmxk.__doc__.split()))
+    assert "1x2x4x8 x 1x2x8x4" in x3["reason"]
+    x3, _ = place([1, 2, 4, 8], [1, 1, 8, 4])
+    assert x3["on"] == "BPU"
+
+
+def test_every_march_rule_has_a_violating_case_here():
+    from hbtool.march import op_rules
+
+    tested = {"bernoulli2_moves_data_on_the_cpu", "bernoulli2_runs_softmax_and_norms_on_the_cpu",
+              "bernoulli2_lut_size_within_8192", "bernoulli2_matmul_of_feature_maps_is_1xbxmxk"}
+    rules = {r.__name__ for m in op_rules.MARCH_RULES.values() for rs in m.values() for r in rs}
+    assert rules == tested

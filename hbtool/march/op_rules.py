@@ -61,7 +61,7 @@ def reason_of(rule: Rule, march: March, detail: str | None) -> str:
     """The user-facing reason: the rule's docstring with the march limits filled in, plus detail."""
     doc = " ".join((rule.__doc__ or rule.__name__).split())
     try:
-        doc = doc.format(**march.limits)
+        doc = doc.format(**march.limits, march=march.name)
     except (KeyError, IndexError):
         pass
     return f"{doc} ({detail})" if detail else doc
@@ -130,7 +130,7 @@ def conv_is_1d_or_2d(ctx: RuleContext) -> str | None:
 
 
 def conv_kernel_within_limit(ctx: RuleContext) -> str | None:
-    """Conv kernel height and width must be within 1..{conv_max_kernel} on this march's tensor unit"""
+    """Conv kernel height and width must be within 1..{conv_max_kernel} on the tensor unit of march {march}"""
     w = ctx.const(1)
     if w is None:
         return None

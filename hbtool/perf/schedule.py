@@ -177,6 +177,35 @@ class PerfResult:
         return rows
 
 
+#: elementwise kernels the tensor unit's output stage can apply to results as they leave the array
+OUTPUT_STAGE_KERNELS = ("Lut",)
+
+
+def fuse_output_stage(program: Graph, ops: list[OpCost], hw: Hardware) -> list[OpCost]:
+    """A lookup-table activation reading the only output of a conv/linear that nothing else reads
+    runs in the tensor unit's output stage (march ``units.tensor.output_stage_lut``): its table is
+    applied while the results stream out, so it moves no data of its own and issues no pass; only
+    vector work beyond the producer's own time would show."""
+    if not hw.output_stage_lut:
+        return ops
+    consumers = program.consumer_map()
+    by_name = {o.name: o for o in ops}
+    producers = program.producer_map()
+    for node, op in zip(program.nodes, ops):
+        if op.unit != VECTOR or op.kernel not in OUTPUT_STAGE_KERNELS or not node.inputs:
+            continue
+        src = producers.get(node.inputs[0])
+        prod = by_name.get(src.name) if src is not None else None
+        if prod is None or prod.unit != TENSOR or len(consumers.get(node.inputs[0], [])) != 1 or node.inputs[0] in program.outputs:
+            continue
+        extra = max(0.0, op.components.get(VECTOR, 0.0) - prod.busy)
+        op.components = {VECTOR: extra}
+        op.overhead = 0.0
+        op.sram_bytes = op.ddr_bytes = op.ddr_useful_bytes = 0
+        op.note += f"; in the output stage of {prod.name}"
+    return ops
+
+
 def estimate_program(program: Graph, tensors: dict[str, dict[str, Any]], hw: Hardware, core_num: int = 1,
                      model: str = "model", optimize_level: str = "", passes: dict[str, int] | None = None,
                      runtime_input_types: dict[str, str] | None = None) -> PerfResult:
@@ -189,8 +218,9 @@ def estimate_program(program: Graph, tensors: dict[str, dict[str, Any]], hw: Har
     if core_num not in (1, 2):
         raise InputError(f"--core-num {core_num}: the BPU has 1 or 2 cores per frame", "use --core-num 1 or 2")
     images = {k: v for k, v in (runtime_input_types or {}).items() if v in IMAGE_INPUT_TYPES}
-    single = [cost_op(n, CostContext(program, tensors, hw, 1, images)) for n in program.nodes]
-    ops = single if core_num == 1 else [cost_op(n, CostContext(program, tensors, hw, 2, images)) for n in program.nodes]
+    single = fuse_output_stage(program, [cost_op(n, CostContext(program, tensors, hw, 1, images)) for n in program.nodes], hw)
+    ops = single if core_num == 1 else fuse_output_stage(
+        program, [cost_op(n, CostContext(program, tensors, hw, 2, images)) for n in program.nodes], hw)
     per_frame = hw.per_frame_us * 1e-6 * hw.clock_hz
     host = hw.host_per_frame_us * 1e-6 * hw.clock_hz
     latency = sum(o.cycles for o in ops) + per_frame + host
