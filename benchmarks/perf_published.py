@@ -131,6 +131,26 @@ def summaries(results: list[dict]) -> list[str]:
     return lines
 
 
+def class_errors(results: list[dict]) -> str:
+    """CLASS_ERRORS of hbtool/perf/classes.py from the fit rows: march -> class -> (rows, median |lat err|, median |FPS err|)."""
+    out: dict[str, dict[str, tuple]] = {}
+    for o in results:
+        if o["split"] != "fit":
+            continue
+        out.setdefault(o["march"], {}).setdefault(o["class"], []).append(o)
+    lines = ["CLASS_ERRORS = {"]
+    for march, classes in sorted(out.items()):
+        lines.append(f"    {march!r}: {{")
+        for cls, sel in sorted(classes.items()):
+            lat = [abs(o["latency_err"]) for o in sel if o["latency_err"] is not None]
+            fps = [abs(o["fps_err"]) for o in sel if o["fps_err"] is not None]
+            lines.append(f"        {cls!r}: ({len(sel)}, {statistics.median(lat) if lat else float('nan'):.3f}, "
+                         f"{statistics.median(fps) if fps else float('nan'):.3f}),")
+        lines.append("    },")
+    lines.append("}")
+    return "\n".join(lines)
+
+
 def plot(results: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -166,6 +186,8 @@ def main() -> None:
     ap.add_argument("--holdout", action="store_true", help="also the held-out rows")
     ap.add_argument("--only", action="append", help="only these variants")
     ap.add_argument("--recompile", action="store_true")
+    ap.add_argument("--cached-only", action="store_true", help="skip rows whose compiled program is not cached yet")
+    ap.add_argument("--classes", action="store_true", help="print CLASS_ERRORS for hbtool/perf/classes.py (fit rows)")
     ap.add_argument("--markdown", type=Path)
     ap.add_argument("--plot", type=Path)
     ap.add_argument("--json", type=Path)
@@ -181,6 +203,9 @@ def main() -> None:
         if r.onnx is None or not r.onnx.exists():
             skipped.append((r.variant, r.march, SKIPPED.get(r.variant, "export failed")))
             continue
+        if args.cached_only and not r.onnx.with_suffix(f".{r.march}.pkl").exists():
+            skipped.append((r.variant, r.march, "not compiled in this run (the quick-path compile did not finish in the time box)"))
+            continue
         try:
             o = estimate_row(r, args.recompile)
         except Exception as exc:  # noqa: BLE001 - report and go on
@@ -194,6 +219,8 @@ def main() -> None:
     if skipped:
         lines += ["", "Not estimated: " + "; ".join(f"{v} ({m}): {why}" for v, m, why in skipped)]
     print("\n".join(summaries(results)))
+    if args.classes:
+        print(class_errors(results))
     if args.markdown:
         args.markdown.write_text("\n".join(lines) + "\n", encoding="utf-8")
     if args.plot:
