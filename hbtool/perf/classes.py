@@ -30,8 +30,7 @@ def _is_attention(res: "PerfResult") -> bool:
 
 def measurement_class(res: "PerfResult") -> tuple[str, tuple[int, float, float] | None]:
     """(class name, (rows, median |latency err|, median |FPS err|) on that class for the march, or None)."""
-    outputs = sum(1 for o in res.ops if o.kernel == "Dequantize")
-    if outputs >= 3:
+    if res.model_outputs >= 3:
         cls = DETECTION
     elif _is_attention(res):
         cls = ATTENTION

@@ -172,12 +172,13 @@ def tensor_padding(kind: str, kernel: Any, node: Node, ctx: CostContext) -> tupl
         rows = int(out[0]) * int(np.prod(spatial[:-1], dtype=np.int64)) if spatial else int(out[0])
         reduction = taps * (align(cin_g, cq) if group == 1 else cin_g)
         macs = elems * taps * cin_g
-        if group == 1:
+        if group == 1 or hw.groups_share_lanes:
             padded = rows * align(width, aw) * align(cout, aco) * align(reduction, ar)
             note = f"W {width}->{align(width, aw)}, Cout {cout}->{align(cout, aco)}, reduction {taps * cin_g}->{align(reduction, ar)}"
         else:
             # the array's c_out lanes share one input window: only one group's output channels fill
-            # them (a depthwise conv: one of c_out lanes), so each group is its own pass
+            # them (a depthwise conv: one of c_out lanes), so each group is its own pass, unless the
+            # march packs groups side by side into the lanes (units.tensor.groups_share_lanes)
             cout_g = cout // group
             padded = rows * align(width, aw) * group * align(cout_g, aco) * align(reduction, ar)
             note = (f"{group} groups of {cout_g} output channels ({'depthwise' if cout_g == 1 and cin_g == 1 else 'grouped'}: "

@@ -23,6 +23,7 @@ _PARAMS: tuple[tuple[str, str], ...] = (
     ("array_reduce", "units.tensor.array.reduce"),
     ("tensor_int16_rate", "units.tensor.int16_rate"),
     ("output_stage_lut", "units.tensor.output_stage_lut"),
+    ("groups_share_lanes", "units.tensor.groups_share_lanes"),
     ("vector_lanes", "units.vector.lanes"),
     ("vector_int16_rate", "units.vector.int16_rate"),
     ("cpe_elementwise", "units.vector.cycles_per_element.elementwise"),
@@ -66,6 +67,7 @@ class Hardware:
     array_reduce: int
     tensor_int16_rate: float
     output_stage_lut: bool
+    groups_share_lanes: bool
     c_in_quantum: int
     vector_lanes: int
     vector_int16_rate: float
@@ -121,7 +123,7 @@ def hardware_for(march: March | str) -> Hardware:
                          "add it to the march's description file (see docs/perf.md for the parameters)") from None
     ints = {"cores", "macs_per_cycle", "array_w", "array_c_out", "array_reduce", "vector_lanes", "sram_bytes",
             "sram_access_bytes", "ddr_burst_bytes", "cpu_cores"}
-    values = {k: (int(v) if k in ints else bool(v) if k == "output_stage_lut" else float(v)) for k, v in values.items()}
+    values = {k: (int(v) if k in ints else bool(v) if k in ("output_stage_lut", "groups_share_lanes") else float(v)) for k, v in values.items()}
     values["c_in_quantum"] = int(m.alignment("tensor").get("c_in", 1))
     hw = Hardware(march=m.name, **values)
     if hw.array_w * hw.array_c_out * hw.array_reduce != hw.macs_per_cycle:

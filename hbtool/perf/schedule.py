@@ -47,6 +47,7 @@ class PerfResult:
     passes: dict[str, int] = field(default_factory=dict)
     bpu_cycles: float = 0.0              # BPU busy time per frame (runtime included), one core
     cpu_cycles: float = 0.0              # A55 time per frame (boundary conversions, CPU ops)
+    model_outputs: int = 0               # outputs of the compiled model
 
     def fps_threads(self, threads: int) -> float:
         """Throughput with ``threads`` frames in flight (``hrt_model_exec perf --thread_num``).
@@ -243,7 +244,7 @@ def estimate_program(program: Graph, tensors: dict[str, dict[str, Any]], hw: Har
         bound = "one frame on both cores"
     return PerfResult(model, hw.march, optimize_level, core_num, hw, ops, per_frame + host, latency, fps, fps_1core, bound,
                       limits, dict(passes or {}), sum(o.cycles for o in ops if o.unit != CPU) + per_frame,
-                      sum(o.cycles for o in ops if o.unit == CPU))
+                      sum(o.cycles for o in ops if o.unit == CPU), len(program.outputs))
 
 
 def estimate(header: dict[str, Any], core_num: int | None = None, program: Graph | None = None,
