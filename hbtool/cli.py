@@ -269,9 +269,11 @@ def simulate(artifact: Path, inputs: tuple[str, ...], output_dir: Path | None, c
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help="Write the estimate as JSON to this file ('-': stdout).")
 @click.option("--compare-levels", is_flag=True, help="Also compile at O0..O3, one pass at a time, and show what each optimization buys (quick path or -c).")
 @click.option("--top", type=int, default=10, show_default=True, help="Ops listed in the console table.")
+@click.option("--input-type-rt", type=click.Choice(["featuremap", "nv12"]), default=None,
+              help="Cost the inputs as this run-time type (nv12: the BPU converts the image, no CPU quantize; default: the artifact's).")
 def perf(artifact: Path | None, config_path: Path | None, model: Path | None, fast: bool, input_shapes, march: str,
          optimize_level: str | None, core_num: str | None, output_dir: Path | None, json_path: Path | None,
-         compare_levels: bool, top: int) -> None:
+         compare_levels: bool, top: int, input_type_rt: str | None) -> None:
     """Estimate latency, FPS, DDR traffic and what binds them, from the march's hardware description."""
     import json
 
@@ -294,13 +296,14 @@ def perf(artifact: Path | None, config_path: Path | None, model: Path | None, fa
     with _progress_bar() as progress:
         callback = _progress_callback(progress)
         if artifact is not None:
-            run = perf_artifact(artifact, cores)
+            run = perf_artifact(artifact, cores, input_type_rt)
         elif config_path is not None:
             from hbtool.config import load_config
 
-            run = perf_config(load_config(config_path), optimize_level, cores, compare_levels, callback)
+            run = perf_config(load_config(config_path), optimize_level, cores, compare_levels, callback, input_type_rt)
         else:
-            run = perf_fast(model, parse_input_shapes(input_shapes), march, optimize_level, cores, compare_levels, callback)
+            run = perf_fast(model, parse_input_shapes(input_shapes), march, optimize_level, cores, compare_levels, callback,
+                            input_type_rt)
     from rich.console import Console
 
     to_stdout = json_path is not None and str(json_path) == "-"

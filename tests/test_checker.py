@@ -35,7 +35,7 @@ def _conv(name, x, y, w_shape, **attrs):
 
 def test_reason_is_the_rule_docstring_with_limits_filled_in():
     text = reason_of(conv_kernel_within_limit, BAYES, "kernel 33x33")
-    assert text == "Conv kernel height and width must be within 1..31 on the J5 tensor unit (kernel 33x33)"
+    assert text == "Conv kernel height and width must be within 1..31 on the tensor unit of march bayes (kernel 33x33)"
 
 
 def test_every_registered_rule_has_a_docstring():

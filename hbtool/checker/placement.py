@@ -14,7 +14,7 @@ import numpy as np
 
 from hbtool.ir.graph import Graph, Node
 from hbtool.march.description import March
-from hbtool.march.op_rules import CPU_BY_DESIGN, CPU_REASON_OF_NODE, GENERIC_RULES, RuleContext, reason_of, support_for
+from hbtool.march.op_rules import CPU_BY_DESIGN, CPU_REASON_OF_NODE, GENERIC_RULES, RuleContext, march_rules, reason_of, support_for
 
 
 @dataclass
@@ -66,7 +66,7 @@ def place_node(node: Node, graph: Graph, march: March, integer_derived: set[str]
             "computes on values derived only from integer model inputs (ids, masks): exact and cheap in float on the CPU, and its extreme values cannot be quantized",
         )
     ctx = RuleContext(node, graph, march)
-    for rule in GENERIC_RULES + support.rules:
+    for rule in GENERIC_RULES + march_rules(march.name, node.op_type) + support.rules:
         detail = rule(ctx)
         if detail is not None:
             return Placement("CPU", None, None, reason_of(rule, march, detail))

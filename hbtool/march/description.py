@@ -47,6 +47,48 @@ class March:
     def alignment(self, unit: str) -> dict[str, int]:
         return dict(self.raw["units"][unit].get("alignment", {}))
 
+    @property
+    def int16_classes(self) -> tuple[str, ...]:
+        """Op classes that compute in int16 on this march (``int16.supported``); empty: int8 only."""
+        return tuple((self.raw.get("int16") or {}).get("supported") or ())
+
+    @property
+    def has_int16(self) -> bool:
+        return bool(self.int16_classes)
+
+    @property
+    def chip(self) -> str:
+        return str(self.raw.get("chip", MARCH_CHIPS.get(self.name, self.name)))
+
+
+def int16_requests(node_info: dict[str, Any] | None, enable_int16: bool, optimization: list[str] | None) -> list[str]:
+    """The config settings that ask for int16 tensors (for the error on an int8-only march)."""
+    asks = [f"model_parameters.node_info['{name}'] {key}: int16"
+            for name, info in (node_info or {}).items() for key, v in (info or {}).items()
+            if str(key).startswith(("InputType", "OutputType")) and str(v).lower() == "int16"]
+    if enable_int16:
+        asks.append("calibration_parameters.enable_int16: true")
+    if "set_model_output_int16" in (optimization or []):
+        asks.append("calibration_parameters.optimization: set_model_output_int16")
+    return asks
+
+
+def check_int16_supported(march: March, node_info: dict[str, Any] | None, enable_int16: bool,
+                          optimization: list[str] | None) -> None:
+    """An int8-only march (X3, X5) refuses every explicit int16 request with the setting to remove.
+
+    Horizon's toolchain offers int16 (``node_info`` InputType/OutputType, ``set_model_output_int16``)
+    on J5 / RDK Ultra only; silently computing such a node in int8 would hide an accuracy fix the
+    user asked for. ``auto_int16`` is a default, not a request: on these marches it is simply off.
+    """
+    if march.has_int16:
+        return
+    asks = int16_requests(node_info, enable_int16, optimization)
+    if asks:
+        raise InputError(f"{asks[0]}: march {march.name} ({march.chip}) computes in int8 only; int16 is a "
+                         f"J5 / RDK Ultra feature (march bayes)",
+                         "remove the int16 setting, or compile for march bayes")
+
 
 @lru_cache(maxsize=None)
 def load_march(name: str) -> March:

@@ -61,7 +61,7 @@ def reason_of(rule: Rule, march: March, detail: str | None) -> str:
     """The user-facing reason: the rule's docstring with the march limits filled in, plus detail."""
     doc = " ".join((rule.__doc__ or rule.__name__).split())
     try:
-        doc = doc.format(**march.limits)
+        doc = doc.format(**march.limits, march=march.name)
     except (KeyError, IndexError):
         pass
     return f"{doc} ({detail})" if detail else doc
@@ -130,7 +130,7 @@ def conv_is_1d_or_2d(ctx: RuleContext) -> str | None:
 
 
 def conv_kernel_within_limit(ctx: RuleContext) -> str | None:
-    """Conv kernel height and width must be within 1..{conv_max_kernel} on the J5 tensor unit"""
+    """Conv kernel height and width must be within 1..{conv_max_kernel} on the tensor unit of march {march}"""
     w = ctx.const(1)
     if w is None:
         return None
@@ -197,7 +197,7 @@ def gemm_weight_is_constant(ctx: RuleContext) -> str | None:
 
 # ------------------------------------------------------------- vector-unit rules
 def elementwise_rank_within_limit(ctx: RuleContext) -> str | None:
-    """Elementwise ops on the J5 vector unit take tensors of at most {max_elementwise_rank} dimensions"""
+    """Elementwise ops on the vector unit take tensors of at most {max_elementwise_rank} dimensions"""
     for t in ctx.data_inputs() + ctx.node.outputs:
         s = ctx.shape(t)
         if s is not None and len(s) > ctx.lim("max_elementwise_rank"):
@@ -466,3 +466,53 @@ CPU_REASON_OF_NODE: dict[str, Callable[[Node, Graph], str]] = {"Einsum": einsum_
 
 def support_for(op_type: str) -> OpSupport | None:
     return OP_TABLE.get(op_type)
+
+
+# ------------------------------------------------------- where the generations differ
+# Rules that apply on one march only, on top of the op's own rules: what an older BPU generation
+# does not run (Horizon's per-march supported-op lists; horizon-toolchain reference, section 3.4).
+def bernoulli2_moves_data_on_the_cpu(ctx: RuleContext) -> str | None:
+    """The Bernoulli2 BPU (RDK X3) has no general data-movement unit: Reshape, Transpose, Gather, Tile, Expand, Squeeze, Unsqueeze and Flatten run on the CPU (Horizon's X3 op list)"""
+    return f"{ctx.node.op_type} on march bernoulli2"
+
+
+def bernoulli2_runs_softmax_and_norms_on_the_cpu(ctx: RuleContext) -> str | None:
+    """The Bernoulli2 BPU (RDK X3) has no Softmax, LayerNorm or Sub: they run on the CPU (Horizon's X3 op list; Softmax only at the model tail by run_on_bpu)"""
+    return f"{ctx.node.op_type} on march bernoulli2"
+
+
+def bernoulli2_matmul_of_feature_maps_is_1xbxmxk(ctx: RuleContext) -> str | None:
+    """On the Bernoulli2 BPU (RDK X3) a MatMul of two feature maps runs only as 1xBxMxK x 1x1xKxN; other products of two run-time tensors run on the CPU"""
+    if len(ctx.data_inputs()) < 2:
+        return None
+    a, b = ctx.in_shape(0), ctx.in_shape(1)
+    if a is not None and b is not None and len(a) == 4 and len(b) == 4 and a[0] == 1 and b[0] == 1 and b[1] == 1:
+        return None
+    return f"{'x'.join(map(str, a or ()))} x {'x'.join(map(str, b or ()))}"
+
+
+def bernoulli2_lut_size_within_8192(ctx: RuleContext) -> str | None:
+    """On the Bernoulli2 BPU (RDK X3) a lookup-table activation (Sigmoid, Tanh, SiLU...) takes a feature map of at most 8192 elements once aligned (the smaller of H x W-to-8 x C-to-4 and H x W x C-to-32); a larger one runs on the CPU"""
+    s = ctx.out_shape(0)
+    if s is None or len(s) != 4:
+        return None
+    _, c, h, w = (int(d) for d in s)
+    size = min(h * (-(-w // 8) * 8) * (-(-c // 4) * 4), h * w * (-(-c // 32) * 32))
+    return None if size <= 8192 else f"aligned size {size}"
+
+
+MARCH_RULES: dict[str, dict[str, tuple[Rule, ...]]] = {
+    "bernoulli2": {
+        **{op: (bernoulli2_moves_data_on_the_cpu,) for op in
+           ("Reshape", "Transpose", "Gather", "Tile", "Expand", "Squeeze", "Unsqueeze", "Flatten")},
+        **{op: (bernoulli2_runs_softmax_and_norms_on_the_cpu,) for op in
+           ("Softmax", "LogSoftmax", "LayerNormalization", "ChannelLayerNorm", "InstanceNormalization", "Sub")},
+        "MatMul": (bernoulli2_matmul_of_feature_maps_is_1xbxmxk,),
+        **{op: (bernoulli2_lut_size_within_8192,) for op in ("Sigmoid", "Tanh", "Swish", "HardSwish", "HardSigmoid", "Gelu", "Erf", "Exp", "Mish")},
+    },
+}
+
+
+def march_rules(march: str, op_type: str) -> tuple[Rule, ...]:
+    """The rules only ``march`` applies to ``op_type`` (checked before the op's own rules)."""
+    return MARCH_RULES.get(march, {}).get(op_type, ())

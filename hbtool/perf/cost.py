@@ -24,6 +24,10 @@ next tile streams in):
 ``sram``/``ddr``   bytes each memory moves for the op / its bandwidth: activations where the
                    compiler placed them, weights and tables streamed from DDR once per frame.
 ``cpu``            the A55 cluster: quantize/dequantize per element, float subgraphs by FLOPs.
+
+An input that arrives as an ``nv12`` image (``input_type_rt: nv12``, as every published RDK
+model zoo bin) is not quantized on the CPU: the BPU reads the 8-bit Y plane and the half-size
+interleaved UV plane and converts them to the model's colour order (:func:`image_input_cost`).
 """
 
 from __future__ import annotations
@@ -89,12 +93,17 @@ class OpCost:
         return key
 
 
+#: run-time input types the BPU takes as 8-bit images, converting colour inside the model
+IMAGE_INPUT_TYPES = ("nv12",)
+
+
 @dataclass
 class CostContext:
     program: Graph
     tensors: dict[str, dict[str, Any]]
     hw: Hardware
     split: int = 1               # core_num 2: each op's work is shared by both cores
+    image_inputs: dict[str, str] = field(default_factory=dict)   # graph input -> its run-time image type
 
     def location(self, name: str) -> str:
         t = self.tensors.get(name) or {}
@@ -164,8 +173,17 @@ def tensor_padding(kind: str, kernel: Any, node: Node, ctx: CostContext) -> tupl
         rows = int(out[0]) * int(np.prod(spatial[:-1], dtype=np.int64)) if spatial else int(out[0])
         reduction = taps * (align(cin_g, cq) if group == 1 else cin_g)
         macs = elems * taps * cin_g
-        padded = rows * align(width, aw) * align(cout, aco) * align(reduction, ar)
-        note = f"W {width}->{align(width, aw)}, Cout {cout}->{align(cout, aco)}, reduction {taps * cin_g}->{align(reduction, ar)}"
+        if group == 1 or hw.groups_share_lanes:
+            padded = rows * align(width, aw) * align(cout, aco) * align(reduction, ar)
+            note = f"W {width}->{align(width, aw)}, Cout {cout}->{align(cout, aco)}, reduction {taps * cin_g}->{align(reduction, ar)}"
+        else:
+            # the array's c_out lanes share one input window: only one group's output channels fill
+            # them (a depthwise conv: one of c_out lanes), so each group is its own pass, unless the
+            # march packs groups side by side into the lanes (units.tensor.groups_share_lanes)
+            cout_g = cout // group
+            padded = rows * align(width, aw) * group * align(cout_g, aco) * align(reduction, ar)
+            note = (f"{group} groups of {cout_g} output channels ({'depthwise' if cout_g == 1 and cin_g == 1 else 'grouped'}: "
+                    f"{cout_g}->{align(cout_g, aco)} lanes each), W {width}->{align(width, aw)}, reduction {taps * cin_g}->{align(reduction, ar)}")
         return macs, padded, 1, note
     if kind == "ConvTranspose":
         return _conv_transpose_padding(kernel, node, ctx, out)
@@ -400,9 +418,38 @@ def movement_cost(node: Node, ctx: CostContext) -> OpCost:
 # --------------------------------------------------------------------------- CPU
 
 
+def image_input_cost(name: str, input_type: str, shape: tuple[int, ...], out_location: str, hw: Hardware,
+                     split: int = 1) -> OpCost:
+    """The BPU's colour conversion of an image input (``nv12``), in place of the CPU quantize.
+
+    NV12 holds a full-size 8-bit Y plane and a half-height interleaved UV plane: 1.5 bytes per
+    pixel, read in bursts from DDR where the camera or decoder left it. The vector unit
+    upsamples the chroma and computes each of the C output channels as a weighted sum of Y, U
+    and V plus the mean/scale of the model's preprocessing (``colour_convert`` cycles per output
+    element); the converted int8 tensor is written where the compiler placed the input.
+    """
+    op = OpCost(f"{name}_{input_type}", "HzPreprocess", VECTOR, "ColourConvert")
+    n, c, h, w = (list(shape) + [1, 1, 1, 1])[:4] if len(shape) >= 4 else (1, 3, 1, int(np.prod(shape)))
+    pixels = int(n) * int(h) * int(w)
+    nv12_bytes = access.sequential_bytes(pixels + pixels // 2, hw.ddr_burst_bytes)
+    out_elements = pixels * int(c)
+    op.elements = op.vector_elements = out_elements
+    op.ddr_bytes = op.ddr_useful_bytes = nv12_bytes + (access.sequential_bytes(out_elements, hw.ddr_burst_bytes) if out_location == DDR else 0)
+    op.sram_bytes = out_elements if out_location != DDR else 0
+    op.components[VECTOR] = out_elements * hw.cpe_colour_convert / hw.vector_lanes / split
+    op.components[DDR] = op.ddr_bytes / hw.ddr_bytes_per_cycle
+    op.components[SRAM] = op.sram_bytes / hw.sram_bytes_per_cycle / split
+    op.overhead = hw.per_op_cycles
+    op.note = f"{input_type} {h}x{w} -> {c} channels on the vector unit ({hw.cpe_colour_convert:g} cycles/element)"
+    return op
+
+
 def cpu_cost(node: Node, ctx: CostContext) -> OpCost:
     hw = ctx.hw
     kernel = node.meta.get("kernel")
+    if type(kernel).__name__ == "Quantize" and node.inputs and node.inputs[0] in ctx.image_inputs:
+        return image_input_cost(node.inputs[0], ctx.image_inputs[node.inputs[0]], ctx.shape(node.inputs[0]),
+                                ctx.location(node.outputs[0]), hw, ctx.split)
     op = OpCost(node.name, node.op_type, CPU, type(kernel).__name__ if kernel is not None else None)
     names = ctx.activations(list(node.inputs) + [o for o in node.outputs if o])
     op.ddr_useful_bytes = op.ddr_bytes = sum(ctx.padded_bytes(n) for n in names if ctx.location(n) == DDR)

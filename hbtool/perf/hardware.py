@@ -22,6 +22,8 @@ _PARAMS: tuple[tuple[str, str], ...] = (
     ("array_c_out", "units.tensor.array.c_out"),
     ("array_reduce", "units.tensor.array.reduce"),
     ("tensor_int16_rate", "units.tensor.int16_rate"),
+    ("output_stage_lut", "units.tensor.output_stage_lut"),
+    ("groups_share_lanes", "units.tensor.groups_share_lanes"),
     ("vector_lanes", "units.vector.lanes"),
     ("vector_int16_rate", "units.vector.int16_rate"),
     ("cpe_elementwise", "units.vector.cycles_per_element.elementwise"),
@@ -31,6 +33,7 @@ _PARAMS: tuple[tuple[str, str], ...] = (
     ("cpe_softmax", "units.vector.cycles_per_element.softmax"),
     ("cpe_pool", "units.vector.cycles_per_element.pool"),
     ("cpe_divide", "units.vector.cycles_per_element.divide"),
+    ("cpe_colour_convert", "units.vector.cycles_per_element.colour_convert"),
     ("dm_bytes_per_cycle", "units.data_movement.bytes_per_cycle"),
     ("sram_bytes", "memory.sram_bytes_per_core"),
     ("sram_bytes_per_cycle", "memory.sram_bytes_per_cycle"),
@@ -40,6 +43,7 @@ _PARAMS: tuple[tuple[str, str], ...] = (
     ("ddr_burst_bytes", "memory.ddr_burst_bytes"),
     ("per_op_cycles", "overheads.per_op_cycles"),
     ("per_frame_us", "overheads.per_frame_us"),
+    ("host_per_frame_us", "overheads.host_per_frame_us"),
     ("dual_core_sync_cycles", "overheads.dual_core_sync_cycles"),
     ("cpu_cores", "cpu.cores"),
     ("cpu_clock_hz", "cpu.clock_hz"),
@@ -62,6 +66,8 @@ class Hardware:
     array_c_out: int
     array_reduce: int
     tensor_int16_rate: float
+    output_stage_lut: bool
+    groups_share_lanes: bool
     c_in_quantum: int
     vector_lanes: int
     vector_int16_rate: float
@@ -72,6 +78,7 @@ class Hardware:
     cpe_softmax: float
     cpe_pool: float
     cpe_divide: float
+    cpe_colour_convert: float
     dm_bytes_per_cycle: float
     sram_bytes: int
     sram_bytes_per_cycle: float
@@ -81,6 +88,7 @@ class Hardware:
     ddr_burst_bytes: int
     per_op_cycles: float
     per_frame_us: float
+    host_per_frame_us: float
     dual_core_sync_cycles: float
     cpu_cores: int
     cpu_clock_hz: float
@@ -115,7 +123,7 @@ def hardware_for(march: March | str) -> Hardware:
                          "add it to the march's description file (see docs/perf.md for the parameters)") from None
     ints = {"cores", "macs_per_cycle", "array_w", "array_c_out", "array_reduce", "vector_lanes", "sram_bytes",
             "sram_access_bytes", "ddr_burst_bytes", "cpu_cores"}
-    values = {k: (int(v) if k in ints else float(v)) for k, v in values.items()}
+    values = {k: (int(v) if k in ints else bool(v) if k in ("output_stage_lut", "groups_share_lanes") else float(v)) for k, v in values.items()}
     values["c_in_quantum"] = int(m.alignment("tensor").get("c_in", 1))
     hw = Hardware(march=m.name, **values)
     if hw.array_w * hw.array_c_out * hw.array_reduce != hw.macs_per_cycle:

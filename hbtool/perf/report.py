@@ -61,6 +61,8 @@ def to_json(r: PerfResult, levels: list[dict[str, Any]] | None = None) -> dict[s
         "ops": [op_json(r, op, start) for op, start, _ in r.timeline()],
         "passes": r.passes,
         "parameters": parameter_table(r.march),
+        "fps_threads": {str(n): round(r.fps_threads(n), 2) for n in THREAD_COUNTS},
+        "measurement_class": _class_json(r),
     }
     if levels is not None:
         doc["levels"] = levels
@@ -69,6 +71,30 @@ def to_json(r: PerfResult, levels: list[dict[str, Any]] | None = None) -> dict[s
 
 def _pct(x: float) -> str:
     return f"{100 * x:.1f} %"
+
+
+#: thread counts of the published board measurements (``hrt_model_exec perf --thread_num``)
+THREAD_COUNTS = (1, 2, 4, 8)
+
+
+def _class_json(r: PerfResult) -> dict[str, Any]:
+    from hbtool.perf.classes import measurement_class
+
+    name, err = measurement_class(r)
+    out: dict[str, Any] = {"class": name}
+    if err is not None:
+        out.update(published_rows=err[0], median_abs_latency_error=err[1], median_abs_fps_error=err[2])
+    return out
+
+
+def class_line(r: PerfResult) -> str:
+    """Which published measurement class the model resembles and how far off hbtool was on that class."""
+    c = _class_json(r)
+    if "published_rows" not in c:
+        return f"resembles: {c['class']} (no published on-board rows of that class for march {r.march}: no measured error to quote)"
+    return (f"resembles: {c['class']}; on {c['published_rows']} published on-board rows of that class (march {r.march}) "
+            f"the estimate was off by a median {100 * c['median_abs_latency_error']:.0f} % in latency and "
+            f"{100 * c['median_abs_fps_error']:.0f} % in multi-thread FPS (docs/perf.md)")
 
 
 def print_report(r: PerfResult, console: Console | None = None, top: int = 10) -> None:
@@ -84,6 +110,10 @@ def print_report(r: PerfResult, console: Console | None = None, top: int = 10) -
     else:
         console.print(f"{lat}   FPS {r.fps:.1f}   (FPS with 1 core per frame: {r.fps_1core:.1f})")
     console.print("FPS limits: " + ", ".join(f"{k} {v:.1f}" for k, v in r.fps_limits.items()))
+    if r.core_num == 1:
+        console.print("FPS by threads (hrt_model_exec --thread_num): "
+                      + ", ".join(f"{n}: {r.fps_threads(n):.1f}" for n in THREAD_COUNTS))
+    console.print(class_line(r))
     console.print(f"DDR {ddr / 1e6:.2f} MB/frame ({ddr * r.fps / 1e9:.2f} GB/s at {r.fps:.0f} FPS)   "
                   f"{r.macs / 1e9:.3f} GMAC = {r.gops_per_frame:.2f} GOPs/frame")
     console.print(f"utilisation {_pct(r.utilisation)} of {hw.peak_int8_tops:g} TOPS; MAC array busy {_pct(r.tensor_busy_share)} "

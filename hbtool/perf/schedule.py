@@ -1,8 +1,11 @@
 """From per-op costs to the model's latency, FPS and the shares that explain them.
 
 The compiler's program order is the schedule: one op after another on one core, each taking
-its own cost (:mod:`.cost`), plus a fixed runtime cost per frame. That sum is the **latency**
-(Horizon's: one thread, one core). **FPS** is throughput mode: both BPU cores each run their
+its own cost (:mod:`.cost`), plus a fixed runtime cost per frame on the BPU (``per_frame_us``)
+and on the host (``host_per_frame_us``: the runtime's task set-up, cache maintenance of the
+input and output buffers, the completion interrupt). That sum is the **latency** (Horizon's:
+one thread, one core). With several threads (``fps_threads``) the host part of one frame
+overlaps the BPU work of another, so it costs latency but not throughput. **FPS** is throughput mode: both BPU cores each run their
 own frames, so it is the smallest of
 
 * cores / BPU time per frame (CPU ops run on the A55 cluster meanwhile),
@@ -21,7 +24,7 @@ from typing import Any
 from hbtool.compiler.program_io import program_from_section
 from hbtool.errors import InputError
 from hbtool.ir.graph import Graph
-from hbtool.perf.cost import CPU, DATA_MOVEMENT, DDR, OVERHEAD, SRAM, TENSOR, UNITS, VECTOR, VIEW, CostContext, OpCost, cost_op
+from hbtool.perf.cost import IMAGE_INPUT_TYPES, CPU, DATA_MOVEMENT, DDR, OVERHEAD, SRAM, TENSOR, UNITS, VECTOR, VIEW, CostContext, OpCost, cost_op
 from hbtool.perf.hardware import Hardware, hardware_for
 
 RUNTIME = "runtime"
@@ -42,6 +45,31 @@ class PerfResult:
     fps_bound: str                       # what limits fps: "bpu cores", "ddr bandwidth", "cpu"
     fps_limits: dict[str, float] = field(default_factory=dict)
     passes: dict[str, int] = field(default_factory=dict)
+    bpu_cycles: float = 0.0              # BPU busy time per frame (runtime included), one core
+    cpu_cycles: float = 0.0              # A55 time per frame (boundary conversions, CPU ops)
+    model_outputs: int = 0               # outputs of the compiled model
+
+    def fps_threads(self, threads: int) -> float:
+        """Throughput with ``threads`` frames in flight (``hrt_model_exec perf --thread_num``).
+
+        Each thread runs its frames one after another, so it delivers at most 1 / latency; the
+        frames of different threads overlap, the BPU cores working on one while the A55 cores
+        convert another's inputs and outputs, up to the throughput limits (``fps_limits``).
+        """
+        return self._threads(threads)[0]
+
+    def fps_bound_at(self, threads: int) -> str:
+        """What limits :meth:`fps_threads`: the threads' own latency, or one of ``fps_limits``."""
+        return self._threads(threads)[1]
+
+    def _threads(self, threads: int) -> tuple[float, str]:
+        if self.core_num > 1:
+            return self.fps, self.fps_bound
+        n = max(1, int(threads))
+        limits = dict(self.fps_limits)
+        limits[f"{n} threads x latency"] = n * self.fps_1core
+        bound = min(limits, key=lambda k: limits[k])
+        return limits[bound], bound
 
     # ---- totals
     @property
@@ -150,16 +178,54 @@ class PerfResult:
         return rows
 
 
+#: elementwise kernels the tensor unit's output stage can apply to results as they leave the array
+OUTPUT_STAGE_KERNELS = ("Lut",)
+
+
+def fuse_output_stage(program: Graph, ops: list[OpCost], hw: Hardware) -> list[OpCost]:
+    """A lookup-table activation reading the only output of a conv/linear that nothing else reads
+    runs in the tensor unit's output stage (march ``units.tensor.output_stage_lut``): its table is
+    applied while the results stream out, so it moves no data of its own and issues no pass; only
+    vector work beyond the producer's own time would show."""
+    if not hw.output_stage_lut:
+        return ops
+    consumers = program.consumer_map()
+    by_name = {o.name: o for o in ops}
+    producers = program.producer_map()
+    for node, op in zip(program.nodes, ops):
+        if op.unit != VECTOR or op.kernel not in OUTPUT_STAGE_KERNELS or not node.inputs:
+            continue
+        src = producers.get(node.inputs[0])
+        prod = by_name.get(src.name) if src is not None else None
+        if prod is None or prod.unit != TENSOR or len(consumers.get(node.inputs[0], [])) != 1 or node.inputs[0] in program.outputs:
+            continue
+        extra = max(0.0, op.components.get(VECTOR, 0.0) - prod.busy)
+        op.components = {VECTOR: extra}
+        op.overhead = 0.0
+        op.sram_bytes = op.ddr_bytes = op.ddr_useful_bytes = 0
+        op.note += f"; in the output stage of {prod.name}"
+    return ops
+
+
 def estimate_program(program: Graph, tensors: dict[str, dict[str, Any]], hw: Hardware, core_num: int = 1,
-                     model: str = "model", optimize_level: str = "", passes: dict[str, int] | None = None) -> PerfResult:
-    """Cost every op of a compiled program and sum the schedule (see the module docstring)."""
+                     model: str = "model", optimize_level: str = "", passes: dict[str, int] | None = None,
+                     runtime_input_types: dict[str, str] | None = None) -> PerfResult:
+    """Cost every op of a compiled program and sum the schedule (see the module docstring).
+
+    ``runtime_input_types`` (input name -> ``input_type_rt``) says which inputs arrive as images
+    (nv12, rgb...: 8-bit pixels the BPU takes directly); their boundary quantize is costed as the
+    BPU's colour conversion (:func:`~hbtool.perf.cost.image_input_cost`) instead of a CPU quantize.
+    """
     if core_num not in (1, 2):
         raise InputError(f"--core-num {core_num}: the BPU has 1 or 2 cores per frame", "use --core-num 1 or 2")
-    single = [cost_op(n, CostContext(program, tensors, hw, 1)) for n in program.nodes]
-    ops = single if core_num == 1 else [cost_op(n, CostContext(program, tensors, hw, 2)) for n in program.nodes]
+    images = {k: v for k, v in (runtime_input_types or {}).items() if v in IMAGE_INPUT_TYPES}
+    single = fuse_output_stage(program, [cost_op(n, CostContext(program, tensors, hw, 1, images)) for n in program.nodes], hw)
+    ops = single if core_num == 1 else fuse_output_stage(
+        program, [cost_op(n, CostContext(program, tensors, hw, 2, images)) for n in program.nodes], hw)
     per_frame = hw.per_frame_us * 1e-6 * hw.clock_hz
-    latency = sum(o.cycles for o in ops) + per_frame
-    single_latency = sum(o.cycles for o in single) + per_frame
+    host = hw.host_per_frame_us * 1e-6 * hw.clock_hz
+    latency = sum(o.cycles for o in ops) + per_frame + host
+    single_latency = sum(o.cycles for o in single) + per_frame + host
     fps_1core = hw.clock_hz / single_latency
     if core_num == 1:
         bpu = sum(o.cycles for o in ops if o.unit != CPU) + per_frame
@@ -176,18 +242,25 @@ def estimate_program(program: Graph, tensors: dict[str, dict[str, Any]], hw: Har
         fps = hw.clock_hz / latency
         limits = {"one frame on both cores": fps}
         bound = "one frame on both cores"
-    return PerfResult(model, hw.march, optimize_level, core_num, hw, ops, per_frame, latency, fps, fps_1core, bound,
-                      limits, dict(passes or {}))
+    return PerfResult(model, hw.march, optimize_level, core_num, hw, ops, per_frame + host, latency, fps, fps_1core, bound,
+                      limits, dict(passes or {}), sum(o.cycles for o in ops if o.unit != CPU) + per_frame,
+                      sum(o.cycles for o in ops if o.unit == CPU), len(program.outputs))
 
 
-def estimate(header: dict[str, Any], core_num: int | None = None, program: Graph | None = None) -> PerfResult:
-    """Estimate an artifact (its decoded header; ``program`` if already at hand)."""
+def estimate(header: dict[str, Any], core_num: int | None = None, program: Graph | None = None,
+             runtime_input_types: dict[str, str] | None = None) -> PerfResult:
+    """Estimate an artifact (its decoded header; ``program`` if already at hand).
+
+    The run-time input types come from the header's ``inputs`` (``type_rt``); ``runtime_input_types``
+    overrides them (``perf --input-type-rt``)."""
     hw = hardware_for(header["march"])
     options = header.get("options", {})
     prog = program if program is not None else program_from_section(header["program"])
     cores = int(core_num if core_num is not None else options.get("core_num", 1) or 1)
+    rt_types = {i["name"]: str(i.get("type_rt") or "").lower() for i in header.get("inputs", []) if i.get("type_rt")}
+    rt_types.update(runtime_input_types or {})
     return estimate_program(prog, header.get("tensors", {}), hw, cores, header.get("model", {}).get("name", "model"),
-                            options.get("optimize_level", ""), header.get("passes", {}))
+                            options.get("optimize_level", ""), header.get("passes", {}), rt_types)
 
 
 __all__ = ["PerfResult", "estimate", "estimate_program", "RUNTIME", "VIEW"]

@@ -24,7 +24,7 @@ from hbtool.errors import InputError, NotDeployableError
 from hbtool.ir.graph import Graph
 from hbtool.ir.onnx_export import to_onnx
 from hbtool.ir.onnx_import import import_onnx
-from hbtool.march.description import load_march
+from hbtool.march.description import check_int16_supported, load_march
 from hbtool.quant.calibrated_model import build_calibrated_graph
 from hbtool.quant.collect import collect_stats, float_session
 from hbtool.quant.data import CalibrationSet, load_calibration_data
@@ -32,7 +32,7 @@ from hbtool.quant.fqvit import apply_ptf, apply_softmax_log2, log2_decode, ptf_t
 from hbtool.quant.masks import clamp_masks
 from hbtool.quant.metrics import RunningErrors
 from hbtool.quant.observers import TensorStats
-from hbtool.quant.plan import QuantPlan, bpu_activation_tensors, build_plan
+from hbtool.quant.plan import INT8_MIN_SQNR_DB, QuantPlan, bpu_activation_tensors, build_plan
 from hbtool.quant.load import apply_loaded_scales, strip_quantization
 from hbtool.quant.lower import lower_to_integer
 from hbtool.quant.preprocess import find_preprocess, insert_preprocess
@@ -194,6 +194,7 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     t0 = time.perf_counter()
     cal = cfg.calibration
     ctype = cal.calibration_type
+    check_int16_supported(load_march(cfg.model.march), cfg.model.node_info, bool(cal.enable_int16), list(cal.optimization or []))
     loaded: dict | None = {} if ctype == "load" else None
     original, graph = prepare_float_graph(cfg, loaded)
     if not any(n.meta.get("on") == "BPU" for n in graph.nodes):
@@ -250,10 +251,15 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     weights = plan_weights(graph, per_channel=cal.per_channel, clip=wclip)
     node_info = cfg.model.node_info
     output16 = "set_model_output_int16" in (cal.optimization or [])
-    auto16 = bool(getattr(cal, "auto_int16", True))
+    march = load_march(cfg.model.march)
+    # int8-only marches (X3, X5) have no int16 to promote to; random data (skip) gives no signal-to-noise
+    # worth promoting by, so a quick-path estimate never depends on the accident of a random scale
+    auto16 = bool(getattr(cal, "auto_int16", True)) and march.has_int16
+    min_sqnr = float("-inf") if ctype == "skip" else INT8_MIN_SQNR_DB
 
     def plan_for(method: str | dict[str, str]) -> QuantPlan:
-        plan = build_plan(graph, stats, method, auto16, node_info, output16, cal.max_percentile, all_int16=bool(cal.enable_int16))
+        plan = build_plan(graph, stats, method, auto16, node_info, output16, cal.max_percentile, min_sqnr_db=min_sqnr,
+                          all_int16=bool(cal.enable_int16))
         plan.bias_delta = dict(bias_delta or {})
         if getattr(cal, "softmax_log2", False):
             done, skipped = apply_softmax_log2(graph, plan)

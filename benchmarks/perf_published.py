@@ -1,0 +1,233 @@
+"""hbtool perf against published on-board speeds of the RDK X5, X3 and Ultra BPUs.
+
+For every row of ``/work/shared/reference/published_perf_calibration.csv`` (the fit set) and the
+held-out rows of ``benchmarks/published/rows.py`` this script
+
+1. exports the row's architecture to ONNX once (timm / torchvision / ultralytics YAML, random
+   weights, in the separate export venv; cached in ``benchmarks/_models/published/``, gitignored),
+2. runs the quick path (``hbtool perf --model M.onnx --fast``: random calibration, O3) with the
+   row's march and input size, the input taken as ``nv12`` at run time as on the board, and the
+   compiled program cached per march (``--recompile`` to redo it; the cost model itself is
+   re-run every time, it is cheap),
+3. prints estimated vs published single-thread latency and multi-thread FPS (at the row's thread
+   count), the error of each, and the summary per march and split: median absolute error and the
+   share of rows within 15 % and 25 %.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/perf_published.py [--march bayes-e] [--holdout]
+        [--markdown docs/perf_published.md] [--plot docs/perf_published_residuals.png] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "published"))
+
+from rows import CACHE, ROOT, SKIPPED, Row, calibration_rows, holdout_rows  # noqa: E402
+
+EXPORT_PYTHON = Path("/work/zoo-export-venv/bin/python")
+EXPORT_SCRIPT = ROOT / "benchmarks" / "published" / "export_models.py"
+
+
+def export_missing(rows: list[Row]) -> None:
+    jobs = {}
+    for r in rows:
+        if r.onnx is not None and not r.onnx.exists():
+            jobs[str(r.onnx)] = {"source": r.arch[0], "name": r.arch[1], "size": [r.height, r.width], "out": str(r.onnx)}
+    if not jobs:
+        return
+    if not EXPORT_PYTHON.exists():
+        print(f"export venv {EXPORT_PYTHON} missing: {len(jobs)} models not exported", file=sys.stderr)
+        return
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
+        json.dump(list(jobs.values()), fh)
+    subprocess.run([str(EXPORT_PYTHON), str(EXPORT_SCRIPT), fh.name], check=False)
+
+
+def compiled_program(onnx: Path, march: str, recompile: bool = False):
+    """(header, program) of the quick path's O3 compile, cached beside the ONNX per march."""
+    import shutil
+
+    from hbtool.compiler.compile import compile_model
+    from hbtool.perf.run import calibrate_to, fast_config
+
+    cached = onnx.with_suffix(f".{march}.pkl")
+    if cached.exists() and not recompile:
+        with open(cached, "rb") as fh:
+            return pickle.load(fh)
+    work = Path(tempfile.mkdtemp(prefix="hbtool_pub_"))
+    try:
+        cfg = fast_config(onnx, {}, march, work)
+        calibrated = calibrate_to(cfg, work / "calibrated.onnx")
+        compiled = compile_model(cfg, optimize_level="O3", calibrated=calibrated)
+        header = {k: v for k, v in compiled.header.items() if k != "program"}
+        out = (header, compiled.program)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    with open(cached, "wb") as fh:
+        pickle.dump(out, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    return out
+
+
+def estimate_row(r: Row, recompile: bool = False) -> dict:
+    from hbtool.perf.classes import measurement_class
+    from hbtool.perf.hardware import hardware_for
+    from hbtool.perf.schedule import estimate_program
+
+    header, program = compiled_program(r.onnx, r.march, recompile)
+    res = estimate_program(program, header.get("tensors", {}), hardware_for(r.march), 1, r.variant, "O3",
+                           runtime_input_types={i["name"]: "nv12" for i in header.get("inputs", [])})
+    threads = r.threads or 1
+    fps = res.fps_threads(threads)
+    out = {"variant": r.variant, "march": r.march, "split": r.split, "class": measurement_class(res)[0],
+           "latency_ms": res.latency_ms, "fps": fps, "threads": threads,
+           "pub_latency_ms": r.latency_ms, "pub_fps": r.fps_multithread, "bound": res.fps_bound_at(threads)}
+    out["latency_err"] = res.latency_ms / r.latency_ms - 1 if r.latency_ms else None
+    out["fps_err"] = fps / r.fps_multithread - 1 if r.fps_multithread else None
+    return out
+
+
+def summary(errors: list[float]) -> dict:
+    a = [abs(e) for e in errors if e is not None]
+    if not a:
+        return {"n": 0}
+    return {"n": len(a), "median_abs": statistics.median(a), "within_15": sum(x <= 0.15 for x in a) / len(a),
+            "within_25": sum(x <= 0.25 for x in a) / len(a)}
+
+
+def _pct(x):
+    return "-" if x is None else f"{100 * x:+.0f}%"
+
+
+def table(results: list[dict]) -> list[str]:
+    lines = ["| model | march | split | class | latency ms est / pub | err | FPS est / pub (threads) | err | FPS bound |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for o in results:
+        pl = f"{o['pub_latency_ms']:.2f}" if o["pub_latency_ms"] else "-"
+        pf = f"{o['pub_fps']:.1f}" if o["pub_fps"] else "-"
+        lines.append(f"| {o['variant']} | {o['march']} | {o['split']} | {o['class']} | {o['latency_ms']:.2f} / {pl} | "
+                     f"{_pct(o['latency_err'])} | {o['fps']:.1f} / {pf} ({o['threads']}) | {_pct(o['fps_err'])} | {o['bound']} |")
+    return lines
+
+
+def summaries(results: list[dict]) -> list[str]:
+    lines = ["| march | split | metric | rows | median abs error | within 15 % | within 25 % |", "|---|---|---|---|---|---|---|"]
+    keys = sorted({(o["march"], o["split"]) for o in results})
+    for march, split in keys:
+        sel = [o for o in results if o["march"] == march and o["split"] == split]
+        for metric in ("latency", "fps"):
+            s = summary([o[f"{metric}_err"] for o in sel])
+            if s["n"]:
+                lines.append(f"| {march} | {split} | {metric} | {s['n']} | {100 * s['median_abs']:.1f} % | "
+                             f"{100 * s['within_15']:.0f} % | {100 * s['within_25']:.0f} % |")
+    return lines
+
+
+def class_errors(results: list[dict]) -> str:
+    """CLASS_ERRORS of hbtool/perf/classes.py from the fit rows: march -> class -> (rows, median |lat err|, median |FPS err|)."""
+    out: dict[str, dict[str, tuple]] = {}
+    for o in results:
+        if o["split"] != "fit":
+            continue
+        out.setdefault(o["march"], {}).setdefault(o["class"], []).append(o)
+    lines = ["CLASS_ERRORS = {"]
+    for march, classes in sorted(out.items()):
+        lines.append(f"    {march!r}: {{")
+        for cls, sel in sorted(classes.items()):
+            lat = [abs(o["latency_err"]) for o in sel if o["latency_err"] is not None]
+            fps = [abs(o["fps_err"]) for o in sel if o["fps_err"] is not None]
+            lines.append(f"        {cls!r}: ({len(sel)}, {statistics.median(lat) if lat else float('nan'):.3f}, "
+                         f"{statistics.median(fps) if fps else float('nan'):.3f}),")
+        lines.append("    },")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def plot(results: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    colours = {"bayes-e": "tab:blue", "bernoulli2": "tab:orange", "bayes": "tab:green"}
+    for ax, metric, pub in ((axes[0], "latency", "pub_latency_ms"), (axes[1], "fps", "pub_fps")):
+        for o in results:
+            if o[f"{metric}_err"] is None:
+                continue
+            ax.scatter(o[pub], 100 * o[f"{metric}_err"], c=colours.get(o["march"], "k"),
+                       marker="o" if o["split"] == "fit" else "x", s=28)
+        ax.axhspan(-25, 25, color="0.92", zorder=-2)
+        ax.axhspan(-15, 15, color="0.85", zorder=-1)
+        ax.axhline(0, color="k", lw=0.6)
+        ax.set_xscale("log")
+        ax.set_xlabel("published " + ("latency (ms, 1 thread)" if metric == "latency" else "FPS (multi-thread)"))
+        ax.set_title(f"{metric}: estimate / published - 1")
+    axes[0].set_ylabel("error (%)")
+    handles = [plt.Line2D([], [], ls="", marker="o", c=c, label=m) for m, c in colours.items()]
+    handles += [plt.Line2D([], [], ls="", marker="o", c="k", label="fit (calibration csv)"),
+                plt.Line2D([], [], ls="", marker="x", c="k", label="held out")]
+    axes[1].legend(handles=handles, fontsize=8, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--march", action="append", help="only these marches (repeatable)")
+    ap.add_argument("--holdout", action="store_true", help="also the held-out rows")
+    ap.add_argument("--only", action="append", help="only these variants")
+    ap.add_argument("--recompile", action="store_true")
+    ap.add_argument("--cached-only", action="store_true", help="skip rows whose compiled program is not cached yet")
+    ap.add_argument("--classes", action="store_true", help="print CLASS_ERRORS for hbtool/perf/classes.py (fit rows)")
+    ap.add_argument("--markdown", type=Path)
+    ap.add_argument("--plot", type=Path)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    rows = calibration_rows() + (holdout_rows() if args.holdout else [])
+    if args.march:
+        rows = [r for r in rows if r.march in args.march]
+    if args.only:
+        rows = [r for r in rows if r.variant in args.only]
+    export_missing(rows)
+    results, skipped = [], []
+    for r in rows:
+        if r.onnx is None or not r.onnx.exists():
+            skipped.append((r.variant, r.march, SKIPPED.get(r.variant, "export failed")))
+            continue
+        if args.cached_only and not r.onnx.with_suffix(f".{r.march}.pkl").exists():
+            skipped.append((r.variant, r.march, "not compiled in this run (the quick-path compile did not finish in the time box)"))
+            continue
+        try:
+            o = estimate_row(r, args.recompile)
+        except Exception as exc:  # noqa: BLE001 - report and go on
+            skipped.append((r.variant, r.march, f"hbtool failed: {type(exc).__name__}: {str(exc)[:120]}"))
+            continue
+        results.append(o)
+        print(f"{o['variant']:24s} {o['march']:10s} {o['split']:7s} lat {o['latency_ms']:8.2f} / {o['pub_latency_ms'] or 0:8.2f} "
+              f"{_pct(o['latency_err']):>6s}   fps {o['fps']:8.1f} / {o['pub_fps'] or 0:8.1f} {_pct(o['fps_err']):>6s}  "
+              f"{o['class']}, {o['bound']}", flush=True)
+    lines = table(results) + [""] + summaries(results)
+    if skipped:
+        lines += ["", "Not estimated: " + "; ".join(f"{v} ({m}): {why}" for v, m, why in skipped)]
+    print("\n".join(summaries(results)))
+    if args.classes:
+        print(class_errors(results))
+    if args.markdown:
+        args.markdown.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    if args.plot:
+        plot(results, args.plot)
+    if args.json:
+        args.json.write_text(json.dumps({"results": results, "skipped": skipped}, indent=1), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

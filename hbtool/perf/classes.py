@@ -1,0 +1,44 @@
+"""Which class of published on-board measurements a model resembles, and how far off hbtool was on it.
+
+``benchmarks/perf_published.py`` compares the cost model with measured RDK X5 / X3 / Ultra
+speeds (``docs/perf.md``). The rows fall into a few classes by op mix, and the error differs by
+class; a user estimating a new model wants the error of the class the model belongs to, not
+the average. :func:`measurement_class` sorts a costed program by the same rules the benchmark
+uses, and :data:`CLASS_ERRORS` holds the benchmark's result per march and class (rows, median
+absolute latency and FPS error), written by ``perf_published.py --classes``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hbtool.perf.schedule import PerfResult
+
+DETECTION = "detection / segmentation (many-output head)"
+ATTENTION = "attention or token mixing (transformer-style)"
+CNN = "convolutional classifier / backbone"
+
+#: march -> class -> (rows, median |latency error|, median |FPS error|), from the calibration rows
+#: (``benchmarks/perf_published.py --cached-only --classes``; docs/perf.md has the rows)
+CLASS_ERRORS: dict[str, dict[str, tuple[int, float, float]]] = {
+    "bayes": {DETECTION: (1, 0.218, 0.295)},
+    "bayes-e": {ATTENTION: (7, 0.300, 0.539), CNN: (13, 0.131, 0.138), DETECTION: (14, 0.125, 0.117)},
+    "bernoulli2": {CNN: (3, 0.184, 0.141), DETECTION: (1, 0.063, 0.049)},
+}
+
+
+def _is_attention(res: "PerfResult") -> bool:
+    """Products of two run-time tensors (attention; weights are Linear) or LayerNorms; a Softmax alone is a classifier's tail."""
+    return any(o.kernel == "LayerNorm" or (o.kernel in ("MatMul", "Log2MatMul") and o.macs) for o in res.ops)
+
+
+def measurement_class(res: "PerfResult") -> tuple[str, tuple[int, float, float] | None]:
+    """(class name, (rows, median |latency err|, median |FPS err|) on that class for the march, or None)."""
+    if res.model_outputs >= 3:
+        cls = DETECTION
+    elif _is_attention(res):
+        cls = ATTENTION
+    else:
+        cls = CNN
+    return cls, CLASS_ERRORS.get(res.march, {}).get(cls)
