@@ -169,9 +169,9 @@ def _progress_bar():
 @click.option("-c", "--config", "config_path", required=True, type=click.Path(path_type=Path), help="Horizon-style YAML config.")
 @click.option("--optimize-level", type=click.Choice(["O0", "O1", "O2", "O3"]), default=None, help="Override compiler_parameters.optimize_level.")
 @click.option("--disable-pass", "disabled", multiple=True, metavar="NAME", help="Turn one compiler pass off (repeatable); see docs/compile.md.")
-@click.option("--output", "-o", "output", type=click.Path(path_type=Path), default=None, help="Artifact path (default: <working_dir>/<prefix>.hbm).")
+@click.option("--output", "-o", "output", type=click.Path(path_type=Path), default=None, help="Artifact path (default: <working_dir>/<prefix>.bin).")
 def compile_cmd(config_path: Path, optimize_level: str | None, disabled: tuple[str, ...], output: Path | None) -> None:
-    """Compile the calibrated model into a BPU artifact (.hbm), calibrating first if needed."""
+    """Compile the calibrated model into a BPU artifact (<prefix>.bin), calibrating first if needed."""
     from hbtool.compiler.compile import artifact_path, calibrated_path, compile_model, write_compile_outputs
     from hbtool.compiler.passes import PASSES
     from hbtool.config import load_config
@@ -193,6 +193,33 @@ def compile_cmd(config_path: Path, optimize_level: str | None, disabled: tuple[s
     with _progress_bar() as progress:
         result = compile_model(cfg, optimize_level=optimize_level, disabled_passes=set(disabled), progress=_progress_callback(progress))
     for path in write_compile_outputs(cfg, result, output or artifact_path(cfg)):
+        click.echo(f"wrote {path}")
+
+
+@main.command()
+@click.option("-c", "--config", "config_path", required=True, type=click.Path(path_type=Path), help="Horizon-style YAML config (hb_mapper makertbin's).")
+@click.option("--model-type", type=click.Choice(["onnx", "caffe"]), default="onnx", show_default=True, help="Accepted for hb_mapper command lines; only onnx is supported.")
+@click.option("--max-rows", type=int, default=30, show_default=True, help="Rows of the checker and calibration tables (CPU rows always shown).")
+def makertbin(config_path: Path, model_type: str, max_rows: int) -> None:
+    """Checker, calibrate and compile in one run, like hb_mapper makertbin."""
+    from hbtool.checker.report import print_checker_report
+    from hbtool.config import load_config
+    from hbtool.makertbin import run_makertbin
+    from hbtool.quant.report import print_report
+
+    if model_type == "caffe":
+        raise InputError("--model-type caffe: Caffe models are not supported", "convert the model to ONNX and pass --model-type onnx")
+    cfg = load_config(config_path)
+
+    def report(stage: str, result) -> None:
+        if stage == "checker":
+            print_checker_report(result, max_rows=max_rows)
+        else:
+            print_report(result, max_rows=max_rows)
+
+    with _progress_bar() as progress:
+        result = run_makertbin(cfg, progress=_progress_callback(progress), report=report)
+    for path in result.files:
         click.echo(f"wrote {path}")
 
 

@@ -424,8 +424,10 @@ ERROR_CASES = [
     ("optimization-both", {"calibration_parameters": {
         "optimization": "set_model_output_int8,set_model_output_int16"}},
      "calibration_parameters.optimization", "contradict"),
-    ("optimization-unknown", {"calibration_parameters": {"optimization": "run_fast"}},
-     "calibration_parameters.optimization", "not one of"),
+    ("optimization-unknown", {"calibration_parameters": {"optimization": "set_fast_mode"}},
+     "calibration_parameters.optimization", "not an optimization value"),
+    ("optimization-j6", {"calibration_parameters": {"optimization": "run_fast"}},
+     "calibration_parameters.optimization", "J6"),
     ("cpu-and-bpu", {"calibration_parameters": {"run_on_cpu": "x", "run_on_bpu": "x"}},
      "calibration_parameters.run_on_bpu", "also in run_on_cpu"),
     ("node-info-subkey", {"model_parameters": {"onnx_model": "m.onnx",

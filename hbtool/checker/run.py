@@ -74,17 +74,12 @@ def prepare_graph(
     """Import, run the float optimizations and place every node: the graph all later stages start from."""
     from hbtool.ir.passes import optimize_float
 
+    from hbtool.checker.node_names import resolve_node_info
+
     graph = import_onnx(model, input_shapes)
-    known = {n.name for n in graph.nodes}
+    imported = graph.copy()
     passes = optimize_float(graph)
-    known |= {n.name for n in graph.nodes}
-    for name in node_info or {}:
-        if name not in known:
-            raise InputError(
-                f"model_parameters.node_info names node '{name}', which is not in the model",
-                "use a node name from the checker table (hbtool checker without node_info)",
-            )
-    place_graph(graph, load_march(march), node_info)
+    place_graph(graph, load_march(march), resolve_node_info(node_info, graph, [imported], model))
     return graph, passes
 
 

@@ -46,8 +46,15 @@ def calibrated_path(cfg: HbConfig) -> Path:
     return Path(cfg.model.working_dir) / f"{cfg.model.output_model_file_prefix}_calibrated_model.onnx"
 
 
+# The file name hb_mapper users expect for each march: ``<prefix>.bin`` on J5 (bayes), RDK X5
+# (bayes-e) and RDK X3 (bernoulli2). The content is hbtool's artifact whatever the name, and
+# every reader takes any name, so ``.hbm`` files from earlier versions stay readable.
+ARTIFACT_SUFFIX = {"bayes": ".bin", "bayes-e": ".bin", "bernoulli2": ".bin"}
+
+
 def artifact_path(cfg: HbConfig) -> Path:
-    return Path(cfg.model.working_dir) / f"{cfg.model.output_model_file_prefix}.hbm"
+    suffix = ARTIFACT_SUFFIX.get(cfg.model.march, ".bin")
+    return Path(cfg.model.working_dir) / f"{cfg.model.output_model_file_prefix}{suffix}"
 
 
 def kernel_param_bytes(kernel: Any) -> int:
@@ -64,13 +71,17 @@ def kernel_param_bytes(kernel: Any) -> int:
     return total
 
 
-def _input_descriptions(cfg: HbConfig, program: Graph) -> list[dict[str, Any]]:
+def _input_descriptions(cfg: HbConfig, program: Graph, removed: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     consumers = program.consumer_map()
     specs = {s.name: s for s in cfg.inputs if s.name}
+    cut = {r["new_tensor"]: r for r in removed or [] if r["at"] == "input"}
     out = []
     for k, name in enumerate(program.inputs):
         v = program.values[name]
-        spec = specs.get(name) or (cfg.inputs[k] if k < len(cfg.inputs) and not cfg.inputs[k].name else None)
+        first = name
+        while first in cut:  # the model input this one replaced (remove_node_type)
+            first = cut[first]["tensor"]
+        spec = specs.get(first) or (cfg.inputs[k] if k < len(cfg.inputs) and not cfg.inputs[k].name else None)
         quant = None
         for c in consumers.get(name, []):
             kern = c.meta.get("kernel")
@@ -78,6 +89,8 @@ def _input_descriptions(cfg: HbConfig, program: Graph) -> list[dict[str, Any]]:
                 quant = {"scale": float(np.asarray(kern.scale).reshape(-1)[0]), "bits": int(kern.bits)}
         d: dict[str, Any] = {"name": name, "shape": [int(x) for x in v.shape], "dtype": np.dtype(v.dtype).name,
                              "quantize": quant}
+        if first != name:
+            d["removed"] = [r for r in removed or [] if r["at"] == "input" and r["new_tensor"] in _chain(cut, name)]
         if spec is not None:
             d.update(layout=spec.layout_train, type=spec.type_train, type_rt=spec.type_rt, layout_rt=spec.layout_rt,
                      norm_type=spec.norm_type, cal_data_type=spec.cal_data_type,
@@ -87,15 +100,28 @@ def _input_descriptions(cfg: HbConfig, program: Graph) -> list[dict[str, Any]]:
     return out
 
 
-def _output_descriptions(program: Graph) -> list[dict[str, Any]]:
+def _chain(cut: dict[str, dict[str, Any]], name: str) -> set[str]:
+    names = set()
+    while name in cut:
+        names.add(name)
+        name = cut[name]["tensor"]
+    return names
+
+
+def _output_descriptions(program: Graph, removed: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     producers = program.producer_map()
+    cut = {r["new_tensor"]: r for r in removed or [] if r["at"] == "output"}
     out = []
     for name in program.outputs:
         v = program.values[name]
         p = producers.get(name)
         kern = p.meta.get("kernel") if p is not None else None
         deq = {"scale": float(np.asarray(kern.scale).reshape(-1)[0])} if kern is not None and type(kern).__name__ == "Dequantize" else None
-        out.append({"name": name, "shape": [int(x) for x in v.shape], "dtype": "float32", "dequantize": deq})
+        d = {"name": name, "shape": [int(x) for x in v.shape], "dtype": "float32", "dequantize": deq}
+        if name in cut:  # remove_node_type cut the nodes after it: the integer codes come out
+            d["dtype"] = "int64"
+            d["removed"] = [r for r in removed or [] if r["at"] == "output" and r["new_tensor"] in _chain(cut, name)]
+        out.append(d)
     return out
 
 
@@ -110,8 +136,17 @@ def compile_model(cfg: HbConfig, optimize_level: str | None = None, disabled_pas
     steps = 6
     tick = (lambda k, what: progress(what, k, steps)) if progress else (lambda k, what: None)
     tick(0, "lowering")
-    lowered = lower_calibrated(load_calibrated(src), march, cfg.model.node_info, cfg.compiler.rounding)
+    from hbtool.checker.node_names import resolve_node_info
+
+    calibrated_graph = load_calibrated(src)
+    node_info = resolve_node_info(cfg.model.node_info, calibrated_graph, (), cfg.model.onnx_model, strict=False)
+    lowered = lower_calibrated(calibrated_graph, march, node_info, cfg.compiler.rounding)
     program = lowered.program
+    removed = []
+    if cfg.model.remove_node_type or cfg.model.remove_node_name:
+        from hbtool.compiler.edge_removal import remove_edge_nodes
+
+        removed = remove_edge_nodes(program, list(cfg.model.remove_node_type), list(cfg.model.remove_node_name))
     assign_units(program)
     tick(1, "passes")
     applied = run_passes(program, level, disabled_passes or set())
@@ -147,8 +182,9 @@ def compile_model(cfg: HbConfig, optimize_level: str | None = None, disabled_pas
                     "balance_factor": cfg.compiler.balance_factor, "core_num": cfg.compiler.core_num,
                     "rounding": cfg.compiler.rounding, "disabled_passes": sorted(disabled_passes or [])},
         "passes": applied,
-        "inputs": _input_descriptions(cfg, program),
-        "outputs": _output_descriptions(program),
+        "inputs": _input_descriptions(cfg, program, removed),
+        "outputs": _output_descriptions(program, removed),
+        "removed_nodes": removed,
         "program": program_section(program),
         "tensors": tensors,
         "cpu_subgraphs": [{"name": s.name, "inputs": s.inputs, "outputs": s.outputs, "onnx": s.onnx_bytes,

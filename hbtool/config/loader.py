@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,8 @@ def _check_tables_match_classes() -> None:
 
 
 _check_tables_match_classes()
+
+log = logging.getLogger(__name__)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -228,6 +231,10 @@ def _read_value(path: str, key: Key, value: Any, base: Path) -> Any:
     if k == "enum_list":
         assert key.allowed is not None
         return read_enum_list(path, value, key.allowed)
+    if k == "optimization":
+        from hbtool.config.optimization import read_optimization
+
+        return read_optimization(path, value)
     if k == "node_info":
         return _read_node_info(path, value)
     if k == "input_source":
@@ -583,6 +590,16 @@ class _Builder:
         # preprocessing
         needs_mean = norm in ("data_mean", "data_mean_and_scale")
         needs_scale = norm in ("data_scale", "data_mean_and_scale")
+        # Horizon accepts a mean of 0 (or a scale of 1) that the norm_type does not use: it
+        # changes nothing, so it is dropped rather than refused.
+        if not needs_mean and mean is not None and all(v == 0 for v in mean):
+            log.info("%smean_value %s is not used by norm_type %s and changes nothing: dropped",
+                     pre, " ".join(f"{v:g}" for v in mean), norm)
+            mean = None
+        if not needs_scale and scale is not None and all(v == 1 for v in scale):
+            log.info("%sscale_value %s is not used by norm_type %s and changes nothing: dropped",
+                     pre, " ".join(f"{v:g}" for v in scale), norm)
+            scale = None
         for key, values, needed in (("mean_value", mean, needs_mean),
                                     ("scale_value", scale, needs_scale)):
             if needed and values is None:

@@ -15,6 +15,7 @@ Kinds (how a value is read):
 ``path``        a file or folder, resolved relative to the YAML file's folder
 ``names``       node names: a ``;``-separated string or a YAML list
 ``enum_list``   values from ``allowed``: a ``;``/``,``-separated string or a YAML list
+``optimization`` Horizon's optimization switches (see ``optimization.py``)
 ``node_info``   per-node placement/precision: a mapping or ``'node:int16;...'``
 ``input_source`` per-input data source for the compiled model: a mapping
 ``shape``       (per-input only) ``1x3x224x224`` or ``1,3,224,224`` or a YAML list
@@ -67,6 +68,7 @@ class Key:
             "path": "path",
             "names": "list of names",
             "enum_list": "list of strings",
+            "optimization": "list of strings",
             "node_info": "mapping",
             "input_source": "mapping",
             "shape": "shape",
@@ -242,10 +244,13 @@ CALIBRATION = _g(
         default=[]),
     Key("enable_int16", "bool", "Run every BPU node that supports int16 in int16.",
         default=False),
-    Key("optimization", "enum_list",
-        "Extra switches: `set_model_output_int8` / `set_model_output_int16` set the precision "
-        "of the nodes that produce the model outputs.", default=[],
-        allowed=("set_model_output_int8", "set_model_output_int16")),
+    Key("optimization", "optimization",
+        "Horizon's precision switches: `set_model_output_int8|16` (the nodes producing the model "
+        "outputs), `set_all_nodes_int16` (as enable_int16), `set_<Op>_input_int8|16` / "
+        "`set_<Op>_output_int8|16` (every node of ONNX type `<Op>`; `set_Softmax_input_int8` keeps "
+        "a Softmax in int8 on the BPU), `bias_correction` (as bias_correction: true). "
+        "`asymmetric`, `lstm_batch_last` and `run_fast` are refused with the reason.", default=[],
+        allowed_doc="see the description; `,` or `;` separated"),
     Key("auto_int16", "bool",
         "Move the nodes that lose the most accuracy in int8 to int16, as ranked by the "
         "sensitivity analysis (threshold: debug_parameters.auto_int16_threshold).",

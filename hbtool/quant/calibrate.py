@@ -93,12 +93,15 @@ def _tensor_names_for_eval(graph: Graph, plan: QuantPlan) -> list[str]:
     return [t for t in plan.tensors]
 
 
-def prepare_float_graph(cfg: HbConfig, loaded: dict | None = None) -> tuple[Graph, Graph]:
+def prepare_float_graph(cfg: HbConfig, loaded: dict | None = None,
+                        node_info_out: dict | None = None) -> tuple[Graph, Graph]:
     """(original float graph with preprocessing, optimized and placed float graph).
 
     With ``loaded`` (a dict), quantization nodes already in the model are removed and their
-    scales collected into it (``calibration_type: load``).
+    scales collected into it (``calibration_type: load``). ``node_info_out`` (a dict) receives
+    ``node_info`` keyed by the optimized graph's node names (:mod:`hbtool.checker.node_names`).
     """
+    from hbtool.checker.node_names import resolve_node_info
     from hbtool.ir.passes import optimize_float
 
     cfg.require_model()
@@ -116,19 +119,11 @@ def prepare_float_graph(cfg: HbConfig, loaded: dict | None = None) -> tuple[Grap
                 loaded[node.outputs[0]] = loaded.pop(name)
     original = graph.copy()
     optimize_float(graph)
-    place_graph(graph, load_march(cfg.model.march), cfg.model.node_info)
-    _check_node_info_names(cfg, original, graph)
+    node_info = resolve_node_info(cfg.model.node_info, graph, [original], cfg.model.onnx_model)
+    place_graph(graph, load_march(cfg.model.march), node_info)
+    if node_info_out is not None:
+        node_info_out.update(node_info)
     return original, graph
-
-
-def _check_node_info_names(cfg: HbConfig, original: Graph, graph: Graph) -> None:
-    known = {n.name for n in original.nodes} | {n.name for n in graph.nodes}
-    for name in (cfg.model.node_info or {}):
-        if name not in known:
-            raise InputError(
-                f"model_parameters.node_info names node '{name}', which is not in the model",
-                "use a node name from the checker table (hbtool checker -c cfg.yaml)",
-            )
 
 
 def evaluate_outputs(
@@ -183,7 +178,8 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     cal = cfg.calibration
     ctype = cal.calibration_type
     loaded: dict | None = {} if ctype == "load" else None
-    original, graph = prepare_float_graph(cfg, loaded)
+    node_info: dict[str, dict[str, Any]] = {}
+    original, graph = prepare_float_graph(cfg, loaded, node_info)
     if not any(n.meta.get("on") == "BPU" for n in graph.nodes):
         raise NotDeployableError(
             "no node of the model can run on the BPU, so there is nothing to quantize",
@@ -222,8 +218,11 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     observed = sorted(set(reps.values()), key=tensors.index)
     use_ptf = bool(getattr(cal, "ptf", False))
     ptf_axes = {t: -1 for t in ptf_tensors(graph)[0]} if use_ptf else {}
+    from hbtool.config.optimization import switches as optimization_switches
+
+    switches = optimization_switches(cal.optimization)
     mean_axes: dict[str, int] = {}
-    if cal.bias_correction:
+    if cal.bias_correction or switches.bias_correction:
         for node in graph.nodes:
             ia = input_channel_axis(node, graph) if node.meta.get("on") == "BPU" else None
             if ia is not None and not graph.is_const(ia[0]):
@@ -236,12 +235,11 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     f_refs = [f_sess.run(list(graph.outputs), b) for b in eval_batches]
     wclip = getattr(cal, "weight_clip", "none") or "none"
     weights = plan_weights(graph, per_channel=cal.per_channel, clip=wclip)
-    node_info = cfg.model.node_info
     output16 = "set_model_output_int16" in (cal.optimization or [])
     auto16 = bool(getattr(cal, "auto_int16", True))
 
     def plan_for(method: str | dict[str, str]) -> QuantPlan:
-        plan = build_plan(graph, stats, method, auto16, node_info, output16, cal.max_percentile, all_int16=bool(cal.enable_int16))
+        plan = build_plan(graph, stats, method, auto16, node_info, output16, cal.max_percentile, all_int16=bool(cal.enable_int16), switches=switches)
         plan.bias_delta = dict(bias_delta or {})
         if getattr(cal, "softmax_log2", False):
             done, skipped = apply_softmax_log2(graph, plan)
