@@ -103,6 +103,7 @@ def checker(model: Path | None, march: str | None, input_shapes, config_path: Pa
     from hbtool.checker.run import run_checker
     shapes: dict[str, tuple[int, ...]] = {}
     node_info = None
+    output_nodes: list[str] = []
     if config_path is not None:
         from hbtool.config import load_config
 
@@ -111,11 +112,12 @@ def checker(model: Path | None, march: str | None, input_shapes, config_path: Pa
         model = cfg.model.onnx_model
         march = march or cfg.model.march
         node_info = cfg.model.node_info
+        output_nodes = cfg.model.output_nodes
         shapes = {inp.name: inp.shape for inp in cfg.inputs if inp.name and inp.shape}
     if model is None:
         raise InputError("no model given", "pass --model M.onnx or -c cfg.yaml with model_parameters.onnx_model")
     shapes.update(parse_input_shapes(input_shapes))
-    result = run_checker(model, march or "bayes", shapes, output_dir, node_info)
+    result = run_checker(model, march or "bayes", shapes, output_dir, node_info, output_nodes=output_nodes)
     print_checker_report(result, max_rows=max_rows)
     result.require_deployable()
 
@@ -149,7 +151,10 @@ def calibrate(config_path: Path, model: Path | None, max_rows: int) -> None:
     from rich.console import Console
 
     console = Console()  # progress bars only on a terminal: a pipe or CI log gets no stray lines
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True, console=console, disable=not console.is_terminal) as progress:
+    from hbtool.utils.stage_log import stage_log
+
+    with stage_log(cfg.model.working_dir, "calibrate", cfg.model.log_level), \
+            Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True, console=console, disable=not console.is_terminal) as progress:
         result = run_calibration(cfg, progress=_progress_callback(progress))
     text = render_report(result).export_text()
     files = write_outputs(cfg, result, text)
@@ -190,7 +195,9 @@ def compile_cmd(config_path: Path, optimize_level: str | None, disabled: tuple[s
             cal = run_calibration(cfg, progress=_progress_callback(progress))
         for path in write_outputs(cfg, cal, render_report(cal).export_text()).values():
             click.echo(f"wrote {path}")
-    with _progress_bar() as progress:
+    from hbtool.utils.stage_log import stage_log
+
+    with stage_log(cfg.model.working_dir, "compile", cfg.model.log_level), _progress_bar() as progress:
         result = compile_model(cfg, optimize_level=optimize_level, disabled_passes=set(disabled), progress=_progress_callback(progress))
     for path in write_compile_outputs(cfg, result, output or artifact_path(cfg)):
         click.echo(f"wrote {path}")
@@ -217,7 +224,9 @@ def makertbin(config_path: Path, model_type: str, max_rows: int) -> None:
         else:
             print_report(result, max_rows=max_rows)
 
-    with _progress_bar() as progress:
+    from hbtool.utils.stage_log import stage_log
+
+    with stage_log(cfg.model.working_dir, "makertbin", cfg.model.log_level), _progress_bar() as progress:
         result = run_makertbin(cfg, progress=_progress_callback(progress), report=report)
     for path in result.files:
         click.echo(f"wrote {path}")

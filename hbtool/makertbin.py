@@ -40,7 +40,8 @@ def run_makertbin(cfg: HbConfig, progress: Callable[[str, int, int], None] | Non
 
     model = cfg.require_model()
     shapes = {inp.name: inp.shape for inp in cfg.inputs if inp.name and inp.shape}
-    checked = run_checker(model, cfg.model.march, shapes, checker_dir(cfg), cfg.model.node_info)
+    checked = run_checker(model, cfg.model.march, shapes, checker_dir(cfg), cfg.model.node_info,
+                          output_nodes=cfg.model.output_nodes)
     if report:
         report("checker", checked)
     checked.require_deployable()

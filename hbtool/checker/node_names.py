@@ -173,3 +173,27 @@ def resolve_node_info(node_info: Mapping[str, Mapping[str, Any]] | None, graph: 
                         name, how or "the same node as", target, node.op_type, target)
         _merge(out.setdefault(target, {}), dict(entry))
     return out
+
+
+def apply_output_nodes(graph: Graph, names: list[str] | None, model_path: str | Path | None = None) -> None:
+    """``output_nodes``: these nodes' outputs become the model outputs; what only fed others goes.
+
+    Names resolve as node_info names do (Horizon's generated names included). A model input
+    that no longer reaches an output stays an input (the model keeps its signature).
+    """
+    if not names:
+        return
+    resolver = NodeResolver(graph, (), model_path)
+    outputs: list[str] = []
+    for name in names:
+        hit = resolver.resolve(name)
+        if hit is None:
+            raise InputError(f"model_parameters.output_nodes names node '{name}', which is not in the model",
+                             "use node names from the ONNX file or the checker table")
+        node = next(n for n in graph.nodes if n.name == hit[0])
+        if hit[0] != name:
+            log.warning("output_nodes: '%s' is %s '%s'; its outputs become model outputs", name,
+                        hit[1] or "the same node as", hit[0])
+        outputs.extend(o for o in node.outputs if o and o not in outputs)
+    graph.outputs = outputs
+    graph.remove_unused()

@@ -142,11 +142,25 @@ def compile_model(cfg: HbConfig, optimize_level: str | None = None, disabled_pas
     node_info = resolve_node_info(cfg.model.node_info, calibrated_graph, (), cfg.model.onnx_model, strict=False)
     lowered = lower_calibrated(calibrated_graph, march, node_info, cfg.compiler.rounding)
     program = lowered.program
+    if cfg.compiler.abort_on_fail and lowered.report.fallbacks:
+        from hbtool.errors import NotDeployableError
+
+        node, op, why = lowered.report.fallbacks[0]
+        raise NotDeployableError(
+            f"compiler_parameters.abort_on_fail: {len(lowered.report.fallbacks)} BPU node(s) cannot be compiled "
+            f"for the BPU; first: '{node}' ({op}): {why}",
+            "put the node on the CPU with node_info {ON: CPU}, or set abort_on_fail: false to let it fall back")
     removed = []
     if cfg.model.remove_node_type or cfg.model.remove_node_name:
         from hbtool.compiler.edge_removal import remove_edge_nodes
 
         removed = remove_edge_nodes(program, list(cfg.model.remove_node_type), list(cfg.model.remove_node_name))
+    dumped: list[str] = []
+    if cfg.model.layer_out_dump or "dump_all_layers_output" in cfg.model.debug_mode:
+        from hbtool.compiler.layer_dump import add_layer_outputs
+
+        dumped = add_layer_outputs(program, lowered.report.tensors)
+        log.info("layer_out_dump: %d layer outputs added as model outputs", len(dumped))
     assign_units(program)
     tick(1, "passes")
     applied = run_passes(program, level, disabled_passes or set())
@@ -180,7 +194,8 @@ def compile_model(cfg: HbConfig, optimize_level: str | None = None, disabled_pas
                   "calibrated_sha256": hashlib.sha256(src.read_bytes()).hexdigest()},
         "options": {"optimize_level": level, "compile_mode": cfg.compiler.compile_mode,
                     "balance_factor": cfg.compiler.balance_factor, "core_num": cfg.compiler.core_num,
-                    "rounding": cfg.compiler.rounding, "disabled_passes": sorted(disabled_passes or [])},
+                    "rounding": cfg.compiler.rounding, "disabled_passes": sorted(disabled_passes or []),
+                    "debug": cfg.compiler.debug, "jobs": cfg.compiler.jobs, "layer_out_dump": len(dumped)},
         "passes": applied,
         "inputs": _input_descriptions(cfg, program, removed),
         "outputs": _output_descriptions(program, removed),
@@ -243,8 +258,48 @@ def write_compile_outputs(cfg: HbConfig, result: CompiledModel, path: Path) -> l
     path = Path(path)
     log_path = path.parent / "hb_compile.log"
     text = compile_log(result)
-    atomic_write_files({path: result.data, log_path: text.encode("utf-8")})
+    files = {path: result.data, log_path: text.encode("utf-8")}
+    if cfg.compiler.debug:  # Horizon's debug: per-layer perf information (hb_perf's "Layer Details")
+        files[layer_details_path(path)] = layer_details(result)
+    atomic_write_files(files)
     result.path = path
     print_info(from_bytes(result.data), Console())
+    for line in advice_lines(result, cfg.compiler.advice):
+        print(line)
     print(f"compiled in {result.seconds:.2f} s")
-    return [path, log_path]
+    return list(files)
+
+
+def advice_lines(result: CompiledModel, threshold_us: int) -> list[str]:
+    """``compiler_parameters.advice``: ops estimated above ``threshold_us`` microseconds, with what binds them."""
+    if threshold_us <= 0:
+        return []
+    from hbtool.compiler.artifact import from_bytes
+    from hbtool.perf.schedule import estimate
+
+    est = estimate(from_bytes(result.data).header)
+    lines = []
+    for op in sorted(est.ops, key=lambda o: -o.cycles):
+        us = op.cycles / est.hw.clock_hz * 1e6
+        if us <= threshold_us:
+            break
+        lines.append(f"advice: {op.name} ({op.op_type}, {op.unit}) takes about {us:.0f} us, bound by {op.bound_by}; "
+                     "see hbtool perf for the breakdown")
+    if not lines:
+        lines.append(f"advice: no op above {threshold_us} us")
+    return lines
+
+
+def layer_details_path(artifact: Path) -> Path:
+    return Path(artifact).with_name(Path(artifact).stem + "_layer_details.json")
+
+
+def layer_details(result: CompiledModel) -> bytes:
+    """``compiler_parameters.debug: true``: the perf estimate of every layer, as JSON."""
+    import json
+
+    from hbtool.compiler.artifact import from_bytes
+    from hbtool.perf.report import to_json
+    from hbtool.perf.schedule import estimate
+
+    return (json.dumps(to_json(estimate(from_bytes(result.data).header)), indent=1) + "\n").encode("utf-8")

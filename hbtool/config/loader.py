@@ -432,6 +432,12 @@ class _Builder:
     # -- model ---------------------------------------------------------------------------------
     def check_model(self) -> None:
         m = self.vals["model_parameters"]
+        if "check_model_output_consistency" in m["debug_mode"]:
+            fail("model_parameters.debug_mode",
+                 "check_model_output_consistency: hbtool does not compare the compiled model with "
+                 "the quantized ONNX during compile; simulate does it, bit for bit",
+                 "remove it and run hbtool simulate <prefix>.bin -i <input>=<samples> --compare "
+                 "<prefix>_quantized_model.onnx")
         if m["onnx_model"] is None and self.require_model:
             fail("model_parameters.onnx_model", "required: no model given",
                  "set model_parameters.onnx_model to the float ONNX file (or pass --model)")
@@ -733,9 +739,40 @@ class _Builder:
             resolved = dict(given)
         return resolved
 
+    # -- keys hbtool reads but cannot honour ----------------------------------------------------
+    def refuse_unhonoured(self) -> None:
+        """Keys whose non-default values no stage would act on: refused, never silently ignored."""
+        for group in S.RESERVED_GROUPS:
+            table, _ = GROUPS[group]
+            for key in sorted(self.given[group]):
+                default = table[key].default
+                if table[key].kind == "path" and default is not None:
+                    default = read_path(f"{group}.{key}", default, self.base)
+                if group == "debug_parameters" and key == "report_dir":
+                    default = Path(self.vals["model_parameters"]["working_dir"]) / "debug"
+                if self.vals[group][key] != default:
+                    fail(f"{group}.{key}", S.RESERVED_GROUPS[group][0], S.RESERVED_GROUPS[group][1])
+        iv = self.vals["input_parameters"]
+        if iv["input_batch"] != 1:
+            fail("input_parameters.input_batch",
+                 f"input_batch {iv['input_batch']}: hbtool compiles the batch of the model's input "
+                 "shape and cannot re-batch the compiled model",
+                 "export the model with the batch you want (input_shape Nx...) and calibrate on "
+                 "samples of that shape, or remove input_batch")
+        if iv["separate_batch"]:
+            fail("input_parameters.separate_batch",
+                 "separate_batch needs input_batch > 1, which hbtool does not support",
+                 "remove separate_batch")
+        fc = self.vals["compiler_parameters"]["max_time_per_fc"]
+        if fc:
+            fail("compiler_parameters.max_time_per_fc",
+                 f"{fc}: hbtool does not split the program into preemptible function calls",
+                 "remove max_time_per_fc (or set 0); the whole model runs as one call")
+
     # -- assemble ------------------------------------------------------------------------------
     def build(self) -> HbConfig:
         self.read_plain_keys()
+        self.refuse_unhonoured()
         self.check_model()
         specs = self.read_inputs()
         self.check_input_globals(specs)

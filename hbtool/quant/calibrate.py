@@ -87,6 +87,7 @@ class CalibrationResult:
     quantized: Graph | None = None   # the program with ONNX bodies
     # what the ptf / softmax_log2 / smooth_quant options did: {option: {"applied": [...], "skipped": {...}}}
     options: dict[str, Any] = field(default_factory=dict)
+    data: CalibrationSet | None = None  # the samples calibrated on (debug_mode dump_calibration_data)
 
 
 def _tensor_names_for_eval(graph: Graph, plan: QuantPlan) -> list[str]:
@@ -101,12 +102,13 @@ def prepare_float_graph(cfg: HbConfig, loaded: dict | None = None,
     scales collected into it (``calibration_type: load``). ``node_info_out`` (a dict) receives
     ``node_info`` keyed by the optimized graph's node names (:mod:`hbtool.checker.node_names`).
     """
-    from hbtool.checker.node_names import resolve_node_info
+    from hbtool.checker.node_names import apply_output_nodes, resolve_node_info
     from hbtool.ir.passes import optimize_float
 
     cfg.require_model()
     shapes = {inp.name: inp.shape for inp in cfg.inputs if inp.name and inp.shape}
     graph = import_onnx(cfg.model.onnx_model, shapes)
+    apply_output_nodes(graph, cfg.model.output_nodes, cfg.model.onnx_model)
     if loaded is not None:
         loaded.update(strip_quantization(graph))
     had_preprocess = {name for name in graph.inputs if find_preprocess(graph, name) is not None}
@@ -326,6 +328,7 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     result.program = program
     result.quantized = qgraph
     result.options = _options_summary(options, plan)
+    result.data = data
     for line in option_lines(result):
         log.info("%s", line)
     return result
@@ -393,9 +396,36 @@ def write_outputs(cfg: HbConfig, result: CalibrationResult, report_text: str) ->
         "quant_info": (json.dumps(quant_info(result), indent=1) + "\n").encode(),
         "log": report_text.encode(),
     }
-    atomic_write_files({path: payloads[key] for key, path in files.items()})
+    written = {path: payloads[key] for key, path in files.items()}
+    if "dump_calibration_data" in cfg.model.debug_mode and result.data is not None:
+        written.update(calibration_dump(wd, result.data))
+        files["calibration_data"] = wd / CALIBRATION_DUMP_DIR
+    atomic_write_files(written)
     result.files = files
     return files
+
+
+CALIBRATION_DUMP_DIR = "calibration_data"
+
+
+def calibration_dump(working_dir: Path, data: CalibrationSet) -> dict[Path, bytes]:
+    """``debug_mode: dump_calibration_data``: Horizon's ``calibration_data/<input>/<k>.npy``.
+
+    Sample k of every input, as the model with its preprocessing takes it (the
+    ``*_original_float_model.onnx`` input: training colour order and layout, batch axis),
+    float32 for image inputs; what Horizon's precision debugger reads as ``calibrated_data``.
+    """
+    import io
+
+    from hbtool.simulator.simulate import safe_file_name
+
+    out: dict[Path, bytes] = {}
+    for k in range(data.num_samples):
+        for name, arr in data.sample(k).items():
+            buf = io.BytesIO()
+            np.save(buf, arr, allow_pickle=False)
+            out[working_dir / CALIBRATION_DUMP_DIR / safe_file_name(name) / f"{k}.npy"] = buf.getvalue()
+    return out
 
 
 def quant_info(result: CalibrationResult) -> dict[str, Any]:
