@@ -13,6 +13,9 @@ the optimized graph no longer has:
   ``<Div>_mul``. A name that resolves only after dropping such a ``_<word>`` suffix means the
   node it was generated from.
 
+* paddle2onnx before 1.0 named the nodes it generated ``p2o.<Op>.<k>``; later versions write
+  ``<Op>.<k>``. A ``p2o.`` name that is not in the model means the same node without the prefix.
+
 Each name that resolves to another node is logged (a warning, so the user sees it); a name
 that resolves to nothing is an InputError naming it.
 """
@@ -39,6 +42,8 @@ _GENERATED_OPS = ("mul", "add", "sub", "div", "reshape", "transpose", "squeeze",
 _GENERATED_SUFFIX = re.compile(r"^(?P<base>.+)_(?P<what>" + "|".join(_GENERATED_OPS) + r")(_\d+)?$",
                                re.IGNORECASE)
 _MAX_WALK = 64
+_LOGGED: set[tuple[str, str]] = set()  # each resolution is said once per process, not once per stage
+_PADDLE_PREFIX = "p2o."
 
 
 def _body_names(graph: Graph | None) -> set[str]:
@@ -125,6 +130,10 @@ class NodeResolver:
         hit = self._direct(name)
         if hit is not None:
             return hit
+        if name.startswith(_PADDLE_PREFIX) and len(name) > len(_PADDLE_PREFIX):
+            hit = self.resolve(name[len(_PADDLE_PREFIX):])
+            if hit is not None:
+                return hit[0], "an older paddle2onnx name of" + (f" a node {hit[1]}" if hit[1] else "")
         m = _GENERATED_SUFFIX.match(name)
         while m is not None:
             hit = self._direct(m.group("base"))
@@ -167,7 +176,8 @@ def resolve_node_info(node_info: Mapping[str, Mapping[str, Any]] | None, graph: 
             log.warning("node_info: '%s' is not in the compiled graph; its setting was applied at calibration", name)
             continue
         target, how = hit
-        if target != name:
+        if target != name and (name, target) not in _LOGGED:
+            _LOGGED.add((name, target))
             node = next(n for n in graph.nodes if n.name == target)
             log.warning("node_info: '%s' is %s '%s' (%s); the setting applies to '%s'",
                         name, how or "the same node as", target, node.op_type, target)

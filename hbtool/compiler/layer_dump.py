@@ -28,7 +28,9 @@ def add_layer_outputs(program: Graph, tensors: dict[str, tuple[float, int]]) -> 
             if not t or t not in tensors or t in program.outputs:
                 continue
             scale, _bits = tensors[t]
-            name = program.unique_name(f"{t}{SUFFIX}")
+            name = f"{t}{SUFFIX}"
+            if name in program.values:
+                name = program.unique_name(name)
             program.set_value(name, program.shape(t), np.float32)
             deq = program.add_node("HzDequantize", [t], [name], {"scale": float(scale)}, name=f"{name}_HzDequantize",
                                    domain=HBTOOL_DOMAIN)

@@ -229,7 +229,7 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
             ia = input_channel_axis(node, graph) if node.meta.get("on") == "BPU" else None
             if ia is not None and not graph.is_const(ia[0]):
                 mean_axes[ia[0]] = ia[1]
-    root_stats: dict[str, TensorStats] = collect_stats(graph, observed, data.iter_batches(1), tick, mean_axes, ptf_axes)
+    root_stats: dict[str, TensorStats] = collect_stats(graph, observed, data.iter_batches(cal.batch_size), tick, mean_axes, ptf_axes)
     stats = {t: root_stats[reps[t]] for t in tensors}
     n_eval = EVAL_SAMPLES if _total_macs(graph) < 1e9 else EVAL_SAMPLES // 2
     eval_batches = [b for _, b in zip(range(n_eval), data.iter_batches(1))]
