@@ -42,6 +42,7 @@ _GENERATED_OPS = ("mul", "add", "sub", "div", "reshape", "transpose", "squeeze",
 _GENERATED_SUFFIX = re.compile(r"^(?P<base>.+)_(?P<what>" + "|".join(_GENERATED_OPS) + r")(_\d+)?$",
                                re.IGNORECASE)
 _MAX_WALK = 64
+_MOVEMENT = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten"}
 _LOGGED: set[tuple[str, str]] = set()  # each resolution is said once per process, not once per stage
 _PADDLE_PREFIX = "p2o."
 
@@ -99,6 +100,20 @@ class NodeResolver:
             self._onnx_loaded = True
         return self.sources + ([self._onnx] if self._onnx is not None else [])
 
+    def _computing(self, node_name: str, src: _Source) -> str:
+        """Step back from a Reshape/Transpose the optimizer added (its input is no tensor of the
+        user's model) to the node that computes: a 3-D MatMul + Add folded into Reshape, Gemm,
+        Reshape belongs to the Gemm."""
+        user_tensors = set(src.readers) | {t for outs in src.outputs.values() for t in outs}
+        by_name = {n.name: n for n in self.graph.nodes}
+        node = by_name[node_name]
+        for _ in range(_MAX_WALK):
+            data = [i for i in node.inputs if i and not self.graph.is_const(i)]
+            if node.op_type not in _MOVEMENT or len(data) != 1 or data[0] in user_tensors or data[0] not in self.producer:
+                return node.name
+            node = by_name[self.producer[data[0]]]
+        return node.name
+
     def _direct(self, name: str) -> tuple[str, str] | None:
         """(node, how) without suffix stripping."""
         if name in self.names:
@@ -117,7 +132,7 @@ class NodeResolver:
                         continue
                     seen.add(t)
                     if t in self.producer:
-                        return self.producer[t], "absorbed by"
+                        return self._computing(self.producer[t], src), "fused into"
                     for outs in src.readers.get(t, []):
                         nxt.extend(outs)
                 if not nxt:
