@@ -153,11 +153,11 @@ def calibrate(config_path: Path, model: Path | None, max_rows: int) -> None:
     console = Console()  # progress bars only on a terminal: a pipe or CI log gets no stray lines
     from hbtool.utils.stage_log import stage_log
 
-    with stage_log(cfg.model.working_dir, "calibrate", cfg.model.log_level), \
-            Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True, console=console, disable=not console.is_terminal) as progress:
-        result = run_calibration(cfg, progress=_progress_callback(progress))
-    text = render_report(result).export_text()
-    files = write_outputs(cfg, result, text)
+    with stage_log(cfg.model.log_level) as stage:  # log_level: what hb_calibrate.log records
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True, console=console, disable=not console.is_terminal) as progress:
+            result = run_calibration(cfg, progress=_progress_callback(progress))
+        text = render_report(result).export_text()
+        files = write_outputs(cfg, result, text + stage.text())
     print_report(result, max_rows=max_rows)
     for path in files.values():
         click.echo(f"wrote {path}")
@@ -197,9 +197,11 @@ def compile_cmd(config_path: Path, optimize_level: str | None, disabled: tuple[s
             click.echo(f"wrote {path}")
     from hbtool.utils.stage_log import stage_log
 
-    with stage_log(cfg.model.working_dir, "compile", cfg.model.log_level), _progress_bar() as progress:
-        result = compile_model(cfg, optimize_level=optimize_level, disabled_passes=set(disabled), progress=_progress_callback(progress))
-    for path in write_compile_outputs(cfg, result, output or artifact_path(cfg)):
+    with stage_log(cfg.model.log_level) as stage:  # log_level: what hb_compile.log records
+        with _progress_bar() as progress:
+            result = compile_model(cfg, optimize_level=optimize_level, disabled_passes=set(disabled), progress=_progress_callback(progress))
+        written = write_compile_outputs(cfg, result, output or artifact_path(cfg), log_text=stage.text())
+    for path in written:
         click.echo(f"wrote {path}")
 
 
@@ -226,8 +228,8 @@ def makertbin(config_path: Path, model_type: str, max_rows: int) -> None:
 
     from hbtool.utils.stage_log import stage_log
 
-    with stage_log(cfg.model.working_dir, "makertbin", cfg.model.log_level), _progress_bar() as progress:
-        result = run_makertbin(cfg, progress=_progress_callback(progress), report=report)
+    with stage_log(cfg.model.log_level) as stage, _progress_bar() as progress:
+        result = run_makertbin(cfg, progress=_progress_callback(progress), report=report, log_text=stage.text)
     for path in result.files:
         click.echo(f"wrote {path}")
 

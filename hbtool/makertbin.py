@@ -28,11 +28,14 @@ def checker_dir(cfg: HbConfig) -> Path:
 
 
 def run_makertbin(cfg: HbConfig, progress: Callable[[str, int, int], None] | None = None,
-                  report: Callable[[str, object], None] | None = None) -> MakertbinResult:
+                  report: Callable[[str, object], None] | None = None,
+                  log_text: Callable[[], str] | None = None) -> MakertbinResult:
     """Run the three stages on ``cfg`` and write every stage's files.
 
-    ``report(stage, result)`` is called after each stage (the CLI prints the stage's table).
+    ``report(stage, result)`` is called after each stage (the CLI prints the stage's table);
+    ``log_text()`` is the log (at ``log_level``) collected so far, appended to each stage's log file.
     """
+    log_text = log_text or (lambda: "")
     from hbtool.checker.run import run_checker
     from hbtool.compiler.compile import artifact_path, compile_model, write_compile_outputs
     from hbtool.quant.calibrate import run_calibration, write_outputs
@@ -48,10 +51,10 @@ def run_makertbin(cfg: HbConfig, progress: Callable[[str, int, int], None] | Non
     files: list[Path] = list(checked.files.values())
 
     calibration = run_calibration(cfg, progress=progress)
-    files += list(write_outputs(cfg, calibration, render_report(calibration).export_text()).values())
+    files += list(write_outputs(cfg, calibration, render_report(calibration).export_text() + log_text()).values())
     if report:
         report("calibrate", calibration)
 
     compiled = compile_model(cfg, progress=progress)
-    files += write_compile_outputs(cfg, compiled, artifact_path(cfg))
+    files += write_compile_outputs(cfg, compiled, artifact_path(cfg), log_text=log_text())
     return MakertbinResult(checked, calibration, compiled, files)

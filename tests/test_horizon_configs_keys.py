@@ -224,7 +224,7 @@ def test_every_key_run_produced_what_the_keys_ask(reads):
     wd = cfg.model.working_dir
     assert (wd / "tiny.bin").exists() and (wd / "tiny_layer_details.json").exists()
     assert (wd / "calibration_data" / "images" / "0.npy").exists() and (wd / "calibration_data" / "images" / "1.npy").exists()
-    assert "INFO hbtool.compiler.compile: layer_out_dump" in (wd / "hbtool_makertbin.log").read_text()  # log_level debug keeps info
+    assert "INFO hbtool.compiler.compile: layer_out_dump" in (wd / "hb_compile.log").read_text()  # log_level debug keeps info
     assert [r["op_type"] for r in header["removed_nodes"]] == ["Dequantize", "Quantize"]
     assert any(o["name"].endswith("_layer_out") for o in header["outputs"])
     assert header["options"]["jobs"] == 2 and header["options"]["debug"] is True

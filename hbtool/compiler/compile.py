@@ -247,8 +247,8 @@ def compile_log(result: CompiledModel) -> str:
     return console.export_text() + f"compiled in {result.seconds:.2f} s\n"
 
 
-def write_compile_outputs(cfg: HbConfig, result: CompiledModel, path: Path) -> list[Path]:
-    """Write the artifact and ``hb_compile.log`` (all or nothing); print the summary."""
+def write_compile_outputs(cfg: HbConfig, result: CompiledModel, path: Path, log_text: str = "") -> list[Path]:
+    """Write the artifact and ``hb_compile.log`` (all or nothing; ``log_text`` appended); print the summary."""
     from rich.console import Console
 
     from hbtool.compiler.artifact import from_bytes
@@ -257,7 +257,7 @@ def write_compile_outputs(cfg: HbConfig, result: CompiledModel, path: Path) -> l
 
     path = Path(path)
     log_path = path.parent / "hb_compile.log"
-    text = compile_log(result)
+    text = compile_log(result) + log_text
     files = {path: result.data, log_path: text.encode("utf-8")}
     if cfg.compiler.debug:  # Horizon's debug: per-layer perf information (hb_perf's "Layer Details")
         files[layer_details_path(path)] = layer_details(result)

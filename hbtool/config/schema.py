@@ -145,7 +145,8 @@ MODEL = _g(
         "Also expose every BPU layer's output, dequantized, as a model output named "
         "`<tensor>_layer_out` (artifact and simulate), to compare layer by layer. Slows the "
         "model; for debugging only.", default=False),
-    Key("log_level", "enum", "How much the log file records.", default="info",
+    Key("log_level", "enum", "Which log records hb_calibrate.log and hb_compile.log keep (appended "
+        "under `log (level ...)`), whatever the console shows.", default="info",
         allowed=("debug", "info", "warn", "error")),
     Key("output_nodes", "names",
         "Use these nodes' outputs as the model outputs instead of the graph's own outputs.",
