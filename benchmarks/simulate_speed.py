@@ -110,7 +110,7 @@ def run_model(name: str, rounds: int, threads: int) -> dict:
     from hbtool.simulator.executor import Executor
 
     wd = ZOO_OUT / name / "model_output"
-    art_path = wd / f"{name}.hbm"
+    art_path = wd / f"{name}.bin"
     if not art_path.exists():
         raise SystemExit(f"{art_path} is missing: run benchmarks/zoo/run.py --models {name} --out {ZOO_OUT} first")
     art = read_artifact(art_path)

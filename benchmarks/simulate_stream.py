@@ -124,7 +124,7 @@ def main() -> None:
     from hbtool.compiler.artifact import read_artifact
 
     wd = args.zoo_out / args.model / "model_output"
-    art = wd / f"{args.model}.hbm"
+    art = wd / f"{args.model}.bin"
     desc = read_artifact(art).header["inputs"][0]
     name, shape = desc["name"], tuple(desc["shape"])
     args.work.mkdir(parents=True, exist_ok=True)

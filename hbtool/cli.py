@@ -103,6 +103,7 @@ def checker(model: Path | None, march: str | None, input_shapes, config_path: Pa
     from hbtool.checker.run import run_checker
     shapes: dict[str, tuple[int, ...]] = {}
     node_info = None
+    output_nodes: list[str] = []
     if config_path is not None:
         from hbtool.config import load_config
 
@@ -111,11 +112,12 @@ def checker(model: Path | None, march: str | None, input_shapes, config_path: Pa
         model = cfg.model.onnx_model
         march = march or cfg.model.march
         node_info = cfg.model.node_info
+        output_nodes = cfg.model.output_nodes
         shapes = {inp.name: inp.shape for inp in cfg.inputs if inp.name and inp.shape}
     if model is None:
         raise InputError("no model given", "pass --model M.onnx or -c cfg.yaml with model_parameters.onnx_model")
     shapes.update(parse_input_shapes(input_shapes))
-    result = run_checker(model, march or "bayes", shapes, output_dir, node_info)
+    result = run_checker(model, march or "bayes", shapes, output_dir, node_info, output_nodes=output_nodes)
     print_checker_report(result, max_rows=max_rows)
     result.require_deployable()
 
@@ -149,10 +151,13 @@ def calibrate(config_path: Path, model: Path | None, max_rows: int) -> None:
     from rich.console import Console
 
     console = Console()  # progress bars only on a terminal: a pipe or CI log gets no stray lines
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True, console=console, disable=not console.is_terminal) as progress:
-        result = run_calibration(cfg, progress=_progress_callback(progress))
-    text = render_report(result).export_text()
-    files = write_outputs(cfg, result, text)
+    from hbtool.utils.stage_log import stage_log
+
+    with stage_log(cfg.model.log_level) as stage:  # log_level: what hb_calibrate.log records
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True, console=console, disable=not console.is_terminal) as progress:
+            result = run_calibration(cfg, progress=_progress_callback(progress))
+        text = render_report(result).export_text()
+        files = write_outputs(cfg, result, text + stage.text())
     print_report(result, max_rows=max_rows)
     for path in files.values():
         click.echo(f"wrote {path}")
@@ -169,9 +174,9 @@ def _progress_bar():
 @click.option("-c", "--config", "config_path", required=True, type=click.Path(path_type=Path), help="Horizon-style YAML config.")
 @click.option("--optimize-level", type=click.Choice(["O0", "O1", "O2", "O3"]), default=None, help="Override compiler_parameters.optimize_level.")
 @click.option("--disable-pass", "disabled", multiple=True, metavar="NAME", help="Turn one compiler pass off (repeatable); see docs/compile.md.")
-@click.option("--output", "-o", "output", type=click.Path(path_type=Path), default=None, help="Artifact path (default: <working_dir>/<prefix>.hbm).")
+@click.option("--output", "-o", "output", type=click.Path(path_type=Path), default=None, help="Artifact path (default: <working_dir>/<prefix>.bin).")
 def compile_cmd(config_path: Path, optimize_level: str | None, disabled: tuple[str, ...], output: Path | None) -> None:
-    """Compile the calibrated model into a BPU artifact (.hbm), calibrating first if needed."""
+    """Compile the calibrated model into a BPU artifact (<prefix>.bin), calibrating first if needed."""
     from hbtool.compiler.compile import artifact_path, calibrated_path, compile_model, write_compile_outputs
     from hbtool.compiler.passes import PASSES
     from hbtool.config import load_config
@@ -190,9 +195,42 @@ def compile_cmd(config_path: Path, optimize_level: str | None, disabled: tuple[s
             cal = run_calibration(cfg, progress=_progress_callback(progress))
         for path in write_outputs(cfg, cal, render_report(cal).export_text()).values():
             click.echo(f"wrote {path}")
-    with _progress_bar() as progress:
-        result = compile_model(cfg, optimize_level=optimize_level, disabled_passes=set(disabled), progress=_progress_callback(progress))
-    for path in write_compile_outputs(cfg, result, output or artifact_path(cfg)):
+    from hbtool.utils.stage_log import stage_log
+
+    with stage_log(cfg.model.log_level) as stage:  # log_level: what hb_compile.log records
+        with _progress_bar() as progress:
+            result = compile_model(cfg, optimize_level=optimize_level, disabled_passes=set(disabled), progress=_progress_callback(progress))
+        written = write_compile_outputs(cfg, result, output or artifact_path(cfg), log_text=stage.text())
+    for path in written:
+        click.echo(f"wrote {path}")
+
+
+@main.command()
+@click.option("-c", "--config", "config_path", required=True, type=click.Path(path_type=Path), help="Horizon-style YAML config (hb_mapper makertbin's).")
+@click.option("--model-type", type=click.Choice(["onnx", "caffe"]), default="onnx", show_default=True, help="Accepted for hb_mapper command lines; only onnx is supported.")
+@click.option("--max-rows", type=int, default=30, show_default=True, help="Rows of the checker and calibration tables (CPU rows always shown).")
+def makertbin(config_path: Path, model_type: str, max_rows: int) -> None:
+    """Checker, calibrate and compile in one run, like hb_mapper makertbin."""
+    from hbtool.checker.report import print_checker_report
+    from hbtool.config import load_config
+    from hbtool.makertbin import run_makertbin
+    from hbtool.quant.report import print_report
+
+    if model_type == "caffe":
+        raise InputError("--model-type caffe: Caffe models are not supported", "convert the model to ONNX and pass --model-type onnx")
+    cfg = load_config(config_path)
+
+    def report(stage: str, result) -> None:
+        if stage == "checker":
+            print_checker_report(result, max_rows=max_rows)
+        else:
+            print_report(result, max_rows=max_rows)
+
+    from hbtool.utils.stage_log import stage_log
+
+    with stage_log(cfg.model.log_level) as stage, _progress_bar() as progress:
+        result = run_makertbin(cfg, progress=_progress_callback(progress), report=report, log_text=stage.text)
+    for path in result.files:
         click.echo(f"wrote {path}")
 
 
@@ -282,11 +320,11 @@ def perf(artifact: Path | None, config_path: Path | None, model: Path | None, fa
 
     given = [name for name, v in (("ARTIFACT", artifact), ("-c", config_path), ("--model", model)) if v is not None]
     if len(given) != 1:
-        raise InputError("give exactly one of: an artifact (.hbm), -c cfg.yaml, or --model M.onnx --fast"
+        raise InputError("give exactly one of: an artifact (.bin), -c cfg.yaml, or --model M.onnx --fast"
                          + (f" (got {', '.join(given)})" if given else ""), "see 'hbtool perf --help'")
     if model is not None and not fast:
         raise InputError("--model is the quick path, which calibrates on random data: add --fast",
-                         "hbtool perf --model M.onnx --fast, or compile first and pass the .hbm")
+                         "hbtool perf --model M.onnx --fast, or compile first and pass the .bin")
     if model is None and (fast or input_shapes):
         raise InputError("--fast and --input-shape belong to the quick path", "use them with --model M.onnx")
     if artifact is not None and (optimize_level or compare_levels):

@@ -16,11 +16,11 @@ for name in tiny_cnn tiny_swin tiny_vit; do
   echo "=== $name: compile ==="
   "$HB" compile -c "configs/$name.yaml"
   echo "=== $name: simulate (64 held-out images, compared with the quantized model) ==="
-  "$HB" simulate "$wd/$name.hbm" --input input=work_dirs_heldout_images.npy --output-dir "$wd/simulate" \
+  "$HB" simulate "$wd/$name.bin" --input input=work_dirs_heldout_images.npy --output-dir "$wd/simulate" \
     --compare "$wd/${name}_quantized_model.onnx"
   if "$HB" perf --help > /dev/null 2>&1; then
     echo "=== $name: perf ==="
-    "$HB" perf "$wd/$name.hbm" --json "$wd/perf.json" --output-dir "$wd/perf"
+    "$HB" perf "$wd/$name.bin" --json "$wd/perf.json" --output-dir "$wd/perf"
   fi
   echo "=== $name: accuracy on the held-out split ==="
   "$PY" -m samples.tiny.evaluate -c "configs/$name.yaml"

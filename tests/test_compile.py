@@ -50,7 +50,7 @@ def test_compile_calibrates_first_and_writes_the_artifact(swin_compiled):
     cfg, wd, out = swin_compiled
     assert "calibrating first" in out
     assert (wd / "tiny_swin_calibrated_model.onnx").exists()
-    assert (wd / "tiny_swin.hbm").exists() and (wd / "hb_compile.log").exists()
+    assert (wd / "tiny_swin.bin").exists() and (wd / "hb_compile.log").exists()
     assert "DDR" in (wd / "hb_compile.log").read_text()
 
 
@@ -59,7 +59,7 @@ def test_compile_is_deterministic(swin_compiled):
     c = load_config(cfg)
     a, b = compile_model(c), compile_model(c)
     assert a.data == b.data
-    assert (wd / "tiny_swin.hbm").read_bytes() == a.data
+    assert (wd / "tiny_swin.bin").read_bytes() == a.data
 
 
 def test_levels_change_the_program_not_the_numbers(swin_compiled):
@@ -98,7 +98,7 @@ def test_disabled_pass_is_recorded(swin_compiled):
 
 def test_info_cli(swin_compiled):
     _, wd, _ = swin_compiled
-    r = CliRunner().invoke(main, ["info", str(wd / "tiny_swin.hbm"), "--json"])
+    r = CliRunner().invoke(main, ["info", str(wd / "tiny_swin.bin"), "--json"])
     assert r.exit_code == 0, r.output
     info = json.loads(r.output)
     assert info["inputs"][0]["name"] == "input" and info["inputs"][0]["shape"] == [1, 3, 32, 32]
@@ -106,7 +106,7 @@ def test_info_cli(swin_compiled):
     assert info["outputs"][0]["name"] == "logits" and info["outputs"][0]["dequantize"]["scale"] > 0
     assert info["tool"]["name"] == "hbtool" and info["options"]["optimize_level"] == "O3"
     assert info["program"]["by_unit"]["tensor"] > 0 and info["program"]["macs"] > 0
-    r = CliRunner().invoke(main, ["info", str(wd / "tiny_swin.hbm")])
+    r = CliRunner().invoke(main, ["info", str(wd / "tiny_swin.bin")])
     assert r.exit_code == 0 and "logits" in r.output
 
 

@@ -527,7 +527,7 @@ def test_ctrl_c_during_statistics_writes_nothing(ws, monkeypatch):
         return real(graph, tensors, batches_then_ctrl_c(), *args, **kwargs)
 
     monkeypatch.setattr(calibrate_mod, "collect_stats", interrupted)
-    ws.config()
+    ws.config(lambda d: d["calibration_parameters"].update(batch_size=1))  # one sample per statistics step
     before = snapshot(ws.root)
     r = invoke("calibrate", "-c", ws.cfg)
     assert_one_line_error(r, 2, "interrupted", "run the command again")

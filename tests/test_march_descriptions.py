@@ -162,7 +162,15 @@ def _calibrate(tmp_path, march: str, **cal):
     return run_calibration(config_from_dict(data, base_dir=tmp_path))
 
 
-@pytest.mark.parametrize("march", ["bernoulli2", "bayes-e"])
+def test_x5_honours_int16_requests_as_its_published_configs_make_them(tmp_path):
+    """The RDK X5 zoo's bayes-e configs ask for int16 Softmax / convs; auto_int16 stays off there."""
+    asked = _calibrate(tmp_path, "bayes-e", node_info={"sig": {"InputType": "int16"}})
+    default = _calibrate(tmp_path, "bayes-e")
+    assert any(q.bits == 16 for q in asked.plan.tensors.values())
+    assert default.plan.tensors and all(q.bits == 8 for q in default.plan.tensors.values())
+
+
+@pytest.mark.parametrize("march", ["bernoulli2"])
 def test_int8_only_marches_refuse_an_int16_request_naming_it(tmp_path, march):
     with pytest.raises(InputError) as err:
         _calibrate(tmp_path, march, node_info={"sig": {"InputType": "int16"}})

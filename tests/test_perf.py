@@ -239,7 +239,7 @@ def tiny_swin(tmp_path_factory):
     path.write_text(yaml.safe_dump(cfg))
     res = CliRunner().invoke(main, ["compile", "-c", str(path)])
     assert res.exit_code == 0, res.output
-    return path, folder / "work" / "tiny_swin.hbm"
+    return path, folder / "work" / "tiny_swin.bin"
 
 
 JSON_KEYS = {"latency_ms", "fps", "fps_1core", "ddr_bytes_per_frame", "gops_per_frame", "tensor_vector_ratio", "time_share", "ops",

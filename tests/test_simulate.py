@@ -35,7 +35,7 @@ def test_simulate_equals_the_quantized_model_and_writes_outputs(cnn_artifact, tm
     wd = cnn_artifact
     x = np.load(HELDOUT)["images"][:60].astype(np.float32)
     np.save(tmp_path / "x.npy", x)
-    r = _run(wd / "tiny_cnn.hbm", "--input", f"input={tmp_path / 'x.npy'}", "--output-dir", tmp_path / "out",
+    r = _run(wd / "tiny_cnn.bin", "--input", f"input={tmp_path / 'x.npy'}", "--output-dir", tmp_path / "out",
              "--compare", wd / "tiny_cnn_quantized_model.onnx")
     assert r.exit_code == 0, r.output
     assert "simulated 60 samples" in r.output and "100.000%" in r.output and "1.000000" in r.output
@@ -46,7 +46,7 @@ def test_simulate_equals_the_quantized_model_and_writes_outputs(cnn_artifact, tm
 
 
 def test_simulate_reads_a_folder_of_images(cnn_artifact):
-    r = _run(cnn_artifact / "tiny_cnn.hbm", "--input", f"input={ROOT / 'samples' / 'data' / 'digits_cal'}",
+    r = _run(cnn_artifact / "tiny_cnn.bin", "--input", f"input={ROOT / 'samples' / 'data' / 'digits_cal'}",
              "--compare", cnn_artifact / "tiny_cnn_original_float_model.onnx")
     assert r.exit_code == 0, r.output
     assert "simulated 64 samples" in r.output
@@ -64,7 +64,7 @@ def test_simulate_reads_a_folder_of_images(cnn_artifact):
 def test_bad_simulate_inputs_are_one_line_errors(cnn_artifact, tmp_path, make, message):
     path = tmp_path / "x.npy"
     make(path)
-    r = _run(cnn_artifact / "tiny_cnn.hbm", "--input", f"input={path}", "--output-dir", tmp_path / "out")
+    r = _run(cnn_artifact / "tiny_cnn.bin", "--input", f"input={path}", "--output-dir", tmp_path / "out")
     assert r.exit_code == 2, r.output
     assert message in r.output and "fix:" in r.output and "Traceback" not in r.output
     assert len(r.output.strip().splitlines()) == 1
@@ -73,11 +73,11 @@ def test_bad_simulate_inputs_are_one_line_errors(cnn_artifact, tmp_path, make, m
 
 def test_wrong_input_name_and_missing_input(cnn_artifact, tmp_path):
     np.save(tmp_path / "x.npy", np.zeros((1, 3, 32, 32), np.float32))
-    r = _run(cnn_artifact / "tiny_cnn.hbm", "--input", f"image={tmp_path / 'x.npy'}")
+    r = _run(cnn_artifact / "tiny_cnn.bin", "--input", f"image={tmp_path / 'x.npy'}")
     assert r.exit_code == 2 and "no input 'image'" in r.output and "input" in r.output
-    r = _run(cnn_artifact / "tiny_cnn.hbm", "--input", "input")
+    r = _run(cnn_artifact / "tiny_cnn.bin", "--input", "input")
     assert r.exit_code == 2 and "NAME=PATH" in r.output
-    r = _run(cnn_artifact / "tiny_cnn.hbm", "--input", f"input={tmp_path / 'missing.npy'}")
+    r = _run(cnn_artifact / "tiny_cnn.bin", "--input", f"input={tmp_path / 'missing.npy'}")
     assert r.exit_code == 2 and "no such file" in r.output
 
 
@@ -88,7 +88,7 @@ def test_compare_model_with_other_inputs_is_refused(cnn_artifact, tmp_path):
     other = tmp_path / "other.onnx"
     onnx.save(small_conv_model(), other)
     np.save(tmp_path / "x.npy", np.zeros((1, 3, 32, 32), np.float32))
-    r = _run(cnn_artifact / "tiny_cnn.hbm", "--input", f"input={tmp_path / 'x.npy'}", "--compare", other)
+    r = _run(cnn_artifact / "tiny_cnn.bin", "--input", f"input={tmp_path / 'x.npy'}", "--compare", other)
     assert r.exit_code == 2 and "differ from the artifact" in r.output
 
 
@@ -349,7 +349,7 @@ def test_every_hot_kernel_of_the_tiny_models_has_a_fast_form(cnn_artifact, tmp_p
     cfg = tiny_config(tmp_path, "tiny_swin")
     assert CliRunner().invoke(main, ["compile", "-c", str(cfg)]).exit_code == 0
     slow = set()
-    for art in (cnn_artifact / "tiny_cnn.hbm", tmp_path / "wd" / "tiny_swin.hbm"):
+    for art in (cnn_artifact / "tiny_cnn.bin", tmp_path / "wd" / "tiny_swin.bin"):
         for step in Executor(read_artifact(art)).steps:
             kernel = step.node.meta.get("kernel")
             if kernel is not None and accel.accelerate(kernel) is None:
@@ -362,7 +362,7 @@ def test_thread_count_changes_speed_not_numbers(cnn_artifact):
     from hbtool.simulator import fused
     from hbtool.simulator.executor import Executor
 
-    art = read_artifact(cnn_artifact / "tiny_cnn.hbm")
+    art = read_artifact(cnn_artifact / "tiny_cnn.bin")
     # 32 samples per pass: tensors big enough for the loops to split their rows over threads
     x = {"input": np.load(HELDOUT)["images"][:32].astype(np.float32)}
     try:

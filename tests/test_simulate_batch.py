@@ -48,7 +48,7 @@ def test_a_batch_equals_one_sample_at_a_time_and_the_quantized_model(compiled):
     import onnxruntime as ort
 
     name, wd = compiled
-    ex = Executor(read_artifact(wd / f"{name}.hbm"))
+    ex = Executor(read_artifact(wd / f"{name}.bin"))
     x = _images(7)
     batched = ex.run({"input": x})
     quant = ort.InferenceSession(str(wd / f"{name}_quantized_model.onnx"), providers=["CPUExecutionProvider"])
@@ -116,7 +116,7 @@ class _Stop(KeyboardInterrupt):
 def test_an_interrupted_run_resumes_and_writes_the_same_files(cnn, tmp_path):
     from hbtool.simulator.simulate import simulate
 
-    art = cnn / "tiny_cnn.hbm"
+    art = cnn / "tiny_cnn.bin"
     np.save(tmp_path / "x.npy", _images(45))
     inputs = {"input": tmp_path / "x.npy"}
     compare = cnn / "tiny_cnn_quantized_model.onnx"
@@ -147,7 +147,7 @@ def test_an_interrupted_run_resumes_and_writes_the_same_files(cnn, tmp_path):
 def test_resume_ignores_a_partial_run_of_other_inputs(cnn, tmp_path):
     from hbtool.simulator.simulate import simulate
 
-    art = cnn / "tiny_cnn.hbm"
+    art = cnn / "tiny_cnn.bin"
     np.save(tmp_path / "a.npy", _images(12))
     np.save(tmp_path / "b.npy", _images(12)[::-1].copy())
 
@@ -166,7 +166,7 @@ def test_cli_batch_size_does_not_change_outputs(cnn, tmp_path):
     np.save(tmp_path / "x.npy", _images(23))
     outs = []
     for b in (1, 5, 64):
-        r = CliRunner().invoke(main, ["simulate", str(cnn / "tiny_cnn.hbm"), "--input", f"input={tmp_path / 'x.npy'}",
+        r = CliRunner().invoke(main, ["simulate", str(cnn / "tiny_cnn.bin"), "--input", f"input={tmp_path / 'x.npy'}",
                                       "--output-dir", str(tmp_path / f"b{b}"), "--batch-size", str(b)])
         assert r.exit_code == 0, r.output
         assert "simulated 23 samples" in r.output
@@ -180,7 +180,7 @@ def test_cli_batch_size_does_not_change_outputs(cnn, tmp_path):
 ])
 def test_bad_stream_options_are_one_line_errors(cnn, tmp_path, args, message):
     np.save(tmp_path / "x.npy", _images(2))
-    r = CliRunner().invoke(main, ["simulate", str(cnn / "tiny_cnn.hbm"), "--input", f"input={tmp_path / 'x.npy'}", *args])
+    r = CliRunner().invoke(main, ["simulate", str(cnn / "tiny_cnn.bin"), "--input", f"input={tmp_path / 'x.npy'}", *args])
     assert r.exit_code == 2, r.output
     assert message in r.output and "fix:" in r.output and len(r.output.strip().splitlines()) == 1
 

@@ -41,7 +41,7 @@ def cnn(tmp_path_factory):
 def _simulate_seconds(package_root: Path, cache: Path, tmp: Path) -> float:
     env = dict(os.environ, PYTHONPATH=str(package_root), NUMBA_CACHE_DIR=str(cache))
     t = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "hbtool.cli", "simulate", str(tmp / "wd" / "tiny_cnn.hbm"),
+    r = subprocess.run([sys.executable, "-m", "hbtool.cli", "simulate", str(tmp / "wd" / "tiny_cnn.bin"),
                         "--input", f"input={tmp / 'x.npy'}"], env=env, capture_output=True, text=True, cwd=tmp)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "simulated 8 samples" in r.stdout

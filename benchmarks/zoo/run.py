@@ -208,7 +208,7 @@ def work(spec: ModelSpec, args: argparse.Namespace, row: dict) -> dict:
         row["calib_output_cosine"] = min((o.get("cosine", 1.0) for o in info.get("outputs", {}).values()), default=None)
         row["calibration_method"] = info.get("method")
         st["compile"] = _stage("compile", ["-c", str(cfg)], case, deadline)
-    hbm = work_dir / f"{spec.name}.hbm"
+    hbm = work_dir / f"{spec.name}.bin"
     if st.get("compile", {}).get("rc") == 0 and hbm.exists():
         st["simulate"] = _stage("simulate", [str(hbm), *eval_args, "--compare", str(work_dir / f"{spec.name}_quantized_model.onnx"),
                                              "-o", str(case / "sim"), "--threads", "2"], case, deadline)

@@ -70,21 +70,17 @@ def prepare_graph(
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     march: str = "bayes",
     node_info: Mapping[str, Mapping[str, Any]] | None = None,
+    output_nodes: Sequence[str] | None = None,
 ) -> tuple[Graph, list[PassResult]]:
     """Import, run the float optimizations and place every node: the graph all later stages start from."""
+    from hbtool.checker.node_names import apply_output_nodes, resolve_node_info
     from hbtool.ir.passes import optimize_float
 
     graph = import_onnx(model, input_shapes)
-    known = {n.name for n in graph.nodes}
+    apply_output_nodes(graph, list(output_nodes or []), model)
+    imported = graph.copy()
     passes = optimize_float(graph)
-    known |= {n.name for n in graph.nodes}
-    for name in node_info or {}:
-        if name not in known:
-            raise InputError(
-                f"model_parameters.node_info names node '{name}', which is not in the model",
-                "use a node name from the checker table (hbtool checker without node_info)",
-            )
-    place_graph(graph, load_march(march), node_info)
+    place_graph(graph, load_march(march), resolve_node_info(node_info, graph, [imported], model))
     return graph, passes
 
 
@@ -110,6 +106,7 @@ def run_checker(
     output_dir: str | Path = ".hb_check",
     node_info: Mapping[str, Mapping[str, Any]] | None = None,
     write_files: bool = True,
+    output_nodes: Sequence[str] | None = None,
 ) -> CheckerResult:
     """Check a model for the march and write ``checker.json`` and the optimized float model.
 
@@ -118,7 +115,7 @@ def run_checker(
     anything is written.
     """
     model = Path(model)
-    graph, passes = prepare_graph(model, input_shapes, march, node_info)
+    graph, passes = prepare_graph(model, input_shapes, march, node_info, output_nodes)
     result = CheckerResult(str(model), march, graph, passes, summarize(graph))
     if write_files:
         out = Path(output_dir)

@@ -185,7 +185,7 @@ def from_bytes(data: bytes, source: str = "artifact") -> Artifact:
         raise ArtifactError(f"{source} is truncated or not an hbtool artifact ({len(data)} bytes)", fix_recompile)
     magic, version, _flags, hlen, blen = _FIXED.unpack_from(data, 0)
     if magic != MAGIC:
-        raise ArtifactError(f"{source} is not an hbtool artifact (bad magic bytes)", "give the .hbm file that hbtool compile wrote")
+        raise ArtifactError(f"{source} is not an hbtool artifact (bad magic bytes)", "give the .bin file that hbtool compile wrote")
     pad = (-(_FIXED.size + hlen)) % _ALIGN
     expected = _FIXED.size + hlen + pad + blen + _DIGEST
     if len(data) < expected:
@@ -216,5 +216,5 @@ def read_artifact(path: Path | str) -> Artifact:
     if not path.exists():
         raise ArtifactError(f"artifact {path} does not exist", "check the path, or run hbtool compile -c cfg.yaml to make it")
     if path.is_dir():
-        raise ArtifactError(f"{path} is a directory, not an artifact", "give the .hbm file that hbtool compile wrote")
+        raise ArtifactError(f"{path} is a directory, not an artifact", "give the .bin file that hbtool compile wrote")
     return from_bytes(path.read_bytes(), str(path))

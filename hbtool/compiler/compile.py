@@ -46,8 +46,15 @@ def calibrated_path(cfg: HbConfig) -> Path:
     return Path(cfg.model.working_dir) / f"{cfg.model.output_model_file_prefix}_calibrated_model.onnx"
 
 
+# The file name hb_mapper users expect for each march: ``<prefix>.bin`` on J5 (bayes), RDK X5
+# (bayes-e) and RDK X3 (bernoulli2). The content is hbtool's artifact whatever the name, and
+# every reader takes any name, so ``.hbm`` files from earlier versions stay readable.
+ARTIFACT_SUFFIX = {"bayes": ".bin", "bayes-e": ".bin", "bernoulli2": ".bin"}
+
+
 def artifact_path(cfg: HbConfig) -> Path:
-    return Path(cfg.model.working_dir) / f"{cfg.model.output_model_file_prefix}.hbm"
+    suffix = ARTIFACT_SUFFIX.get(cfg.model.march, ".bin")
+    return Path(cfg.model.working_dir) / f"{cfg.model.output_model_file_prefix}{suffix}"
 
 
 def kernel_param_bytes(kernel: Any) -> int:
@@ -64,13 +71,17 @@ def kernel_param_bytes(kernel: Any) -> int:
     return total
 
 
-def _input_descriptions(cfg: HbConfig, program: Graph) -> list[dict[str, Any]]:
+def _input_descriptions(cfg: HbConfig, program: Graph, removed: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     consumers = program.consumer_map()
     specs = {s.name: s for s in cfg.inputs if s.name}
+    cut = {r["new_tensor"]: r for r in removed or [] if r["at"] == "input"}
     out = []
     for k, name in enumerate(program.inputs):
         v = program.values[name]
-        spec = specs.get(name) or (cfg.inputs[k] if k < len(cfg.inputs) and not cfg.inputs[k].name else None)
+        first = name
+        while first in cut:  # the model input this one replaced (remove_node_type)
+            first = cut[first]["tensor"]
+        spec = specs.get(first) or (cfg.inputs[k] if k < len(cfg.inputs) and not cfg.inputs[k].name else None)
         quant = None
         for c in consumers.get(name, []):
             kern = c.meta.get("kernel")
@@ -78,6 +89,8 @@ def _input_descriptions(cfg: HbConfig, program: Graph) -> list[dict[str, Any]]:
                 quant = {"scale": float(np.asarray(kern.scale).reshape(-1)[0]), "bits": int(kern.bits)}
         d: dict[str, Any] = {"name": name, "shape": [int(x) for x in v.shape], "dtype": np.dtype(v.dtype).name,
                              "quantize": quant}
+        if first != name:
+            d["removed"] = [r for r in removed or [] if r["at"] == "input" and r["new_tensor"] in _chain(cut, name)]
         if spec is not None:
             d.update(layout=spec.layout_train, type=spec.type_train, type_rt=spec.type_rt, layout_rt=spec.layout_rt,
                      norm_type=spec.norm_type, cal_data_type=spec.cal_data_type,
@@ -93,15 +106,28 @@ def _input_descriptions(cfg: HbConfig, program: Graph) -> list[dict[str, Any]]:
     return out
 
 
-def _output_descriptions(program: Graph) -> list[dict[str, Any]]:
+def _chain(cut: dict[str, dict[str, Any]], name: str) -> set[str]:
+    names = set()
+    while name in cut:
+        names.add(name)
+        name = cut[name]["tensor"]
+    return names
+
+
+def _output_descriptions(program: Graph, removed: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     producers = program.producer_map()
+    cut = {r["new_tensor"]: r for r in removed or [] if r["at"] == "output"}
     out = []
     for name in program.outputs:
         v = program.values[name]
         p = producers.get(name)
         kern = p.meta.get("kernel") if p is not None else None
         deq = {"scale": float(np.asarray(kern.scale).reshape(-1)[0])} if kern is not None and type(kern).__name__ == "Dequantize" else None
-        out.append({"name": name, "shape": [int(x) for x in v.shape], "dtype": "float32", "dequantize": deq})
+        d = {"name": name, "shape": [int(x) for x in v.shape], "dtype": "float32", "dequantize": deq}
+        if name in cut:  # remove_node_type cut the nodes after it: the integer codes come out
+            d["dtype"] = "int64"
+            d["removed"] = [r for r in removed or [] if r["at"] == "output" and r["new_tensor"] in _chain(cut, name)]
+        out.append(d)
     return out
 
 
@@ -116,8 +142,31 @@ def compile_model(cfg: HbConfig, optimize_level: str | None = None, disabled_pas
     steps = 6
     tick = (lambda k, what: progress(what, k, steps)) if progress else (lambda k, what: None)
     tick(0, "lowering")
-    lowered = lower_calibrated(load_calibrated(src), march, cfg.model.node_info, cfg.compiler.rounding, cfg.inputs)
+    from hbtool.checker.node_names import resolve_node_info
+
+    calibrated_graph = load_calibrated(src)
+    node_info = resolve_node_info(cfg.model.node_info, calibrated_graph, (), cfg.model.onnx_model, strict=False)
+    lowered = lower_calibrated(calibrated_graph, march, node_info, cfg.compiler.rounding, cfg.inputs)
     program = lowered.program
+    if cfg.compiler.abort_on_fail and lowered.report.fallbacks:
+        from hbtool.errors import NotDeployableError
+
+        node, op, why = lowered.report.fallbacks[0]
+        raise NotDeployableError(
+            f"compiler_parameters.abort_on_fail: {len(lowered.report.fallbacks)} BPU node(s) cannot be compiled "
+            f"for the BPU; first: '{node}' ({op}): {why}",
+            "put the node on the CPU with node_info {ON: CPU}, or set abort_on_fail: false to let it fall back")
+    removed = []
+    if cfg.model.remove_node_type or cfg.model.remove_node_name:
+        from hbtool.compiler.edge_removal import remove_edge_nodes
+
+        removed = remove_edge_nodes(program, list(cfg.model.remove_node_type), list(cfg.model.remove_node_name))
+    dumped: list[str] = []
+    if cfg.model.layer_out_dump or "dump_all_layers_output" in cfg.model.debug_mode:
+        from hbtool.compiler.layer_dump import add_layer_outputs
+
+        dumped = add_layer_outputs(program, lowered.report.tensors)
+        log.info("layer_out_dump: %d layer outputs added as model outputs", len(dumped))
     assign_units(program)
     tick(1, "passes")
     applied = run_passes(program, level, disabled_passes or set())
@@ -151,10 +200,12 @@ def compile_model(cfg: HbConfig, optimize_level: str | None = None, disabled_pas
                   "calibrated_sha256": hashlib.sha256(src.read_bytes()).hexdigest()},
         "options": {"optimize_level": level, "compile_mode": cfg.compiler.compile_mode,
                     "balance_factor": cfg.compiler.balance_factor, "core_num": cfg.compiler.core_num,
-                    "rounding": cfg.compiler.rounding, "disabled_passes": sorted(disabled_passes or [])},
+                    "rounding": cfg.compiler.rounding, "disabled_passes": sorted(disabled_passes or []),
+                    "debug": cfg.compiler.debug, "jobs": cfg.compiler.jobs, "layer_out_dump": len(dumped)},
         "passes": applied,
-        "inputs": _input_descriptions(cfg, program),
-        "outputs": _output_descriptions(program),
+        "inputs": _input_descriptions(cfg, program, removed),
+        "outputs": _output_descriptions(program, removed),
+        "removed_nodes": removed,
         "program": program_section(program),
         "tensors": tensors,
         "cpu_subgraphs": [{"name": s.name, "inputs": s.inputs, "outputs": s.outputs, "onnx": s.onnx_bytes,
@@ -202,8 +253,8 @@ def compile_log(result: CompiledModel) -> str:
     return console.export_text() + f"compiled in {result.seconds:.2f} s\n"
 
 
-def write_compile_outputs(cfg: HbConfig, result: CompiledModel, path: Path) -> list[Path]:
-    """Write the artifact and ``hb_compile.log`` (all or nothing); print the summary."""
+def write_compile_outputs(cfg: HbConfig, result: CompiledModel, path: Path, log_text: str = "") -> list[Path]:
+    """Write the artifact and ``hb_compile.log`` (all or nothing; ``log_text`` appended); print the summary."""
     from rich.console import Console
 
     from hbtool.compiler.artifact import from_bytes
@@ -212,9 +263,49 @@ def write_compile_outputs(cfg: HbConfig, result: CompiledModel, path: Path) -> l
 
     path = Path(path)
     log_path = path.parent / "hb_compile.log"
-    text = compile_log(result)
-    atomic_write_files({path: result.data, log_path: text.encode("utf-8")})
+    text = compile_log(result) + log_text
+    files = {path: result.data, log_path: text.encode("utf-8")}
+    if cfg.compiler.debug:  # Horizon's debug: per-layer perf information (hb_perf's "Layer Details")
+        files[layer_details_path(path)] = layer_details(result)
+    atomic_write_files(files)
     result.path = path
     print_info(from_bytes(result.data), Console())
+    for line in advice_lines(result, cfg.compiler.advice):
+        print(line)
     print(f"compiled in {result.seconds:.2f} s")
-    return [path, log_path]
+    return list(files)
+
+
+def advice_lines(result: CompiledModel, threshold_us: int) -> list[str]:
+    """``compiler_parameters.advice``: ops estimated above ``threshold_us`` microseconds, with what binds them."""
+    if threshold_us <= 0:
+        return []
+    from hbtool.compiler.artifact import from_bytes
+    from hbtool.perf.schedule import estimate
+
+    est = estimate(from_bytes(result.data).header)
+    lines = []
+    for op in sorted(est.ops, key=lambda o: -o.cycles):
+        us = op.cycles / est.hw.clock_hz * 1e6
+        if us <= threshold_us:
+            break
+        lines.append(f"advice: {op.name} ({op.op_type}, {op.unit}) takes about {us:.0f} us, bound by {op.bound_by}; "
+                     "see hbtool perf for the breakdown")
+    if not lines:
+        lines.append(f"advice: no op above {threshold_us} us")
+    return lines
+
+
+def layer_details_path(artifact: Path) -> Path:
+    return Path(artifact).with_name(Path(artifact).stem + "_layer_details.json")
+
+
+def layer_details(result: CompiledModel) -> bytes:
+    """``compiler_parameters.debug: true``: the perf estimate of every layer, as JSON."""
+    import json
+
+    from hbtool.compiler.artifact import from_bytes
+    from hbtool.perf.report import to_json
+    from hbtool.perf.schedule import estimate
+
+    return (json.dumps(to_json(estimate(from_bytes(result.data).header)), indent=1) + "\n").encode("utf-8")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,8 @@ def _check_tables_match_classes() -> None:
 
 
 _check_tables_match_classes()
+
+log = logging.getLogger(__name__)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -228,6 +231,10 @@ def _read_value(path: str, key: Key, value: Any, base: Path) -> Any:
     if k == "enum_list":
         assert key.allowed is not None
         return read_enum_list(path, value, key.allowed)
+    if k == "optimization":
+        from hbtool.config.optimization import read_optimization
+
+        return read_optimization(path, value)
     if k == "node_info":
         return _read_node_info(path, value)
     if k == "input_source":
@@ -425,6 +432,12 @@ class _Builder:
     # -- model ---------------------------------------------------------------------------------
     def check_model(self) -> None:
         m = self.vals["model_parameters"]
+        if "check_model_output_consistency" in m["debug_mode"]:
+            fail("model_parameters.debug_mode",
+                 "check_model_output_consistency: hbtool does not compare the compiled model with "
+                 "the quantized ONNX during compile; simulate does it, bit for bit",
+                 "remove it and run hbtool simulate <prefix>.bin -i <input>=<samples> --compare "
+                 "<prefix>_quantized_model.onnx")
         if m["onnx_model"] is None and self.require_model:
             fail("model_parameters.onnx_model", "required: no model given",
                  "set model_parameters.onnx_model to the float ONNX file (or pass --model)")
@@ -583,6 +596,16 @@ class _Builder:
         # preprocessing
         needs_mean = norm in ("data_mean", "data_mean_and_scale")
         needs_scale = norm in ("data_scale", "data_mean_and_scale")
+        # Horizon accepts a mean of 0 (or a scale of 1) that the norm_type does not use: it
+        # changes nothing, so it is dropped rather than refused.
+        if not needs_mean and mean is not None and all(v == 0 for v in mean):
+            log.info("%smean_value %s is not used by norm_type %s and changes nothing: dropped",
+                     pre, " ".join(f"{v:g}" for v in mean), norm)
+            mean = None
+        if not needs_scale and scale is not None and all(v == 1 for v in scale):
+            log.info("%sscale_value %s is not used by norm_type %s and changes nothing: dropped",
+                     pre, " ".join(f"{v:g}" for v in scale), norm)
+            scale = None
         for key, values, needed in (("mean_value", mean, needs_mean),
                                     ("scale_value", scale, needs_scale)):
             if needed and values is None:
@@ -716,9 +739,40 @@ class _Builder:
             resolved = dict(given)
         return resolved
 
+    # -- keys hbtool reads but cannot honour ----------------------------------------------------
+    def refuse_unhonoured(self) -> None:
+        """Keys whose non-default values no stage would act on: refused, never silently ignored."""
+        for group in S.RESERVED_GROUPS:
+            table, _ = GROUPS[group]
+            for key in sorted(self.given[group]):
+                default = table[key].default
+                if table[key].kind == "path" and default is not None:
+                    default = read_path(f"{group}.{key}", default, self.base)
+                if group == "debug_parameters" and key == "report_dir":
+                    default = Path(self.vals["model_parameters"]["working_dir"]) / "debug"
+                if self.vals[group][key] != default:
+                    fail(f"{group}.{key}", S.RESERVED_GROUPS[group][0], S.RESERVED_GROUPS[group][1])
+        iv = self.vals["input_parameters"]
+        if iv["input_batch"] != 1:
+            fail("input_parameters.input_batch",
+                 f"input_batch {iv['input_batch']}: hbtool compiles the batch of the model's input "
+                 "shape and cannot re-batch the compiled model",
+                 "export the model with the batch you want (input_shape Nx...) and calibrate on "
+                 "samples of that shape, or remove input_batch")
+        if iv["separate_batch"]:
+            fail("input_parameters.separate_batch",
+                 "separate_batch needs input_batch > 1, which hbtool does not support",
+                 "remove separate_batch")
+        fc = self.vals["compiler_parameters"]["max_time_per_fc"]
+        if fc:
+            fail("compiler_parameters.max_time_per_fc",
+                 f"{fc}: hbtool does not split the program into preemptible function calls",
+                 "remove max_time_per_fc (or set 0); the whole model runs as one call")
+
     # -- assemble ------------------------------------------------------------------------------
     def build(self) -> HbConfig:
         self.read_plain_keys()
+        self.refuse_unhonoured()
         self.check_model()
         specs = self.read_inputs()
         self.check_input_globals(specs)

@@ -15,6 +15,7 @@ Kinds (how a value is read):
 ``path``        a file or folder, resolved relative to the YAML file's folder
 ``names``       node names: a ``;``-separated string or a YAML list
 ``enum_list``   values from ``allowed``: a ``;``/``,``-separated string or a YAML list
+``optimization`` Horizon's optimization switches (see ``optimization.py``)
 ``node_info``   per-node placement/precision: a mapping or ``'node:int16;...'``
 ``input_source`` per-input data source for the compiled model: a mapping
 ``shape``       (per-input only) ``1x3x224x224`` or ``1,3,224,224`` or a YAML list
@@ -67,6 +68,7 @@ class Key:
             "path": "path",
             "names": "list of names",
             "enum_list": "list of strings",
+            "optimization": "list of strings",
             "node_info": "mapping",
             "input_source": "mapping",
             "shape": "shape",
@@ -141,19 +143,25 @@ MODEL = _g(
         "Name prefix of the files written to working_dir, e.g. "
         "`<prefix>_quantized_model.onnx`.", default_doc="onnx_model file name without extension"),
     Key("layer_out_dump", "bool",
-        "Also expose every layer's dequantized output as a model output, to compare layer by "
-        "layer. Slows the model; for debugging only.", default=False),
-    Key("log_level", "enum", "How much the log file records.", default="info",
+        "Also expose every BPU layer's output, dequantized, as a model output named "
+        "`<tensor>_layer_out` (artifact and simulate), to compare layer by layer. Slows the "
+        "model; for debugging only.", default=False),
+    Key("log_level", "enum", "Which log records hb_calibrate.log and hb_compile.log keep (appended "
+        "under `log (level ...)`), whatever the console shows.", default="info",
         allowed=("debug", "info", "warn", "error")),
     Key("output_nodes", "names",
         "Use these nodes' outputs as the model outputs instead of the graph's own outputs.",
         default=[]),
     Key("remove_node_type", "enum_list",
-        "Remove nodes of these types where they sit directly at a model input or output "
-        "(removed in the order given).", default=[],
+        "Remove nodes of these types where they sit directly at a model input (Quantize, "
+        "Transpose) or output (Dequantize, Transpose, Cast, Reshape, Softmax) of the compiled "
+        "model, in the order given, as hb_model_modifier does: without the input Quantize the "
+        "artifact takes int8/int16 codes, without the output Dequantize it returns integer codes; "
+        "the scales are recorded in the artifact (`removed_nodes`).", default=[],
         allowed=("Quantize", "Dequantize", "Transpose", "Cast", "Reshape", "Softmax")),
     Key("remove_node_name", "names",
-        "Remove these nodes, each of which must sit directly at a model input or output.",
+        "Remove these compiled-program nodes (names as `hbtool info` lists them), each of which "
+        "must sit directly at a model input or output (as remove_node_type).",
         default=[]),
     Key("node_info", "node_info",
         "Per-node overrides: `{node: {ON: BPU|CPU, InputType: int8|int16, InputType<i>: ..., "
@@ -164,8 +172,11 @@ MODEL = _g(
         "Older form of node_info (`'node:int16;...'`); merged into node_info.", default={},
         allowed_doc="as node_info"),
     Key("debug_mode", "enum_list",
-        "Extra debug output. `dump_calibration_data` saves the preprocessed calibration "
-        "samples as `.npy` files for the debugger.", default=[],
+        "Extra debug output. `dump_calibration_data` writes Horizon's "
+        "`<working_dir>/calibration_data/<input>/<k>.npy` (sample k as the model with its "
+        "preprocessing takes it); `dump_all_layers_output` is layer_out_dump; `dump_all_models` "
+        "is what calibrate always does (every stage model is written); "
+        "`check_model_output_consistency` is refused: use `hbtool simulate --compare`.", default=[],
         allowed=("dump_calibration_data", "dump_all_models", "dump_all_layers_output",
                  "check_model_output_consistency")),
 )
@@ -200,11 +211,12 @@ INPUT = _g(
         "Fixed input shape, e.g. `1x3x224x224`; replaces the model's (possibly dynamic) shape. "
         "Positive integers only.", per_input=True, default_doc="the model's shape"),
     Key("input_batch", "int",
-        "Batch size of the compiled model. Single-input models whose first dimension is 1 "
-        "only.", default=1, min=1, max=128),
+        "Batch size of the compiled model. hbtool compiles the batch of the input shape, so "
+        "only 1 is accepted: export the model with the batch you want instead.", default=1, min=1,
+        max=128),
     Key("separate_batch", "bool",
-        "With input_batch > 1, give the compiled model one input per batch item instead of one "
-        "batched input.", default=False),
+        "With input_batch > 1, one input per batch item; refused, as input_batch > 1 is.",
+        default=False),
     Key("norm_type", "enum",
         "Preprocessing built into the model: `data_mean` subtracts mean_value, `data_scale` "
         "multiplies by scale_value, `data_mean_and_scale` does `(x - mean) * scale`.",
@@ -246,17 +258,21 @@ CALIBRATION = _g(
         default=[]),
     Key("enable_int16", "bool", "Run every BPU node that supports int16 in int16.",
         default=False),
-    Key("optimization", "enum_list",
-        "Extra switches: `set_model_output_int8` / `set_model_output_int16` set the precision "
-        "of the nodes that produce the model outputs.", default=[],
-        allowed=("set_model_output_int8", "set_model_output_int16")),
+    Key("optimization", "optimization",
+        "Horizon's precision switches: `set_model_output_int8|16` (the nodes producing the model "
+        "outputs), `set_all_nodes_int16` (as enable_int16), `set_<Op>_input_int8|16` / "
+        "`set_<Op>_output_int8|16` (every node of ONNX type `<Op>`; `set_Softmax_input_int8` keeps "
+        "a Softmax in int8 on the BPU), `bias_correction` (as bias_correction: true). "
+        "`asymmetric`, `lstm_batch_last` and `run_fast` are refused with the reason.", default=[],
+        allowed_doc="see the description; `,` or `;` separated"),
     Key("auto_int16", "bool",
-        "Move the nodes that lose the most accuracy in int8 to int16, as ranked by the "
-        "sensitivity analysis (threshold: debug_parameters.auto_int16_threshold).",
+        "Move to int16 the tensors whose int8 form would have a signal-to-noise ratio below "
+        "30 dB, and the inputs/outputs of LayerNorm, Softmax and table (LUT) ops.",
         default=True, origin=HBTOOL),
     Key("num_samples", "int", "Use at most this many calibration samples.", default=None,
         min=1, origin=HBTOOL, default_doc="all samples"),
-    Key("batch_size", "int", "Samples per forward pass during calibration.", default=8, min=1,
+    Key("batch_size", "int", "Samples read per step of the statistics pass (the model itself runs at its "
+        "input's batch size, so the statistics do not depend on it; memory does).", default=8, min=1,
         origin=HBTOOL),
     Key("weight_clip", "enum",
         "Weight range: `none` uses the true max; `mse` clips to the range with the least "
@@ -291,8 +307,8 @@ COMPILER = _g(
     Key("balance_factor", "int",
         "With compile_mode balance: 0 favours bandwidth, 100 favours latency.", default=50,
         min=0, max=100),
-    Key("debug", "bool", "Keep per-layer information in the artifact for per-layer perf "
-        "reports.", default=False),
+    Key("debug", "bool", "Also write `<prefix>_layer_details.json` beside the artifact: the "
+        "perf estimate of every layer (hb_perf's Layer Details).", default=False),
     Key("core_num", "int", "BPU cores the model runs on.", default=1, min=1, max=2,
         allowed_doc="1 or 2"),
     Key("optimize_level", "enum",
@@ -303,14 +319,15 @@ COMPILER = _g(
         "`_default_value` sets the rest.", default={}, allowed_doc="ddr, pyramid, resizer",
         default_doc="pyramid for nv12/gray input_type_rt, else ddr"),
     Key("max_time_per_fc", "int",
-        "Split the model into function calls of at most this many microseconds so that other "
-        "tasks can preempt it. 0 = no split.", default=0, min=0, max=4294967295,
+        "Split the model into preemptible function calls of at most this many microseconds. "
+        "hbtool does not split: only 0 is accepted.", default=0, min=0, max=4294967295,
         allowed_doc="0, or 1000 to 4294967295"),
-    Key("jobs", "int", "Parallel compile jobs.", default=None, min=1,
-        default_doc="number of CPUs"),
+    Key("jobs", "int", "Most parallel compile processes. hbtool compiles in one process, which "
+        "any value allows; recorded in the artifact's options.", default=None, min=1,
+        default_doc="no limit"),
     Key("advice", "int",
-        "Report ops whose estimated time exceeds this many microseconds, with advice. 0 = "
-        "off.", default=0, min=0),
+        "After compiling, print the ops whose estimated time exceeds this many microseconds, "
+        "with what bounds each. 0 = off.", default=0, min=0),
     Key("rounding", "enum",
         "How every right shift of the integer program rounds (requantization, tables, "
         "LayerNorm/Softmax). The J5's mode is not published; `half_up` is what Horizon's "
@@ -368,6 +385,17 @@ UNSUPPORTED_GROUPS = {
     "custom_op": ("custom CPU operators are not supported",
                   "remove the custom_op group; replace the custom op in the ONNX model with "
                   "standard ONNX ops"),
+}
+
+# hbtool's own groups whose command does not exist yet: refused when any key is given, so that
+# no setting is accepted and ignored (the key tables stay, for the typed defaults).
+RESERVED_GROUPS = {
+    "qat_parameters": ("hbtool has no qat command yet, so no stage reads qat_parameters",
+                       "remove the qat_parameters group; use calibration_type load with a QAT "
+                       "model exported by your training framework"),
+    "debug_parameters": ("hbtool has no debug command yet, so no stage reads debug_parameters",
+                         "remove the debug_parameters group; per-node errors are in "
+                         "<prefix>_quant_info.json and the calibrate report"),
 }
 
 # Per-input keys that live in calibration_parameters but follow the inputs.

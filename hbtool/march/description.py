@@ -57,6 +57,18 @@ class March:
         return bool(self.int16_classes)
 
     @property
+    def auto_int16(self) -> bool:
+        """Whether ``auto_int16`` promotes tensors by default on this march (``int16.auto``).
+
+        X5's toolchain computes every node in int8 unless the config asks for int16, and its
+        published measurements are of such models; J5's accuracy flow promotes LayerNorm/Softmax.
+        """
+        auto = (self.raw.get("int16") or {}).get("auto", True)
+        if isinstance(auto, dict):
+            auto = auto.get("value", True)
+        return self.has_int16 and bool(auto)
+
+    @property
     def chip(self) -> str:
         return str(self.raw.get("chip", MARCH_CHIPS.get(self.name, self.name)))
 
@@ -75,10 +87,10 @@ def int16_requests(node_info: dict[str, Any] | None, enable_int16: bool, optimiz
 
 def check_int16_supported(march: March, node_info: dict[str, Any] | None, enable_int16: bool,
                           optimization: list[str] | None) -> None:
-    """An int8-only march (X3, X5) refuses every explicit int16 request with the setting to remove.
+    """An int8-only march (X3) refuses every explicit int16 request with the setting to remove.
 
     Horizon's toolchain offers int16 (``node_info`` InputType/OutputType, ``set_model_output_int16``)
-    on J5 / RDK Ultra only; silently computing such a node in int8 would hide an accuracy fix the
+    on J5 / RDK Ultra and RDK X5 (the X5 zoo's configs use it), not on X3; silently computing such a node in int8 would hide an accuracy fix the
     user asked for. ``auto_int16`` is a default, not a request: on these marches it is simply off.
     """
     if march.has_int16:
@@ -86,8 +98,8 @@ def check_int16_supported(march: March, node_info: dict[str, Any] | None, enable
     asks = int16_requests(node_info, enable_int16, optimization)
     if asks:
         raise InputError(f"{asks[0]}: march {march.name} ({march.chip}) computes in int8 only; int16 is a "
-                         f"J5 / RDK Ultra feature (march bayes)",
-                         "remove the int16 setting, or compile for march bayes")
+                         f"feature of J5 / RDK Ultra (bayes) and RDK X5 (bayes-e)",
+                         "remove the int16 setting, or compile for march bayes or bayes-e")
 
 
 @lru_cache(maxsize=None)

@@ -87,23 +87,28 @@ class CalibrationResult:
     quantized: Graph | None = None   # the program with ONNX bodies
     # what the ptf / softmax_log2 / smooth_quant options did: {option: {"applied": [...], "skipped": {...}}}
     options: dict[str, Any] = field(default_factory=dict)
+    data: CalibrationSet | None = None  # the samples calibrated on (debug_mode dump_calibration_data)
 
 
 def _tensor_names_for_eval(graph: Graph, plan: QuantPlan) -> list[str]:
     return [t for t in plan.tensors]
 
 
-def prepare_float_graph(cfg: HbConfig, loaded: dict | None = None) -> tuple[Graph, Graph]:
+def prepare_float_graph(cfg: HbConfig, loaded: dict | None = None,
+                        node_info_out: dict | None = None) -> tuple[Graph, Graph]:
     """(original float graph with preprocessing, optimized and placed float graph).
 
     With ``loaded`` (a dict), quantization nodes already in the model are removed and their
-    scales collected into it (``calibration_type: load``).
+    scales collected into it (``calibration_type: load``). ``node_info_out`` (a dict) receives
+    ``node_info`` keyed by the optimized graph's node names (:mod:`hbtool.checker.node_names`).
     """
+    from hbtool.checker.node_names import apply_output_nodes, resolve_node_info
     from hbtool.ir.passes import optimize_float
 
     cfg.require_model()
     shapes = {inp.name: inp.shape for inp in cfg.inputs if inp.name and inp.shape}
     graph = import_onnx(cfg.model.onnx_model, shapes)
+    apply_output_nodes(graph, cfg.model.output_nodes, cfg.model.onnx_model)
     if loaded is not None:
         loaded.update(strip_quantization(graph))
     had_preprocess = {name for name in graph.inputs if find_preprocess(graph, name) is not None}
@@ -116,19 +121,11 @@ def prepare_float_graph(cfg: HbConfig, loaded: dict | None = None) -> tuple[Grap
                 loaded[node.outputs[0]] = loaded.pop(name)
     original = graph.copy()
     optimize_float(graph)
-    place_graph(graph, load_march(cfg.model.march), cfg.model.node_info)
-    _check_node_info_names(cfg, original, graph)
+    node_info = resolve_node_info(cfg.model.node_info, graph, [original], cfg.model.onnx_model)
+    place_graph(graph, load_march(cfg.model.march), node_info)
+    if node_info_out is not None:
+        node_info_out.update(node_info)
     return original, graph
-
-
-def _check_node_info_names(cfg: HbConfig, original: Graph, graph: Graph) -> None:
-    known = {n.name for n in original.nodes} | {n.name for n in graph.nodes}
-    for name in (cfg.model.node_info or {}):
-        if name not in known:
-            raise InputError(
-                f"model_parameters.node_info names node '{name}', which is not in the model",
-                "use a node name from the checker table (hbtool checker -c cfg.yaml)",
-            )
 
 
 def evaluate_outputs(
@@ -196,7 +193,8 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     ctype = cal.calibration_type
     check_int16_supported(load_march(cfg.model.march), cfg.model.node_info, bool(cal.enable_int16), list(cal.optimization or []))
     loaded: dict | None = {} if ctype == "load" else None
-    original, graph = prepare_float_graph(cfg, loaded)
+    node_info: dict[str, dict[str, Any]] = {}
+    original, graph = prepare_float_graph(cfg, loaded, node_info)
     if not any(n.meta.get("on") == "BPU" for n in graph.nodes):
         raise NotDeployableError(
             "no node of the model can run on the BPU, so there is nothing to quantize",
@@ -235,13 +233,16 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     observed = sorted(set(reps.values()), key=tensors.index)
     use_ptf = bool(getattr(cal, "ptf", False))
     ptf_axes = {t: -1 for t in ptf_tensors(graph)[0]} if use_ptf else {}
+    from hbtool.config.optimization import switches as optimization_switches
+
+    switches = optimization_switches(cal.optimization)
     mean_axes: dict[str, int] = {}
-    if cal.bias_correction:
+    if cal.bias_correction or switches.bias_correction:
         for node in graph.nodes:
             ia = input_channel_axis(node, graph) if node.meta.get("on") == "BPU" else None
             if ia is not None and not graph.is_const(ia[0]):
                 mean_axes[ia[0]] = ia[1]
-    root_stats: dict[str, TensorStats] = collect_stats(graph, observed, data.iter_batches(1), tick, mean_axes, ptf_axes)
+    root_stats: dict[str, TensorStats] = collect_stats(graph, observed, data.iter_batches(cal.batch_size), tick, mean_axes, ptf_axes)
     stats = {t: root_stats[reps[t]] for t in tensors}
     n_eval = EVAL_SAMPLES if _total_macs(graph) < 1e9 else EVAL_SAMPLES // 2
     eval_batches = [b for _, b in zip(range(n_eval), data.iter_batches(1))]
@@ -249,17 +250,16 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     f_refs = [f_sess.run(list(graph.outputs), b) for b in eval_batches]
     wclip = getattr(cal, "weight_clip", "none") or "none"
     weights = plan_weights(graph, per_channel=cal.per_channel, clip=wclip)
-    node_info = cfg.model.node_info
     output16 = "set_model_output_int16" in (cal.optimization or [])
     march = load_march(cfg.model.march)
-    # int8-only marches (X3, X5) have no int16 to promote to; random data (skip) gives no signal-to-noise
+    # int8-only marches (X3) have no int16 to promote to, and X5 promotes only on request; random data (skip) gives no signal-to-noise
     # worth promoting by, so a quick-path estimate never depends on the accident of a random scale
-    auto16 = bool(getattr(cal, "auto_int16", True)) and march.has_int16
+    auto16 = bool(getattr(cal, "auto_int16", True)) and march.auto_int16
     min_sqnr = float("-inf") if ctype == "skip" else INT8_MIN_SQNR_DB
 
     def plan_for(method: str | dict[str, str]) -> QuantPlan:
         plan = build_plan(graph, stats, method, auto16, node_info, output16, cal.max_percentile, min_sqnr_db=min_sqnr,
-                          all_int16=bool(cal.enable_int16))
+                          all_int16=bool(cal.enable_int16), switches=switches)
         plan.bias_delta = dict(bias_delta or {})
         if getattr(cal, "softmax_log2", False):
             done, skipped = apply_softmax_log2(graph, plan)
@@ -347,6 +347,7 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     result.program = program
     result.quantized = qgraph
     result.options = _options_summary(options, plan)
+    result.data = data
     for line in option_lines(result):
         log.info("%s", line)
     return result
@@ -414,9 +415,36 @@ def write_outputs(cfg: HbConfig, result: CalibrationResult, report_text: str) ->
         "quant_info": (json.dumps(quant_info(result), indent=1) + "\n").encode(),
         "log": report_text.encode(),
     }
-    atomic_write_files({path: payloads[key] for key, path in files.items()})
+    written = {path: payloads[key] for key, path in files.items()}
+    if "dump_calibration_data" in cfg.model.debug_mode and result.data is not None:
+        written.update(calibration_dump(wd, result.data))
+        files["calibration_data"] = wd / CALIBRATION_DUMP_DIR
+    atomic_write_files(written)
     result.files = files
     return files
+
+
+CALIBRATION_DUMP_DIR = "calibration_data"
+
+
+def calibration_dump(working_dir: Path, data: CalibrationSet) -> dict[Path, bytes]:
+    """``debug_mode: dump_calibration_data``: Horizon's ``calibration_data/<input>/<k>.npy``.
+
+    Sample k of every input, as the model with its preprocessing takes it (the
+    ``*_original_float_model.onnx`` input: training colour order and layout, batch axis),
+    float32 for image inputs; what Horizon's precision debugger reads as ``calibrated_data``.
+    """
+    import io
+
+    from hbtool.simulator.simulate import safe_file_name
+
+    out: dict[Path, bytes] = {}
+    for k in range(data.num_samples):
+        for name, arr in data.sample(k).items():
+            buf = io.BytesIO()
+            np.save(buf, arr, allow_pickle=False)
+            out[working_dir / CALIBRATION_DUMP_DIR / safe_file_name(name) / f"{k}.npy"] = buf.getvalue()
+    return out
 
 
 def quant_info(result: CalibrationResult) -> dict[str, Any]:

@@ -27,6 +27,14 @@ Folders and files
   - ``.bin``: a raw ``numpy.tofile`` dump of one sample in ``input_shape`` (training layout),
     element type ``cal_data_type`` (Horizon's meaning; uint8 for image folders unless the
     folder name ends in ``_f32``, float32 for featuremaps; see the config docs).
+  - ``.rgb .bgr .yuv444 .rgbchw``: what Horizon's preprocessing scripts write and ``hb_mapper``
+    reads: the same raw dump as ``.bin`` (element type ``cal_data_type``, shape ``input_shape``
+    in the training layout; the name is not a conversion, as in hb_mapper). ``.rgbchw`` says
+    its layout: it is read as N x C x H x W and transposed when the training layout is NHWC.
+  - ``.nv12``: one 8-bit NV12 frame per batch item, the Y plane (H x W bytes) then the
+    interleaved UV plane (H/2 x W/2 pairs), ``H * W * 3 / 2`` bytes; chroma is upsampled
+    (nearest) and converted to the training colour (full-range BT.601, the inverse of
+    :func:`rgb_to_yuv444`; yuv444 as is), values 0-255.
 
 Resizing
 --------
@@ -82,7 +90,10 @@ log = logging.getLogger(__name__)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
 NPY_SUFFIXES = (".npy",)
 RAW_SUFFIXES = (".bin",)
-KNOWN_SUFFIXES = IMAGE_SUFFIXES + NPY_SUFFIXES + RAW_SUFFIXES
+# Horizon's preprocessing scripts write these (numpy.tofile of the preprocessed sample)
+HORIZON_RAW_SUFFIXES = (".rgb", ".rgbchw", ".bgr", ".yuv444")
+NV12_SUFFIXES = (".nv12",)
+KNOWN_SUFFIXES = IMAGE_SUFFIXES + NPY_SUFFIXES + RAW_SUFFIXES + HORIZON_RAW_SUFFIXES + NV12_SUFFIXES
 _KNOWN_TEXT = " ".join(KNOWN_SUFFIXES)
 
 _RAW_TYPES = ("uint8", "int8", "int16", "float32", "int32", "int64")
@@ -105,6 +116,23 @@ def rgb_to_yuv444(rgb: np.ndarray) -> np.ndarray:
     u = 0.564 * (b - y) + 128.0
     v = 0.713 * (r - y) + 128.0
     return np.clip(np.rint(np.stack([y, u, v], axis=-1)), 0, 255).astype(np.float32)
+
+
+def nv12_to_yuv444(frame: np.ndarray, h: int, w: int) -> np.ndarray:
+    """An NV12 frame (``h*w*3/2`` uint8) as an ``h x w x 3`` YUV array (chroma repeated 2x2)."""
+    y = frame[:h * w].reshape(h, w).astype(np.float32)
+    uv = frame[h * w:].reshape(h // 2, w // 2, 2).astype(np.float32)
+    uv = uv.repeat(2, axis=0).repeat(2, axis=1)
+    return np.concatenate([y[..., None], uv], axis=-1)
+
+
+def yuv444_to_rgb(yuv: np.ndarray) -> np.ndarray:
+    """Full-range BT.601 RGB of an ``H x W x 3`` YUV array, rounded and clipped to 0-255."""
+    y, u, v = yuv[..., 0], yuv[..., 1] - 128.0, yuv[..., 2] - 128.0
+    r = y + 1.402 * v
+    g = y - 0.344136 * u - 0.714136 * v
+    b = y + 1.772 * u
+    return np.clip(np.rint(np.stack([r, g, b], axis=-1)), 0, 255).astype(np.float32)
 
 
 # ------------------------------------------------------------------------------ resolution
@@ -309,8 +337,8 @@ class _FileInput:
             raise InputError(
                 f"calibration data folder of {info.label} has no file of a known type "
                 f"({_KNOWN_TEXT}): {folder} holds {shown}",
-                "store images as .png/.jpg/.bmp, arrays as .npy (numpy.save) or raw dumps as "
-                ".bin (numpy.tofile)")
+                "store images as .png/.jpg/.bmp, arrays as .npy (numpy.save), raw dumps as "
+                ".bin/.rgb/.bgr/.rgbchw/.yuv444 (numpy.tofile) or frames as .nv12")
         ignored = len(files) - len(known)
         if ignored:
             log.info("%s: ignoring %d file(s) of unknown type in %s", info.label, ignored, folder)
@@ -324,8 +352,10 @@ class _FileInput:
         for path, kind in known:
             if kind == "npy":
                 self._scan_npy(path, single=len(known) == 1)
-            elif kind == "bin":
+            elif kind in ("bin", "chw"):
                 self._scan_bin(path)
+            elif kind == "nv12":
+                self._scan_nv12(path)
             else:
                 self._scan_image(path, decode=first_image)
                 first_image = False
@@ -335,6 +365,10 @@ class _FileInput:
         suffix = path.suffix.lower()
         if suffix in IMAGE_SUFFIXES:
             return "image"
+        if suffix in NV12_SUFFIXES:
+            return "nv12"
+        if suffix == ".rgbchw":
+            return "chw"
         return "npy" if suffix in NPY_SUFFIXES else "bin"
 
     def _settle_dtype(self, stored: np.dtype) -> None:
@@ -389,6 +423,51 @@ class _FileInput:
                 "calibration_parameters.cal_data_type to the element type of the files")
         _check_values(np.fromfile(path, dtype=stored), self.dtype, str(path), info.label)
 
+    def _nv12_geometry(self, path: Path) -> tuple[int, int, int]:
+        """(batch, H, W) of an nv12 sample of this input; InputError when nv12 cannot describe it."""
+        info = self.info
+        if len(info.shape) != 4 or info.spec.layout_train is None:
+            raise InputError(f"{path}: an nv12 file for {info.label}, which is not a 4-D image input",
+                             "store the samples as .npy or raw .bin in input_shape")
+        h, w = info.hw
+        if h % 2 or w % 2 or info.spec.type_train not in ("rgb", "bgr", "yuv444"):
+            why = (f"an odd size {h}x{w}" if h % 2 or w % 2
+                   else f"input_type_train {info.spec.type_train}")
+            raise InputError(f"{path}: nv12 calibration data cannot feed {info.label} ({why})",
+                             "nv12 needs an rgb, bgr or yuv444 input of even height and width; "
+                             "store the samples as .rgb/.bin raw dumps instead")
+        return info.shape[0], h, w
+
+    def _scan_nv12(self, path: Path) -> None:
+        n, h, w = self._nv12_geometry(path)
+        expected = n * h * w * 3 // 2
+        size = path.stat().st_size
+        if size != expected:
+            raise InputError(
+                f"{path}: {size} bytes, but an nv12 sample of {self.info.label} takes {expected} "
+                f"bytes ({n} x {h}x{w} frame(s) of H*W*3/2 bytes)",
+                f"write each sample as the Y plane then the interleaved UV plane of a {w}x{h} "
+                "frame, or resize the model input to the frames' size")
+
+    def _read_nv12(self, path: Path) -> np.ndarray:
+        info = self.info
+        n, h, w = self._nv12_geometry(path)
+        raw = np.fromfile(path, dtype=np.uint8)
+        if raw.size != n * h * w * 3 // 2:
+            raise InputError(f"{path}: changed size while calibrating ({raw.size} bytes)",
+                             "do not modify the calibration data while hbtool runs")
+        frames = []
+        for frame in raw.reshape(n, -1):
+            yuv = nv12_to_yuv444(frame, h, w)
+            if info.spec.type_train == "yuv444":
+                pixels = yuv
+            else:
+                pixels = yuv444_to_rgb(yuv)
+                if info.spec.type_train == "bgr":
+                    pixels = pixels[..., ::-1]
+            frames.append(pixels.transpose(2, 0, 1) if info.spec.layout_train == "NCHW" else pixels)
+        return np.ascontiguousarray(np.stack(frames)).astype(self.dtype, copy=False)
+
     def _scan_image(self, path: Path, decode: bool) -> None:
         from PIL import Image
 
@@ -439,11 +518,16 @@ class _FileInput:
             if not self._npy_batched.get(path, True):
                 arr = arr[None]
             return self._cast(arr, str(path))
+        if kind == "nv12":
+            return self._read_nv12(path)
         stored = np.dtype(info.spec.cal_data_type)
         arr = np.fromfile(path, dtype=stored)
         if arr.size != math.prod(info.shape):
             raise InputError(f"{path}: changed size while calibrating ({arr.nbytes} bytes)",
                              "do not modify the calibration data while hbtool runs")
+        if kind == "chw" and info.spec.layout_train == "NHWC" and len(info.shape) == 4:
+            n, h, w, c = info.shape
+            return self._cast(arr.reshape(n, c, h, w).transpose(0, 2, 3, 1), str(path))
         return self._cast(arr.reshape(info.shape), str(path))
 
     def _cast(self, arr: np.ndarray, where: str) -> np.ndarray:
@@ -667,4 +751,5 @@ def random_calibration_data(cfg_or_specs: HbConfig | Sequence[InputSpec], n: int
 
 
 __all__ = ["CalibrationSet", "load_calibration_data", "random_calibration_data",
-           "rgb_to_yuv444", "IMAGE_SUFFIXES", "NPY_SUFFIXES", "RAW_SUFFIXES"]
+           "rgb_to_yuv444", "nv12_to_yuv444", "yuv444_to_rgb", "IMAGE_SUFFIXES", "NPY_SUFFIXES",
+           "RAW_SUFFIXES", "HORIZON_RAW_SUFFIXES", "NV12_SUFFIXES"]

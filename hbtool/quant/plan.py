@@ -184,13 +184,26 @@ def build_plan(
     percentile: float = 0.99995,
     min_sqnr_db: float = INT8_MIN_SQNR_DB,
     all_int16: bool = False,
+    switches: Any = None,
 ) -> QuantPlan:
     """Choose bits and scale for every BPU activation tensor.
 
     ``method`` is one method for all tensors or a per-tensor mapping (``mix``). ``node_info``
     entries with ``InputType``/``OutputType`` ``int16`` force those tensors to int16.
+    ``switches`` (:class:`hbtool.config.optimization.Switches`) carries Horizon's optimization
+    values. A group's bits, strongest first: an explicit int16 (node_info, a ``set_<Op>_*_int16``
+    or ``set_model_output_int16``), an explicit int8 (``set_<Op>_*_int8``,
+    ``set_model_output_int8``: auto_int16 leaves it alone), every tensor int16
+    (``all_int16``, ``set_all_nodes_int16``), then auto_int16.
     """
+    from hbtool.config.optimization import Switches
+
     node_info = node_info or {}
+    sw = switches if switches is not None else Switches()
+    all_int16 = all_int16 or sw.all_int16
+    output_int16 = output_int16 or sw.model_output_bits == 16
+    explicit16: set[str] = set()
+    force8: set[str] = set()
     tensors = bpu_activation_tensors(graph)
     uf = _UnionFind()
     for t in tensors:
@@ -218,17 +231,29 @@ def build_plan(
                 want16.update(o for o in node.outputs if o)
         info = node_info.get(node.name) or {}
         if str(info.get("InputType", "")).lower() == "int16":
-            want16.update(data)
+            explicit16.update(data)
+        for k, v in info.items():  # InputType<i>: the i-th input only
+            if k.startswith("InputType") and k[9:].isdigit() and str(v).lower() == "int16":
+                i = int(k[9:])
+                if i < len(node.inputs) and node.inputs[i] and not graph.is_const(node.inputs[i]):
+                    explicit16.add(node.inputs[i])
         if str(info.get("OutputType", "")).lower() == "int16":
-            want16.update(o for o in node.outputs if o)
+            explicit16.update(o for o in node.outputs if o)
+        for bits_map, names in ((sw.op_input_bits, data), (sw.op_output_bits, [o for o in node.outputs if o])):
+            bits_wanted = bits_map.get(node.op_type)
+            if bits_wanted == 16:
+                explicit16.update(names)
+            elif bits_wanted == 8:
+                force8.update(names)
         if node.op_type in FIXED_OUTPUT_SCALE:
             fixed[node.outputs[0]] = (node.op_type, node.name)
     if auto_int16:
         want16.update(_logit_paths(graph))
     if output_int16:
-        want16.update(o for o in graph.outputs if o in uf.parent)
-    if all_int16:  # Horizon's enable_int16: every BPU tensor in int16
-        want16.update(tensors)
+        explicit16.update(o for o in graph.outputs if o in uf.parent)
+    if sw.model_output_bits == 8:
+        force8.update(o for o in graph.outputs if o in uf.parent)
+    base16 = set(tensors) if all_int16 else set()  # Horizon's enable_int16 / set_all_nodes_int16
 
     groups: dict[str, list[str]] = {}
     for t in tensors:
@@ -236,7 +261,13 @@ def build_plan(
     plan = QuantPlan(method=method if isinstance(method, str) else "mix")
     zero_groups: dict[int, tuple[list[str], int, str]] = {}
     for gid, (root, members) in enumerate(sorted(groups.items(), key=lambda kv: tensors.index(kv[1][0]))):
-        bits = 16 if any(m in want16 for m in members) else 8
+        if any(m in explicit16 for m in members):
+            bits = 16
+        elif any(m in force8 for m in members):
+            bits = 8
+        else:
+            bits = 16 if any(m in want16 or m in base16 for m in members) else 8
+        pinned8 = bits == 8 and any(m in force8 for m in members)
         qmax = QMAX[bits]
         fixed_members = [m for m in members if m in fixed]
         if fixed_members:
@@ -262,7 +293,7 @@ def build_plan(
                 zero_groups[gid] = (members, bits, used)
                 continue
             thr = group_threshold(qmax)
-            if bits == 8 and auto_int16:
+            if bits == 8 and auto_int16 and not pinned8:
                 worst = min((sqnr_db(stats[m], thr, qmax) for m in members if m in stats), default=float("inf"))
                 if worst < min_sqnr_db:
                     bits, qmax = 16, QMAX[16]

@@ -5,7 +5,7 @@
 Reads `<working_dir>/<prefix>_original_float_model.onnx` and `<prefix>_quantized_model.onnx`
 written by `hbtool calibrate` (both take raw 0-255 pixels: the preprocessing is folded in),
 runs both in onnxruntime on `samples/data/digits_heldout.npz`, and, when `hbtool compile` has
-written `<prefix>.hbm`, runs the artifact in hbtool's bit-exact simulator; one line per model.
+written `<prefix>.bin`, runs the artifact in hbtool's bit-exact simulator; one line per model.
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ def evaluate(config: Path, extra: dict[str, Path] | None = None) -> dict[str, fl
     models = {"float": wd / f"{prefix}_original_float_model.onnx", "quantized": wd / f"{prefix}_quantized_model.onnx"}
     models.update(extra or {})
     acc = {k: top1(p, images, labels) for k, p in models.items() if p.exists()}
-    if (wd / f"{prefix}.hbm").exists():
-        acc["simulated"] = top1_artifact(wd / f"{prefix}.hbm", images, labels)
+    if (wd / f"{prefix}.bin").exists():
+        acc["simulated"] = top1_artifact(wd / f"{prefix}.bin", images, labels)
     return acc
 
 
