@@ -54,7 +54,8 @@ _MIN_SCALE = 1e-12
 
 
 def _t(a: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(a))
+    a = np.ascontiguousarray(a)
+    return torch.from_numpy(a if a.flags.writeable else a.copy())
 
 
 def _float_t(a: np.ndarray) -> torch.Tensor:
