@@ -341,8 +341,17 @@ class QatModel(nn.Module):
         bmax = int(np.abs(kernel.bias).max(initial=0)) if kernel.bias is not None else 0
         if xmax * kernel.wsum + bmax <= F32_EXACT:
             acc_int = _np_int(torch.round(acc.detach()))
-        else:
-            acc_int = kernel.accumulate_numpy(_np_int(x))
+        else:  # int16 inputs: the same product in float64, exact below 2**53 (Conv.build checked the bound)
+            with torch.no_grad():
+                w64 = self._dev(kernel.weight).double()
+                b64 = None if kernel.bias is None else self._dev(kernel.bias).double()
+                if isinstance(kernel, Conv):
+                    from hbtool.qat.torch_ops import conv
+
+                    acc64 = conv(x.detach().double(), w64, b64, src)
+                else:
+                    acc64 = x.detach().double() @ w64 + (0.0 if b64 is None else b64)
+            acc_int = _np_int(torch.round(acc64))
         exact = self._dev(kernel.requant.apply_trusted(acc_int))
         axis_shape = (1, -1) + (1,) * (acc.dim() - 2) if isinstance(kernel, Conv) else (-1,)
         ratio = (s_in * s_w / s_out).reshape(axis_shape)
