@@ -110,3 +110,32 @@ def test_shard_sampler_splits_the_one_process_batches():
         assert np.array_equal(np.concatenate([s.local_indices(step) for s in shards]), glob)
     with pytest.raises(InputError, match="divisible"):
         ShardSampler(50, 7, DistInfo(rank=0, world=2))
+
+
+def test_ce_with_labels_and_distill_tensors(tmp_path):
+    """loss: ce reads the labels (a wrong count is an error); distill_tensors adds intermediate terms."""
+    from hbtool.qat.train import run_qat
+    from hbtool.quant.calibrate import run_calibration
+
+    labels = tmp_path / "labels.txt"
+    labels.write_text("\n".join(str(k % 5) for k in range(24)) + "\n")
+    cfg = _cfg(tmp_path, steps=2, loss="ce", labels=str(labels))
+    cal = run_calibration(cfg)
+    ce = run_qat(cfg, calibration=cal, export=False)
+    # the first step's loss is the cross entropy of the PTQ model on the first batch's labels
+    from hbtool.qat.data import training_data
+    from hbtool.qat.distributed import DistInfo, ShardSampler
+    from hbtool.qat.train import build_model
+
+    data = training_data(cfg, cal.graph)
+    ids = np.arange(data.num_samples - 4)[ShardSampler(data.num_samples - 4, 4, DistInfo(), 0).local_indices(0)]
+    x = torch.from_numpy(np.concatenate([data.sample(int(i))["x"] for i in ids]))
+    with torch.no_grad():
+        expected = torch.nn.functional.cross_entropy(build_model(cfg, cal)(x)[0], torch.tensor([int(i) % 5 for i in ids]))
+    assert ce.losses[0] == pytest.approx(float(expected), rel=1e-5)
+    labels.write_text("1\n2\n")
+    with pytest.raises(InputError, match="labels holds 2"):
+        run_qat(_cfg(tmp_path, steps=1, loss="ce", labels=str(labels)), calibration=cal, export=False)
+    with_tensor = run_qat(_cfg(tmp_path, steps=1, distill_tensors="a"), calibration=cal, export=False)
+    plain = run_qat(_cfg(tmp_path, steps=1), calibration=cal, export=False)
+    assert with_tensor.losses[0] > plain.losses[0] > 0  # the extra term adds its own (positive) error
