@@ -32,7 +32,9 @@ def _train(tmp: Path, out: Path) -> None:
     cfg, _ = _config(tmp, cnn_model(), (1, 3, 12, 12), qat={"steps": 4, "batch_size": 8, "lr": 3e-3, "val_samples": 4})
     result = run_qat(cfg, export=False)
     if int(os.environ.get("RANK", "0")) == 0:
-        torch.save({"weights": {k: v.detach() for k, v in result.model.named_weights().items()}, "losses": result.losses}, out)
+        start = {name: torch.from_numpy(np.array(result.calibration.graph.const(name))) for name in result.model.named_weights()}
+        torch.save({"weights": {k: v.detach() for k, v in result.model.named_weights().items()}, "start": start,
+                    "losses": result.losses}, out)
 
 
 def _worker(rank: int, world: int, port: int, tmp: str, out: str) -> None:
@@ -60,4 +62,4 @@ def test_two_processes_match_one(tmp_path):
         scale = float(w.abs().max())
         assert float((w - b["weights"][k]).abs().max()) <= 1e-5 * scale, k
     # and training did move the weights (the comparison is not of two untouched models)
-    from hbtool.qat.train import build_model  # noqa: F401
+    assert max(float((w - a["start"][k]).abs().max()) for k, w in a["weights"].items()) > 1e-4
