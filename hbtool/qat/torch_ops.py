@@ -228,26 +228,21 @@ def _max_pool(ctx, node, xs):
 
 
 def _avg_pool(ctx, node, xs):
+    """ONNX AveragePool: zero padding, divided by the window size or (count_include_pad 0) by the real elements."""
     x = xs[0]
     k = list(node.attr("kernel_shape"))
     nd = len(k)
     pads = _pool_pads(node, nd)
     strides = list(node.attr("strides") or [1] * nd)
-    include = bool(node.attr("count_include_pad", 0))
-    asym = _conv_pads(pads, nd)
-    if asym is not None or not include and any(pads):
-        # divide by the count of real elements in each window (count_include_pad 0), any padding
-        ones = torch.ones((1, 1) + tuple(x.shape[2:]), dtype=x.dtype)
-        full = asym if asym is not None else _conv_pads(pads[:nd] + [p + 0 for p in pads[nd:]], nd) or sum(([p, p] for p in reversed(pads[:nd])), [])
-        xp, op = F.pad(x, full), F.pad(ones, full)
-        fn = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}[nd]
-        s = fn(xp, k, strides, 0) if nd != 1 else fn(xp, k, strides, 0)
-        if include:
-            return [s]
-        c = fn(op, k, strides, 0)
-        return [s / c]
     fn = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}[nd]
-    return [fn(x, k, strides, pads[:nd], count_include_pad=include)]
+    torch_pads: list[int] = []
+    for i in reversed(range(nd)):
+        torch_pads += [pads[i], pads[i + nd]]
+    mean = fn(F.pad(x, torch_pads), k, strides, 0)
+    if bool(node.attr("count_include_pad", 0)) or not any(pads):
+        return [mean]
+    ones = torch.ones((1, 1) + tuple(x.shape[2:]), dtype=x.dtype, device=x.device)
+    return [mean / fn(F.pad(ones, torch_pads), k, strides, 0)]
 
 
 # ------------------------------------------------------------------ data movement
@@ -305,22 +300,18 @@ def _concat(ctx, node, xs):
 
 
 def _slice(ctx, node, xs):
+    """ONNX Slice: Python's slice semantics on each axis (the same clamping rules, any step)."""
     x = xs[0]
     starts, ends = ctx.const_list(xs[1]), ctx.const_list(xs[2])
     axes = ctx.const_list(xs[3]) if len(xs) > 3 and xs[3] is not None else list(range(len(starts)))
     steps = ctx.const_list(xs[4]) if len(xs) > 4 and xs[4] is not None else [1] * len(starts)
     for s, e, a, st in zip(starts, ends, axes, steps):
         a = _axis(a, x.dim())
-        n = x.shape[a]
-        if st > 0:
-            s = max(0, min(n, s + n if s < 0 else s))
-            e = max(0, min(n, e + n if e < 0 else e))
-            x = x.narrow(a, s, max(0, e - s))[(slice(None),) * a + (slice(None, None, st),)] if st != 1 else x.narrow(a, s, max(0, e - s))
+        picked = range(x.shape[a])[slice(s, e, st)]
+        if st == 1:
+            x = x.narrow(a, picked.start if len(picked) else 0, len(picked))
         else:
-            s = max(-1, min(n - 1, s + n if s < 0 else s))
-            e = max(-1, min(n - 1, e + n if e < -1 else e)) if e >= -n else -1
-            idx = torch.arange(s, e, st)
-            x = x.index_select(a, idx)
+            x = x.index_select(a, torch.tensor(list(picked), dtype=torch.long, device=x.device))
     return [x]
 
 
