@@ -272,8 +272,8 @@ class QatModel(nn.Module):
         src = self.float_nodes.get(node.name)
         out_tensor = self._float_of.get(node.outputs[0], node.outputs[0])
         s_out = self.scale(out_tensor)
-        if src is not None and isinstance(kernel, (Conv, Linear)) and weight_input_and_axis(src, self.graph) is not None \
-                and weight_input_and_axis(src, self.graph)[0] in self._param_index:
+        trained = weight_input_and_axis(src, self.graph) if src is not None and isinstance(kernel, (Conv, Linear)) else None
+        if trained is not None and trained[0] in self._param_index:
             return self._weighted(src, node, kernel, xs[0], s_out)
         exact = self._dev(kernel.apply_numpy(*[_np_int(x) for x in xs]))
         if src is None:  # a node the lowering made up has no float form to differentiate
