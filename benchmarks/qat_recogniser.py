@@ -144,7 +144,7 @@ def main() -> None:
 
     def progress(step, total, loss):
         stamps.append(time.perf_counter())
-        if step % 10 == 0 or step == total:
+        if step % 4 == 0 or step == total:
             print(f"step {step}/{total} loss {loss:.5f} {stamps[-1] - t2:.0f}s", flush=True)
 
     t2 = time.perf_counter()
