@@ -235,6 +235,34 @@ def makertbin(config_path: Path, model_type: str, max_rows: int) -> None:
 
 
 @main.command()
+@click.option("-c", "--config", "config_path", required=True, type=click.Path(path_type=Path), help="Horizon-style YAML config.")
+@click.option("--resume", is_flag=True, help="Continue from <working_dir>/<prefix>_qat_checkpoint.pt.")
+def qat(config_path: Path, resume: bool) -> None:
+    """Quantization-aware training from the PTQ result; writes <prefix>_qat_model.onnx (see docs/qat.md)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from hbtool.config import load_config
+    from hbtool.qat.train import run_qat
+
+    cfg = load_config(config_path)
+    console = Console()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
+                  TimeElapsedColumn(), transient=True, console=console, disable=not console.is_terminal) as progress:
+        task = progress.add_task("qat", total=None, loss="-")
+
+        def update(step: int, total: int, loss: float) -> None:
+            progress.update(task, completed=step, total=total, loss=f"{loss:.4g}")
+
+        result = run_qat(cfg, progress=update, resume=resume)
+    click.echo(f"qat: {result.steps} steps in {result.seconds:.1f} s on {result.world} process(es); "
+               f"output cosine vs float {result.cosine_before:.6f} -> {result.cosine_after:.6f}; "
+               f"last loss {result.losses[-1] if result.losses else float('nan'):.4g}")
+    if result.path is not None:
+        click.echo(f"wrote {result.path}")
+
+
+@main.command()
 @click.argument("artifact", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the description as JSON.")
 def info(artifact: Path, as_json: bool) -> None:

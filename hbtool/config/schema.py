@@ -339,18 +339,42 @@ COMPILER = _g(
 )
 
 QAT = _g(
-    Key("epochs", "int", "Training epochs.", default=3, min=1, origin=HBTOOL),
+    Key("epochs", "int", "Training epochs (passes over the training data); `steps` overrides it.",
+        default=3, min=1, origin=HBTOOL),
+    Key("steps", "int", "Optimizer steps; when set, used instead of `epochs`.", default=None, min=1,
+        origin=HBTOOL, default_doc="epochs x batches per epoch"),
     Key("lr", "float", "Learning rate.", default=1e-4, min=0.0, min_exclusive=True,
         origin=HBTOOL),
-    Key("batch_size", "int", "Training batch size.", default=32, min=1, origin=HBTOOL),
+    Key("batch_size", "int", "Global training batch size (split over the processes of a "
+        "distributed run).", default=32, min=1, origin=HBTOOL),
     Key("optimizer", "enum", "Optimizer.", default="adamw", allowed=("sgd", "adam", "adamw"),
         origin=HBTOOL),
     Key("weight_decay", "float", "Weight decay.", default=0.0, min=0.0, origin=HBTOOL),
-    Key("train_data_dir", "path", "Folder of training samples (same format as cal_data_dir).",
+    Key("train_data_dir", "path", "Folder of training samples, read like cal_data_dir (one "
+        "sub-folder per input, named after it, for several inputs).",
         default=None, origin=HBTOOL, default_doc="the calibration data"),
+    Key("labels", "path", "Integer labels, one per training sample in sorted-file order (`.npy` "
+        "or one per line); needed by `loss: ce`.", default=None, origin=HBTOOL, default_doc="none"),
+    Key("loss", "enum", "`distill`: match the float model's outputs (and `distill_tensors`), no "
+        "labels needed; `ce`: cross entropy of the first output against `labels`.",
+        default="distill", allowed=("distill", "ce"), origin=HBTOOL),
+    Key("distill_tensors", "names", "Intermediate tensors of the optimized float model whose "
+        "float values the quantized ones also match (`loss: distill`).", default=[],
+        origin=HBTOOL, default_doc="none"),
+    Key("train_scales", "bool", "Train the activation scales too (LSQ), besides the weights.",
+        default=False, origin=HBTOOL),
+    Key("augment", "enum_list", "Augmentations of image inputs: horizontal flips, shifted crops, "
+        "colour jitter.", default=[], allowed=("flip", "crop", "color"), origin=HBTOOL,
+        default_doc="none"),
+    Key("val_samples", "int", "Samples held out of training to measure the output cosine vs "
+        "float before and after (when the data has more than twice as many).", default=32,
+        min=1, origin=HBTOOL),
+    Key("checkpoint_every", "int", "Write `<prefix>_qat_checkpoint.pt` every this many steps "
+        "(`hbtool qat --resume` continues from it). 0 = only at the end.", default=0, min=0,
+        origin=HBTOOL),
     Key("seed", "int", "Random seed.", default=0, min=0, origin=HBTOOL),
-    Key("device", "enum", "Torch device; `auto` uses a GPU when there is one.",
-        default="auto", allowed=("auto", "cpu", "cuda"), origin=HBTOOL),
+    Key("device", "enum", "Torch device; `auto` uses a GPU when there is one; `cuda` without "
+        "one is an error.", default="auto", allowed=("auto", "cpu", "cuda"), origin=HBTOOL),
 )
 
 DEBUG = _g(

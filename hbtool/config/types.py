@@ -115,11 +115,19 @@ class CompilerParams:
 @dataclass
 class QatParams:
     epochs: int
+    steps: int | None
     lr: float
     batch_size: int
     optimizer: str
     weight_decay: float
     train_data_dir: Path | None
+    labels: Path | None
+    loss: str
+    distill_tensors: list[str]
+    train_scales: bool
+    augment: list[str]
+    val_samples: int
+    checkpoint_every: int
     seed: int
     device: str
 

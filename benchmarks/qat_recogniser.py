@@ -1,0 +1,177 @@
+"""Label-free QAT of a real trained text recogniser from the conformance corpus (issue 13's bar).
+
+Renders text lines (benchmarks/zoo/data.py), calibrates with hbtool's default calibration (every
+BPU activation quantized, int16 where calibration chooses it), measures PTQ, trains with
+distillation from the float model (``hbtool.qat.run_qat``, no labels), measures again, and
+checks that compile + simulate of the exported ``*_qat_model.onnx`` equals the QAT module.
+
+Metrics on held-out rendered lines (CTC greedy decode, benchmarks/zoo/metrics.py):
+* agreement: exact transcription equality with the float model;
+* char accuracy: 1 - edit distance / length against the rendered text (the ground truth).
+
+    PYTHONPATH=. python benchmarks/qat_recogniser.py --model ppocrv6_tiny_rec --train 4096 --val 200 --steps 200
+
+``--time-steps N --device cuda`` only times N training steps (the GPU vs CPU step time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks" / "zoo"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import functools  # noqa: E402
+
+import _text  # noqa: E402
+import data as zoo_data  # noqa: E402
+import metrics as zoo_metrics  # noqa: E402
+from corpus import CORPUS  # noqa: E402
+
+TRAIN_OFFSET, VAL_OFFSET = 100_000, 50_000
+# the corpus renderer re-parses the standard library for every line; once is enough here
+_text.stdlib_sentences = functools.lru_cache(maxsize=None)(_text.stdlib_sentences)
+
+
+def render(spec, count: int, offset: int, path: Path) -> np.ndarray:
+    """``count`` rendered lines as one stacked uint8 .npy (cached)."""
+    if path.exists() and np.load(path, mmap_mode="r").shape[0] == count:
+        return np.load(path, mmap_mode="r")
+    arr = np.concatenate([zoo_data.image_sample(spec, offset + k) for k in range(count)]).astype(np.uint8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.save(path, arr)
+    return arr
+
+
+def truth(spec, index: int) -> str:
+    """The part of the rendered sentence of line ``index`` that fits in the image (the renderer's own layout)."""
+    from PIL import ImageFont
+
+    _, _, height, width = spec.shape
+    seed = 1000 + index
+    rng = np.random.default_rng(seed)
+    rng.integers(200, 256, 3)                       # page colour
+    text = zoo_data._sentences(1, offset=seed * 13)[0]
+    size = int(height * 0.7)
+    font = ImageFont.load_default(size=max(size, 8))
+    rng.integers(0, 70, 3)                          # ink colour
+    x = int(rng.integers(2, max(3, width // 10)))
+    k = len(text)  # a character counts when at least half of it is inside the image
+    while k and x + font.getlength(text[:k - 1]) + font.getlength(text[k - 1]) / 2 > width:
+        k -= 1
+    return text[:k].rstrip()
+
+
+def charset(spec) -> list[str]:
+    import run as zoo_run
+
+    return zoo_run._charset(spec)
+
+
+def outputs(module, images: np.ndarray, device: str, chunk: int = 32) -> np.ndarray:
+    outs = []
+    with torch.no_grad():
+        for s in range(0, len(images), chunk):
+            x = torch.from_numpy(np.asarray(images[s:s + chunk], np.float32)).to(device)
+            outs.append(module(x)[0].cpu().numpy())
+    return np.concatenate(outs)
+
+
+def scores(spec, out: np.ndarray, ref: np.ndarray, chars: list[str], indices) -> dict[str, float]:
+    got = [zoo_metrics.ctc_greedy(o, chars) for o in out]
+    flt = [zoo_metrics.ctc_greedy(o, chars) for o in ref]
+    gt = [truth(spec, i) for i in indices]
+    acc = [1 - zoo_metrics._edit_distance(a, b) / max(len(b), 1) for a, b in zip(got, gt)]
+    return {"agreement": float(np.mean([a == b for a, b in zip(got, flt)])), "char_acc": float(np.mean(acc))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="ppocrv6_tiny_rec")
+    ap.add_argument("--train", type=int, default=4096)
+    ap.add_argument("--val", type=int, default=200)
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=1e-5)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--time-steps", type=int, default=0, help="only time this many training steps")
+    ap.add_argument("--work", default="/tmp/qat_recogniser")
+    ap.add_argument("--out", default=None, help="write the numbers as JSON here")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    from run import _config
+
+    from hbtool.config import config_from_dict
+    from hbtool.qat.module import FloatGraphModule
+    from hbtool.qat.train import build_model, run_qat
+    from hbtool.quant.calibrate import run_calibration
+
+    spec = next(s for s in CORPUS if s.name == args.model)
+    work = Path(args.work) / args.model
+    t0 = time.perf_counter()
+    train = render(spec, args.train, TRAIN_OFFSET, work / "train" / "lines.npy")
+    val = render(spec, args.val, VAL_OFFSET, work / "val.npy")
+    render_s = time.perf_counter() - t0
+    raw = _config(spec, work, [work / "train"], "default", 32)
+    raw["qat_parameters"] = {"train_data_dir": str(work / "train"), "steps": args.time_steps or args.steps, "lr": args.lr,
+                             "batch_size": args.batch, "optimizer": "adam", "val_samples": 8, "device": args.device}
+    cfg = config_from_dict(raw, base_dir=work)
+    t1 = time.perf_counter()
+    calibration = run_calibration(cfg)
+    cal_s = time.perf_counter() - t1
+    chars = charset(spec)
+    val_ids = [VAL_OFFSET + k for k in range(args.val)]
+    row: dict = {"model": args.model, "train_lines": args.train, "val_lines": args.val, "batch": args.batch, "lr": args.lr,
+                 "threads": args.threads, "device": args.device, "render_s": round(render_s, 1), "calibrate_s": round(cal_s, 1),
+                 "calibration": calibration.method}
+    if not args.time_steps:
+        ref = outputs(FloatGraphModule(calibration.graph).to_device(args.device), val, args.device)
+        ptq = outputs(build_model(cfg, calibration).to_device(args.device), val, args.device)
+        row["float"] = scores(spec, ref, ref, chars, val_ids)
+        row["ptq"] = scores(spec, ptq, ref, chars, val_ids)
+        print(json.dumps(row), flush=True)
+    stamps = []
+
+    def progress(step, total, loss):
+        stamps.append(time.perf_counter())
+        if step % 4 == 0 or step == total:
+            print(f"step {step}/{total} loss {loss:.5f} {stamps[-1] - t2:.0f}s", flush=True)
+
+    t2 = time.perf_counter()
+    result = run_qat(cfg, progress=progress, calibration=calibration, export=not args.time_steps)
+    row["qat_s"] = round(time.perf_counter() - t2, 1)
+    if len(stamps) > 2:
+        row["step_s"] = round(float(np.median(np.diff(stamps))), 3)
+    if not args.time_steps:
+        qat = outputs(result.model, val, args.device)
+        row["qat"] = scores(spec, qat, ref, chars, val_ids)
+        # the exported model, compiled and simulated, is the module
+        import shutil
+
+        from hbtool.compiler.artifact import from_bytes
+        from hbtool.compiler.compile import calibrated_path, compile_model
+        from hbtool.simulator.executor import Executor
+
+        shutil.copy(result.path, calibrated_path(cfg))
+        ex = Executor(from_bytes(compile_model(cfg).data))
+        sim = np.concatenate([ex.run({spec.input_name: np.asarray(val[k:k + 1], np.float32)})[ex.output_names[0]] for k in range(8)])
+        lsb = result.model.plan.tensors[calibration.graph.outputs[0]].scale
+        row["sim_vs_module_max_lsb"] = float(np.abs(sim - qat[:8]).max() / lsb)
+    row["total_s"] = round(time.perf_counter() - t0, 1)
+    print(json.dumps(row), flush=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps(row, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

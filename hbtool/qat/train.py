@@ -1,0 +1,219 @@
+"""``hbtool qat``: PTQ, then training of the integer program, then the ``*_qat_model.onnx``.
+
+1. Calibrate as ``hbtool calibrate`` would (the PTQ result initialises everything: scales,
+   int8/int16 choices, bias correction).
+2. Build the :class:`~hbtool.qat.module.QatModel` (the program itself, trainable) and the
+   float teacher (the optimized float graph in torch).
+3. Train: ``loss: distill`` (default) matches the float model's outputs, and optionally
+   named intermediate tensors, with a mean squared error normalised by the float output's
+   mean square (no labels needed); ``loss: ce`` uses ``labels``. Progress reports the loss;
+   the validation samples (held out of training when there are enough) give the output
+   cosine vs float before and after, and the caller's ``metric`` when given.
+4. Checkpoints (``checkpoint_every``) hold weights, scales, optimizer state and the step;
+   ``resume`` continues the same sample sequence (:class:`~hbtool.qat.distributed.ShardSampler`).
+5. Export (:mod:`hbtool.qat.export`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from hbtool.config.types import HbConfig
+from hbtool.errors import InputError
+from hbtool.qat.data import augment, read_labels, training_data
+from hbtool.qat.distributed import DistInfo, ShardSampler, all_reduce_gradients, barrier, init_distributed, resolve_device
+from hbtool.qat.export import export_qat_model, qat_model_path
+from hbtool.qat.module import FloatGraphModule, QatModel
+
+Progress = Callable[[int, int, float], None]
+Metric = Callable[[list[list[np.ndarray]], list[list[np.ndarray]]], float]
+
+
+@dataclass
+class QatResult:
+    model: QatModel
+    steps: int
+    seconds: float
+    losses: list[float] = field(default_factory=list)
+    cosine_before: float = float("nan")
+    cosine_after: float = float("nan")
+    metric_before: float | None = None
+    metric_after: float | None = None
+    path: Path | None = None
+    calibration: object | None = None
+    world: int = 1
+
+
+def checkpoint_path(cfg: HbConfig) -> Path:
+    return Path(cfg.model.working_dir) / f"{cfg.model.output_model_file_prefix}_qat_checkpoint.pt"
+
+
+def _optimizer(cfg: HbConfig, model: QatModel) -> torch.optim.Optimizer:
+    q = cfg.qat
+    params = [p for p in model.parameters() if p.requires_grad]
+    if q.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=q.lr, momentum=0.9, weight_decay=q.weight_decay)
+    cls = torch.optim.Adam if q.optimizer == "adam" else torch.optim.AdamW
+    return cls(params, lr=q.lr, weight_decay=q.weight_decay)
+
+
+def _to_torch(batch: dict[str, np.ndarray], names: Sequence[str], device: str) -> list[torch.Tensor]:
+    return [torch.from_numpy(np.ascontiguousarray(batch[n])).to(device) for n in names]
+
+
+def _stack(data, indices: Sequence[int]) -> dict[str, np.ndarray]:
+    parts = [data.sample(int(i)) for i in indices]
+    return {name: np.concatenate([p[name] for p in parts], axis=0) for name in data.input_names}
+
+
+def _outputs(module, batch, names, device, chunk: int) -> list[list[np.ndarray]]:
+    """Per output, per sample: the module's outputs on ``batch`` (no gradient), in chunks."""
+    n = next(iter(batch.values())).shape[0]
+    outs: list[list[np.ndarray]] | None = None
+    with torch.no_grad():
+        for start in range(0, n, chunk):
+            part = {k: v[start:start + chunk] for k, v in batch.items()}
+            ys = module(*_to_torch(part, names, device))
+            if outs is None:
+                outs = [[] for _ in ys]
+            for k, y in enumerate(ys):
+                outs[k].extend(np.asarray(y.detach().cpu().numpy()[i:i + 1]) for i in range(y.shape[0]))
+    return outs or []
+
+
+def output_cosine(student: list[list[np.ndarray]], teacher: list[list[np.ndarray]]) -> float:
+    """Mean over outputs and samples of the cosine similarity to the float outputs."""
+    vals = []
+    for s_out, t_out in zip(student, teacher):
+        for s, t in zip(s_out, t_out):
+            a, b = s.astype(np.float64).ravel(), t.astype(np.float64).ravel()
+            vals.append(float(a @ b / max(np.linalg.norm(a) * np.linalg.norm(b), 1e-30)))
+    return float(np.mean(vals)) if vals else float("nan")
+
+
+class DistillLoss:
+    """Sum over outputs (and distillation tensors) of ``mean((q - f)**2) / mean(f**2)``.
+
+    The normaliser is measured once on the validation batch, so every process and every step
+    uses the same constants and the loss of a shard is its exact share of the global loss."""
+
+    def __init__(self, reference: Sequence[torch.Tensor]):
+        self.norm = [float(max((r.double() ** 2).mean().item(), 1e-12)) for r in reference]
+
+    def __call__(self, student: Sequence[torch.Tensor], teacher: Sequence[torch.Tensor], global_batch: int) -> torch.Tensor:
+        total = 0.0
+        for s, t, n in zip(student, teacher, self.norm):
+            per_sample = ((s - t) ** 2).reshape(s.shape[0], -1).mean(dim=1) / n
+            total = total + per_sample.sum() / global_batch
+        return total
+
+
+def build_model(cfg: HbConfig, calibration) -> QatModel:
+    return QatModel(calibration.graph, calibration.plan, calibration.weight_scales, rounding=cfg.compiler.rounding,
+                    per_channel=cfg.calibration.per_channel, train_scales=cfg.qat.train_scales)
+
+
+def run_qat(cfg: HbConfig, progress: Progress | None = None, resume: bool = False, metric: Metric | None = None,
+            calibration=None, export: bool = True) -> QatResult:
+    """Train the quantized model of ``cfg`` (module docstring); ``metric(outputs, float_outputs)`` is the user's score."""
+    from hbtool.quant.calibrate import run_calibration
+
+    t0 = time.perf_counter()
+    q = cfg.qat
+    device = resolve_device(q.device)
+    info: DistInfo = init_distributed(device)
+    if device == "cuda" and info.active:
+        torch.cuda.set_device(info.local_rank)
+    torch.manual_seed(q.seed)
+    if calibration is None:
+        calibration = run_calibration(cfg)
+    model = build_model(cfg, calibration).to_device(device)
+    teacher = FloatGraphModule(calibration.graph).to_device(device)
+    names = list(calibration.graph.inputs)
+    data = training_data(cfg, calibration.graph)
+    labels = read_labels(q.labels, data.num_samples)
+    if q.loss == "ce" and labels is None:
+        raise InputError("qat_parameters.loss is ce but no labels are given", "set qat_parameters.labels, or use loss: distill")
+    n_val = min(q.val_samples, data.num_samples)
+    held_out = data.num_samples > 2 * n_val
+    train_ids = np.arange(data.num_samples - n_val if held_out else data.num_samples)
+    val_ids = np.arange(data.num_samples - n_val, data.num_samples) if held_out else np.arange(n_val)
+    sampler = ShardSampler(train_ids.size, q.batch_size, info, q.seed)
+    total = q.steps or q.epochs * sampler.steps_per_epoch
+    image_inputs = {spec.name or names[0]: spec.layout_train or "NCHW" for spec in cfg.inputs if spec.is_image}
+    tensors = list(q.distill_tensors)
+
+    val_batch = _stack(data, val_ids)
+    chunk = max(1, q.batch_size // info.world)
+    ref = _outputs(teacher, val_batch, names, device, chunk)
+    before = _outputs(model, val_batch, names, device, chunk)
+    result = QatResult(model, total, 0.0, cosine_before=output_cosine(before, ref), calibration=calibration, world=info.world)
+    if metric is not None:
+        result.metric_before = float(metric(before, ref))
+    with torch.no_grad():
+        first = {k: v[:chunk] for k, v in val_batch.items()}
+        reference = teacher(*_to_torch(first, names, device), tensors=tensors)
+    loss_fn = DistillLoss(reference)
+    opt = _optimizer(cfg, model)
+    start = 0
+    ckpt = checkpoint_path(cfg)
+    if resume:
+        if not ckpt.exists():
+            raise InputError(f"qat --resume: no checkpoint at {ckpt}", "run hbtool qat without --resume first (checkpoint_every > 0 writes one)")
+        state = torch.load(ckpt, map_location=device, weights_only=False)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        start = int(state["step"])
+        result.losses = list(state.get("losses", []))
+    model.train()
+    for step in range(start, total):
+        local = train_ids[sampler.local_indices(step)]
+        batch = augment(_stack(data, local), image_inputs, q.augment, q.seed, step, local)
+        xs = _to_torch(batch, names, device)
+        student = model(*xs, tensors=tensors)
+        if q.loss == "ce":
+            target = torch.from_numpy(labels[local]).to(device)
+            logits = student[0].reshape(student[0].shape[0], -1)
+            loss = torch.nn.functional.cross_entropy(logits, target, reduction="sum") / q.batch_size
+        else:
+            with torch.no_grad():
+                expected = teacher(*xs, tensors=tensors)
+            loss = loss_fn(student, expected, q.batch_size)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        all_reduce_gradients(model.parameters(), info)
+        opt.step()
+        value = float(loss.detach())
+        if info.active:
+            import torch.distributed as dist
+
+            t = torch.tensor([value], dtype=torch.float64)
+            dist.all_reduce(t)
+            value = float(t)
+        result.losses.append(value)
+        if progress:
+            progress(step + 1, total, value)
+        if q.checkpoint_every and (step + 1) % q.checkpoint_every == 0 and info.is_main:
+            ckpt.parent.mkdir(parents=True, exist_ok=True)
+            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step + 1, "losses": result.losses}, ckpt)
+    if info.is_main and total > start:
+        ckpt.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": total, "losses": result.losses}, ckpt)
+    model.eval()
+    after = _outputs(model, val_batch, names, device, chunk)
+    result.cosine_after = output_cosine(after, ref)
+    if metric is not None:
+        result.metric_after = float(metric(after, ref))
+    if export and info.is_main:
+        result.path = export_qat_model(model, qat_model_path(cfg), {
+            "steps": total, "lr": q.lr, "batch_size": q.batch_size, "loss": q.loss, "train_scales": q.train_scales,
+            "cosine_before": result.cosine_before, "cosine_after": result.cosine_after, "world": info.world})
+    barrier(info)
+    result.seconds = time.perf_counter() - t0
+    return result
