@@ -414,9 +414,6 @@ UNSUPPORTED_GROUPS = {
 # hbtool's own groups whose command does not exist yet: refused when any key is given, so that
 # no setting is accepted and ignored (the key tables stay, for the typed defaults).
 RESERVED_GROUPS = {
-    "qat_parameters": ("hbtool has no qat command yet, so no stage reads qat_parameters",
-                       "remove the qat_parameters group; use calibration_type load with a QAT "
-                       "model exported by your training framework"),
     "debug_parameters": ("hbtool has no debug command yet, so no stage reads debug_parameters",
                          "remove the debug_parameters group; per-node errors are in "
                          "<prefix>_quant_info.json and the calibrate report"),
