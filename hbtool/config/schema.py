@@ -110,6 +110,8 @@ TYPE_CHANNELS = {"rgb": 3, "bgr": 3, "yuv444": 3, "gray": 1}
 INPUT_SOURCES = ("ddr", "pyramid", "resizer")
 NODE_INFO_ON = ("BPU", "CPU")
 NODE_INFO_DTYPES = ("int8", "int16")
+# per-node weight remedies (hbtool): clip the range by MSE, correct the bias, learn the rounding
+NODE_INFO_WEIGHT = ("mse", "bias_correction", "adaround")
 CAL_DATA_TYPES = ("float32", "uint8", "int8", "int16", "int32", "int64")
 CALIBRATION_TYPES = ("default", "max", "kl", "mix", "load", "skip", "mse", "percentile")
 # calibration types that read no calibration data
@@ -157,9 +159,12 @@ MODEL = _g(
         default=[]),
     Key("node_info", "node_info",
         "Per-node overrides: `{node: {ON: BPU|CPU, InputType: int8|int16, InputType<i>: ..., "
-        "OutputType: int8|int16}}`, or the short form `'node1:int16;node2:int16'` (input and "
-        "output in int16). Overrides run_on_cpu / run_on_bpu.", default={},
-        allowed_doc="`ON`: BPU, CPU; `InputType`, `InputType<i>`, `OutputType`: int8, int16"),
+        "OutputType: int8|int16, Weight: mse|bias_correction|adaround}}`, or the short form "
+        "`'node1:int16;node2:int16'` (input and output in int16). Overrides run_on_cpu / "
+        "run_on_bpu. `Weight` (hbtool) applies one weight remedy to that node only, as "
+        "`hbtool debug --auto` writes it.", default={},
+        allowed_doc="`ON`: BPU, CPU; `InputType`, `InputType<i>`, `OutputType`: int8, int16; "
+                    "`Weight`: mse, bias_correction, adaround"),
     Key("set_node_data_type", "node_info",
         "Older form of node_info (`'node:int16;...'`); merged into node_info.", default={},
         allowed_doc="as node_info"),
@@ -334,9 +339,15 @@ QAT = _g(
 )
 
 DEBUG = _g(
-    Key("metric", "enum", "Error metric for the per-node sensitivity ranking.",
-        default="cosine", allowed=("cosine", "mse", "mre", "sqnr", "chebyshev"),
-        origin=HBTOOL),
+    Key("metric", "str", "What the per-node sensitivity ranking and `hbtool debug --auto` "
+        "follow: a built-in error metric of the worst model output, or a task metric "
+        "`module:function` (the module beside the YAML or on PYTHONPATH) called as "
+        "`function(quantized_outputs, float_outputs) -> float` with dicts of output name to the "
+        "outputs stacked over the samples, higher is better.", default="cosine",
+        allowed_doc="cosine, mse, mre, sqnr, chebyshev, or `module:function`", origin=HBTOOL),
+    Key("data_dir", "path", "Samples for `hbtool debug` (same format as cal_data_dir): a folder for a "
+        "one-input model, or a folder holding one sub-folder per input name.", default=None,
+        origin=HBTOOL, default_doc="the calibration data"),
     Key("report_dir", "path", "Where the debug report (HTML, PNG, JSON) goes.", default=None,
         origin=HBTOOL, default_doc="`<working_dir>/debug`"),
     Key("auto_int16_threshold", "float",

@@ -131,6 +131,7 @@ class DebugParams:
     auto_int16_threshold: float
     top_k: int
     num_samples: int
+    data_dir: Path | None = None
 
 
 @dataclass
