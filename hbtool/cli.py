@@ -317,7 +317,7 @@ def debug(config_path: Path, output_dir: Path | None, auto: bool, target_cosine:
 
     from hbtool.config import load_config
     from hbtool.debug.report_console import print_debug
-    from hbtool.debug.run import parse_fps_loss, run_debug, to_json, write_debug, _plain
+    from hbtool.debug.run import parse_fps_loss, run_debug, write_debug
 
     if samples is not None and samples < 1:
         raise InputError(f"--samples {samples}: must be at least 1", "pass --samples 8, say")
@@ -326,7 +326,7 @@ def debug(config_path: Path, output_dir: Path | None, auto: bool, target_cosine:
     with _progress_bar() as progress:
         result = run_debug(cfg, auto, target_cosine, budget, samples, progress=_progress_callback(progress))
     files = write_debug(result, output_dir or cfg.debug.report_dir)
-    print_debug(_plain(to_json(result)), Console())
+    print_debug(result.data, Console(), top=cfg.debug.top_k)
     for path in files:
         click.echo(f"wrote {path}")
 

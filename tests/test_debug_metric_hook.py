@@ -34,7 +34,7 @@ def conv_cfg(tmp_path):
     ("no_such_module:f", "not found beside the YAML"),
     ("my_metrics:missing", "has no function 'missing'"),
     ("my_metrics:", "not of the form module:function"),
-    ("cosin", "neither a built-in metric"),
+    ("cosin", "did you mean 'cosine'"),
 ])
 def test_bad_hook_is_one_line_input_error(conv_cfg, spec, needle):
     cfg_path = write_config(conv_cfg, conv_cfg / "m.onnx", "1x3x16x16", debug={"metric": spec}, samples=4)

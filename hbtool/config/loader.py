@@ -221,6 +221,14 @@ def _read_value(path: str, key: Key, value: Any, base: Path) -> Any:
     if k == "enum":
         assert key.allowed is not None
         return read_enum(path, value, key.allowed)
+    if k == "metric":
+        assert key.allowed is not None
+        if isinstance(value, str) and ":" in value:
+            module, _, func = value.strip().partition(":")
+            if not module.strip() or not func.strip().isidentifier():
+                fail(path, f"'{value}' is not of the form module:function", "write e.g. 'my_metrics:top1'")
+            return value.strip()
+        return read_enum(path, value, key.allowed)
     if k == "path":
         return read_path(path, value, base)
     if k == "names":

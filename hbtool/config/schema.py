@@ -12,6 +12,7 @@ Kinds (how a value is read):
 ``float``       a number
 ``str``         a string
 ``enum``        one of ``allowed`` (matched case-insensitively, stored canonically)
+``metric``      an ``enum`` of ``allowed``, or ``module:function`` (a user hook, imported when used)
 ``path``        a file or folder, resolved relative to the YAML file's folder
 ``names``       node names: a ``;``-separated string or a YAML list
 ``enum_list``   values from ``allowed``: a ``;``/``,``-separated string or a YAML list
@@ -64,6 +65,7 @@ class Key:
             "float": "float",
             "str": "string",
             "enum": "string",
+            "metric": "string",
             "path": "path",
             "names": "list of names",
             "enum_list": "list of strings",
@@ -339,11 +341,12 @@ QAT = _g(
 )
 
 DEBUG = _g(
-    Key("metric", "str", "What the per-node sensitivity ranking and `hbtool debug --auto` "
+    Key("metric", "metric", "What the per-node sensitivity ranking and `hbtool debug --auto` "
         "follow: a built-in error metric of the worst model output, or a task metric "
         "`module:function` (the module beside the YAML or on PYTHONPATH) called as "
         "`function(quantized_outputs, float_outputs) -> float` with dicts of output name to the "
         "outputs stacked over the samples, higher is better.", default="cosine",
+        allowed=("cosine", "mse", "mre", "sqnr", "chebyshev"),
         allowed_doc="cosine, mse, mre, sqnr, chebyshev, or `module:function`", origin=HBTOOL),
     Key("data_dir", "path", "Samples for `hbtool debug` (same format as cal_data_dir): a folder for a "
         "one-input model, or a folder holding one sub-folder per input name.", default=None,

@@ -86,13 +86,14 @@ def estimate_fps(session: DebugSession, measured: Measured) -> float:
 
 def remedies_for(s: Sensitivity) -> list[tuple[str, dict[str, str]]]:
     """The cheap remedies the ranking points to, in cost order."""
-    w = max(s.quant_only.get("weights", 0.0), s.dequant_only.get("weights", 0.0)) if s.has_weights else 0.0
-    a = max(s.quant_only.get("activations", 0.0), s.dequant_only.get("activations", 0.0))
-    top = max(w, a)
+    w = s.effect("weights") if s.has_weights else (0.0, 0.0)
+    a = s.effect("activations")
+    col = 0 if max(w[0], a[0]) > 0 else 1   # a coarse task metric may not see one node: then cosine decides
+    top = max(w[col], a[col])
     out = []
-    if a >= 0.25 * top or not s.has_weights:
+    if a[col] >= 0.25 * top or not s.has_weights:
         out += [INT16_OUT, INT16_IO]
-    if s.has_weights and w >= 0.25 * top:
+    if s.has_weights and w[col] >= 0.25 * top:
         out += WEIGHT_REMEDIES
     return out
 
@@ -121,7 +122,7 @@ def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: f
             return abs(a.metric - b.metric) <= MIN_GAIN and a.cosine > b.cosine + max(MIN_GAIN, RELATIVE_GAIN * (target_cosine - b.cosine))
         return a.cosine > b.cosine + max(MIN_GAIN, RELATIVE_GAIN * (target_cosine - b.cosine))
 
-    pool = [s for s in ranking if s.sensitivity > 0][: candidates or max(5, len(ranking) // 4)]
+    pool = [s for s in ranking if max(s.order) > 0][: candidates or max(5, len(ranking) // 4)]
     total = len(pool) * 2
     tick = 0
     for phase in ("cheap", "cpu"):

@@ -46,6 +46,7 @@ class DebugResult:
     auto: AutoResult | None = None
     seconds: dict[str, float] = field(default_factory=dict)
     files: list[Path] = field(default_factory=list)
+    data: dict[str, Any] | None = None     # what debug.json holds, once written
 
 
 def parse_fps_loss(text: str | float) -> float:
@@ -129,11 +130,11 @@ def to_json(r: DebugResult) -> dict[str, Any]:
     return out
 
 
-def _plain(x: Any) -> Any:
+def plain(x: Any) -> Any:
     if isinstance(x, dict):
-        return {str(k): _plain(v) for k, v in x.items()}
+        return {str(k): plain(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
+        return [plain(v) for v in x]
     if isinstance(x, (np.floating, np.integer)):
         return x.item()
     if isinstance(x, float) and not np.isfinite(x):
@@ -149,7 +150,8 @@ def write_debug(r: DebugResult, out_dir: Path) -> list[Path]:
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    data = _plain(to_json(r))
+    data = plain(to_json(r))
+    r.data = data
     payloads: dict[Path, bytes] = {out_dir / "debug.json": (json.dumps(data, indent=1) + "\n").encode()}
     if r.auto is not None and r.auto.final is not None:
         prefix = r.session.cfg.model.output_model_file_prefix

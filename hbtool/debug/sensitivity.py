@@ -14,7 +14,7 @@ hurts alone. Cost: ``4 x nodes`` evaluations on ``samples`` samples, one session
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -33,16 +33,24 @@ class Sensitivity:
     dequant_only: dict[str, float]   # "weights"/"activations" -> gain of the metric vs fully quantized
     cosine_quant_only: dict[str, float]
     cosine_dequant_only: dict[str, float]
+    #: "weights"/"activations" -> the same effects in worst-output cosine (breaks ties of a coarse task metric)
+    cosine_effect: dict[str, float] = field(default_factory=dict)
 
     @property
     def sensitivity(self) -> float:
         return max(list(self.quant_only.values()) + list(self.dequant_only.values()) + [0.0])
 
+    def effect(self, kind: str) -> tuple[float, float]:
+        """(metric effect, cosine effect) of ``kind``: the larger of its quantize-only loss and de-quantize-only gain."""
+        return (max(self.quant_only.get(kind, 0.0), self.dequant_only.get(kind, 0.0)), self.cosine_effect.get(kind, 0.0))
+
     def kind(self) -> str:
         """"weights" or "activations": the part whose fix or loss is larger."""
-        w = max(self.quant_only.get("weights", 0.0), self.dequant_only.get("weights", 0.0))
-        a = max(self.quant_only.get("activations", 0.0), self.dequant_only.get("activations", 0.0))
-        return "weights" if self.has_weights and w > a else "activations"
+        return "weights" if self.has_weights and self.effect("weights") > self.effect("activations") else "activations"
+
+    @property
+    def order(self) -> tuple[float, float]:
+        return max(self.effect("weights"), self.effect("activations"))
 
 
 def evaluate(model: MaskedModel, samples, mask: np.ndarray, outputs: list[str], float_out: dict[str, np.ndarray], metric: Metric) -> tuple[float, float]:
@@ -69,8 +77,9 @@ def rank(model: MaskedModel, samples, outputs: list[str], float_out: dict[str, n
             qo[kind], cq[kind] = ideal - v, c
             v, c = evaluate(model, samples, model.mask(off=idx), outputs, float_out, metric)
             do[kind], cd[kind] = v - full, c
-        out.append(Sensitivity(n.name, n.op_type, bool(n.weights), qo, do, cq, cd))
+        ce = {kind: max(1.0 - cq[kind], cd[kind] - full_cos, 0.0) for kind in cq}
+        out.append(Sensitivity(n.name, n.op_type, bool(n.weights), qo, do, cq, cd, ce))
         if progress:
             progress("sensitivity", k + 1, total)
-    out.sort(key=lambda s: (-s.sensitivity, -max(list(s.cosine_dequant_only.values()) + [0.0])))
+    out.sort(key=lambda s: tuple(-v for v in s.order))
     return out, {"float": ideal, "quantized": full, "quantized_cosine": full_cos}
