@@ -53,7 +53,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("/tmp/debug_bench"))
     ap.add_argument("--samples", type=int, default=32)
     ap.add_argument("--cal-samples", type=int, default=32)
-    ap.add_argument("--sensitivity-samples", type=int, default=8)
+    ap.add_argument("--sensitivity-samples", type=int, default=None)
+    ap.add_argument("--candidates", type=int, default=None, help="--auto tries the top N of the ranking (default: a quarter, at least 5)")
     ap.add_argument("--no-auto", action="store_true")
     ap.add_argument("--max-fps-loss", type=float, default=0.10)
     args = ap.parse_args()
@@ -84,7 +85,7 @@ def main() -> None:
         (case / "debug_metrics.py").write_text((HERE / "debug_metrics.py").read_text())
         t1 = time.perf_counter()
         r = run_debug(load_config(path), auto=not args.no_auto, samples=args.samples, max_fps_loss=args.max_fps_loss,
-                      sensitivity_samples=args.sensitivity_samples, progress=_printer())
+                      sensitivity_samples=args.sensitivity_samples, candidates=args.candidates, progress=_printer())
         write_debug(r, case / "debug")
         row = {"model": spec.name, "quantized_nodes": len(r.model.nodes), "seconds": r.seconds, "data_seconds": t1 - t0,
                "ptq_cosine": min(m["cosine"] for m in r.session.measure(r.session.base, r.session.cfg.model.node_info).outputs.values())}

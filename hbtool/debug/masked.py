@@ -31,6 +31,7 @@ class Quantizer:
     float_name: str    # the tensor in the float graph
     quant_name: str    # the (switchable) quantized value in the masked graph
     bits: int
+    fq_name: str = ""  # the raw fake-quantized value (before the switch)
 
 
 @dataclass
@@ -79,7 +80,7 @@ class MaskedModel:
             for t in (d, e):
                 g.set_value(t, v.shape if v else None, np.float32)
             g.add_node("Add", [src, e], [dst], name=f"{dst}_switch")
-            self.quantizers.append(Quantizer(k, "weight" if weight else "act", owner, float_name, dst, int(node.attrs.get("bits", 8))))
+            self.quantizers.append(Quantizer(k, "weight" if weight else "act", owner, float_name, dst, int(node.attrs.get("bits", 8)), fq))
         g.toposort()
         self.graph = g
         self.size = len(cal_nodes)
@@ -126,6 +127,43 @@ class MaskedModel:
                 return owner
             owner = producers[data[0]].name
         return owner
+
+    def isolated_model(self) -> tuple[Graph, dict[str, tuple[str, str]]]:
+        """A copy of the masked graph with a shadow of every ranked node quantized alone, and ``{node: (float, shadow)}``.
+
+        The shadow of node n reads the raw fake-quantized values (``*_fq``) of n's inputs and
+        weights, and its output goes through a copy of n's output quantizer. Run with every mask
+        at 0 the main graph is the float model, so each ``*_fq`` is the quantized *float* input:
+        one run gives the op error of every node (instead of one run per node).
+        """
+        g = self.graph.copy()
+        by_name = {n.name: n for n in g.nodes}
+        fq_of = {q.quant_name: q.fq_name for q in self.quantizers}
+        quantizer_of = {n.inputs[0]: n for n in g.nodes if n.op_type == CALIBRATION_OP}
+        pairs: dict[str, tuple[str, str]] = {}
+        for dn in self.nodes:
+            node = by_name.get(dn.name)
+            if node is None or not node.outputs or not node.outputs[0]:
+                continue
+            outs = [g.unique_name(f"{o}_alone") if o else "" for o in node.outputs]
+            for o, new in zip(node.outputs, outs):
+                if new:
+                    v = g.values.get(o)
+                    g.set_value(new, v.shape if v else None, v.dtype if v is not None and v.dtype is not None else np.float32)
+            g.add_node(node.op_type, [fq_of.get(i, i) for i in node.inputs], outs, dict(node.attrs), name=f"{node.name}_alone",
+                       domain=node.domain, body=node.body)
+            first = node.outputs[0]
+            q = quantizer_of.get(first)
+            shadow = outs[0]
+            if q is not None:
+                shadow = g.unique_name(f"{first}_alone_q")
+                v = g.values.get(first)
+                g.set_value(shadow, v.shape if v else None, np.float32)
+                g.add_node(q.op_type, [outs[0]], [shadow], dict(q.attrs), name=f"{q.name}_alone", domain=q.domain, body=q.body)
+            float_value = self.quant_value(dn.outputs[0])  # with every mask at 0: the float value
+            pairs[dn.name] = (float_value, shadow)
+        g.toposort()
+        return g, pairs
 
     def quant_value(self, tensor: str) -> str:
         """The masked graph's name for float tensor ``tensor`` (its switchable quantized value)."""

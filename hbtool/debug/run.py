@@ -30,8 +30,10 @@ from hbtool.errors import InputError
 
 Progress = Callable[[str, int, int], None]
 
-#: samples of the O(nodes) loops (sensitivity, isolated error); the accumulated pass uses all
+#: samples of the O(nodes) loops (sensitivity, isolated error); the accumulated pass uses all.
+#: A model of a giga-MAC or more gets half (as calibrate's candidate evaluation does)
 SENSITIVITY_SAMPLES = 4
+LARGE_MACS = 1e9
 
 
 @dataclass
@@ -62,7 +64,8 @@ def parse_fps_loss(text: str | float) -> float:
 
 
 def run_debug(cfg: HbConfig, auto: bool = False, target_cosine: float = 0.99, max_fps_loss: float = 0.10,
-              samples: int | None = None, progress: Progress | None = None, sensitivity_samples: int = SENSITIVITY_SAMPLES) -> DebugResult:
+              samples: int | None = None, progress: Progress | None = None, sensitivity_samples: int | None = None,
+              candidates: int | None = None) -> DebugResult:
     """Analyse (and with ``auto`` fix) the config's quantized model; writes nothing (see :func:`write_debug`)."""
     if not 0 < target_cosine <= 1:
         raise InputError(f"--target-cosine {target_cosine}: must be in (0, 1]", "write it like 0.99")
@@ -76,6 +79,10 @@ def run_debug(cfg: HbConfig, auto: bool = False, target_cosine: float = 0.99, ma
     lnin = {nd.inputs[0] for nd in session.base.graph.nodes if nd.op_type in ("LayerNormalization", "ChannelLayerNorm")}
     watched = [nd.outputs[0] for nd in model.nodes] + sorted(lnin)
     observer = RangeObserver(list(dict.fromkeys(watched)), lnin)
+    if sensitivity_samples is None:
+        from hbtool.quant.calibrate import _total_macs
+
+        sensitivity_samples = SENSITIVITY_SAMPLES // 2 if _total_macs(session.base.graph) >= LARGE_MACS else SENSITIVITY_SAMPLES
     k = min(sensitivity_samples, len(session.samples))
     errs = graph_errors(model, session.base.graph, session.samples, k, progress, observer)
     owners = {nd.outputs[0]: nd.name for nd in model.nodes}
@@ -88,7 +95,7 @@ def run_debug(cfg: HbConfig, auto: bool = False, target_cosine: float = 0.99, ma
     result = DebugResult(session, model, errs, flags, ranking, reference, observer)
     if auto:
         ideal = metric.value(session.float_outputs, session.float_outputs)
-        result.auto = run_auto(session, ranking, target_cosine, max_fps_loss, ideal, progress=progress)
+        result.auto = run_auto(session, ranking, target_cosine, max_fps_loss, ideal, candidates, progress=progress)
         t["auto"] = time.perf_counter()
     keys = list(t)
     result.seconds = {b: t[b] - t[a] for a, b in zip(keys, keys[1:])}

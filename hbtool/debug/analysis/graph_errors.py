@@ -1,7 +1,8 @@
 """Op error and model error of every quantized node, in two passes over the samples.
 
 * isolated (op error): the node quantized alone -- its inputs, weights and outputs -- with the
-  float model's values as its inputs; what the node's own quantization costs;
+  float model's values as its inputs; what the node's own quantization costs (every node at
+  once, in one run of a graph holding a quantized shadow of each node);
 * accumulated (model error): the node's output along the fully quantized model, errors of
   everything before it included.
 A node where the accumulated error jumps (its output much worse than its worst input) is
@@ -15,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from hbtool.debug.masked import MaskedModel
+from hbtool.debug.masked import MASK, MaskedModel
 from hbtool.debug.metrics import Accumulator
 from hbtool.ir.graph import Graph
 from hbtool.quant.collect import float_session
@@ -51,7 +52,10 @@ def graph_errors(model: MaskedModel, float_graph: Graph, samples: list[dict[str,
     acc = {t: Accumulator() for t in watched}
     iso = {t: Accumulator() for t in watched}
     full = model.mask(off=[])
-    total = len(samples) + min(isolated_samples, len(samples)) * len(nodes)
+    shadow_graph, pairs = model.isolated_model()
+    shadow_names = [pairs[n.name][1] for n in nodes if n.name in pairs]
+    shadow_sess = float_session(shadow_graph, shadow_names, basic=True)
+    total = len(samples) + min(isolated_samples, len(samples))
     done = 0
     for s, feeds in enumerate(samples):
         f_vals = dict(zip(extra, f_sess.run(extra, feeds)))
@@ -61,14 +65,12 @@ def graph_errors(model: MaskedModel, float_graph: Graph, samples: list[dict[str,
         for t, q in zip(watched, q_vals):
             acc[t].update(f_vals[t], q)
         done += 1
-        if s < isolated_samples:
-            for n, t, qn in zip(nodes, watched, q_names):
-                mask = model.mask(on=n.inputs + n.acts + n.weights)
-                q = model.run([feeds], mask, [qn], tuple(q_names))[0][0]
-                iso[t].update(f_vals[t], q)
-                done += 1
-                if progress:
-                    progress("op error", done, total)
+        if s < isolated_samples:   # every node quantized alone, all in one run of the shadow graph
+            alone = dict(zip(shadow_names, shadow_sess.run(shadow_names, {**feeds, MASK: model.mask(on=[])})))
+            for n, t in zip(nodes, watched):
+                if n.name in pairs:
+                    iso[t].update(f_vals[t], alone[pairs[n.name][1]])
+            done += 1
         if progress:
             progress("op error", done, total)
     out = []
