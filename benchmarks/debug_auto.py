@@ -58,6 +58,10 @@ def main() -> None:
     ap.add_argument("--no-auto", action="store_true")
     ap.add_argument("--max-fps-loss", type=float, default=0.10)
     args = ap.parse_args()
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="  %(message)s")
+    logging.getLogger("hbtool.debug.auto").setLevel(logging.INFO)   # every --auto try, as it is measured
     for spec in select(args.models):
         case = args.out / spec.name
         case.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,7 @@ remedies is kept, the cheapest one that already meets the target wins.
 from __future__ import annotations
 
 import copy
+import logging
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,8 @@ from typing import Any, Callable
 
 from hbtool.debug.sensitivity import Sensitivity
 from hbtool.debug.session import DebugSession, Measured
+
+log = logging.getLogger(__name__)
 
 #: an improvement smaller than this (in the ranked metric) is noise, not a fix
 MIN_GAIN = 1e-5
@@ -150,6 +153,7 @@ def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: f
                 if kept_ok and better(m, cur) and (best is None or better(m, best[1])):
                     best = (name, m)
                 res.steps.append(Step(name, s.name, m.cosine, {o: v["cosine"] for o, v in m.outputs.items()}, m.metric, m.fps, False, note))
+                log.info("auto: %s on %s: worst cosine %.5f, metric %.5g, FPS %s %s", name, s.name, m.cosine, m.metric, m.fps, note)
                 if best is not None and done(best[1]):
                     break
             if best is not None:
