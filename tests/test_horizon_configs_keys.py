@@ -38,13 +38,11 @@ REFUSED = {
     ("input_parameters", "input_batch"): 4,
     ("input_parameters", "separate_batch"): True,
     ("compiler_parameters", "max_time_per_fc"): 2000,
-    **{("debug_parameters", k): v for k, v in {"metric": "mse", "report_dir": "elsewhere", "auto_int16_threshold": 0.5,
-                                                "top_k": 3, "num_samples": 2}.items()},
 }
 # keys whose stage belongs to work in flight elsewhere (issue 17, runtime input types)
 PENDING: dict[str, str] = {}
 # groups read by their own command, each walked by its own test below (hbtool qat)
-OWN_COMMAND_GROUPS = ("qat_parameters",)
+OWN_COMMAND_GROUPS = ("qat_parameters", "debug_parameters")
 # the model: caffe keys are refused by the table itself (Key.unsupported)
 
 
@@ -256,4 +254,34 @@ def test_every_qat_key_is_read_by_hbtool_qat(tmp_path):
     with _Reads() as r:
         run_qat(cfg)
     unread = [k for k in [*qat, "steps"] if not any(f in r.seen for f in _field("qat_parameters", k))]
+    assert unread == []
+
+
+def test_every_debug_key_is_read_by_hbtool_debug(tmp_path):
+    """debug_parameters, each set to a non-default value, are all read by `hbtool debug`."""
+    import yaml
+    from click.testing import CliRunner
+
+    from hbtool.cli import main
+
+    _tiny_model(tmp_path / "tiny.onnx")
+    cal, other = tmp_path / "cal", tmp_path / "other"
+    rng = np.random.default_rng(1)
+    for folder in (cal, other):
+        folder.mkdir()
+        for k in range(3):
+            np.save(folder / f"{k}.npy", rng.uniform(0, 1, (1, 3, 16, 16)).astype(np.float32))
+    debug = {"metric": "mse", "data_dir": str(other), "report_dir": str(tmp_path / "report"), "top_k": 3,
+             "num_samples": 2}
+    keys = {k for k, key in S.GROUPS["debug_parameters"][0].items() if key.unsupported is None}
+    assert set(debug) == keys   # a new debug key must be added here
+    data = {"model_parameters": {"onnx_model": str(tmp_path / "tiny.onnx"), "working_dir": str(tmp_path / "wd")},
+            "calibration_parameters": {"cal_data_dir": str(cal), "calibration_type": "max"},
+            "debug_parameters": debug}
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(data))
+    with _Reads() as r:
+        res = CliRunner().invoke(main, ["debug", "-c", str(tmp_path / "cfg.yaml")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "report" / "debug.json").exists()
+    unread = [k for k in debug if not any(f in r.seen for f in _field("debug_parameters", k))]
     assert unread == []

@@ -118,8 +118,8 @@ Where a key exists in Horizon's toolchain it means the same here. The difference
   input is a featuremap*; otherwise uint8. `int64` is accepted for token inputs.
 - **Calibration**: `mse` and `percentile` are added to `calibration_type`; with `percentile`,
   `max_percentile` defaults to 0.99995. **`auto_int16` is on by default**: after calibration hbtool
-  moves the nodes that lose the most accuracy in int8 to int16 (threshold
-  `debug_parameters.auto_int16_threshold`). Set `auto_int16: false` to get plain int8 (plus
+  moves the tensors whose int8 signal-to-noise ratio is too low (and LayerNorm/Softmax inputs) to
+  int16; `hbtool debug --auto` goes further, node by node, priced in FPS. Set `auto_int16: false` to get plain int8 (plus
   what `node_info` asks for), as Horizon does.
 - **`compile_mode: balance`** with `balance_factor` is accepted on J5 (Horizon documents it for J6).
   `core_num: 2` is accepted.

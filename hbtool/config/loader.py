@@ -224,6 +224,14 @@ def _read_value(path: str, key: Key, value: Any, base: Path) -> Any:
     if k == "enum":
         assert key.allowed is not None
         return read_enum(path, value, key.allowed)
+    if k == "metric":
+        assert key.allowed is not None
+        if isinstance(value, str) and ":" in value:
+            module, _, func = value.strip().partition(":")
+            if not module.strip() or not func.strip().isidentifier():
+                fail(path, f"'{value}' is not of the form module:function", "write e.g. 'my_metrics:top1'")
+            return value.strip()
+        return read_enum(path, value, key.allowed)
     if k == "path":
         return read_path(path, value, base)
     if k == "names":
@@ -246,7 +254,7 @@ def _read_value(path: str, key: Key, value: Any, base: Path) -> Any:
 # node_info and input_source
 # ----------------------------------------------------------------------------------------------
 
-_NODE_SUBKEY = re.compile(r"^(ON|InputType\d*|OutputType)$")
+_NODE_SUBKEY = re.compile(r"^(ON|InputType\d*|OutputType|Weight)$")
 
 
 def _empty_node_entry() -> dict[str, str | None]:
@@ -294,15 +302,17 @@ def _read_node_info(path: str, value: Any) -> dict[str, dict[str, str | None]]:
             # YAML 1.1 reads an unquoted ON (or on) as the boolean true.
             canon = "ON" if sub is True else _canonical_subkey(str(sub))
             if canon is None:
-                guess = closest(str(sub), ["ON", "InputType", "OutputType"])
+                guess = closest(str(sub), ["ON", "InputType", "OutputType", "Weight"])
                 hint = f"did you mean '{guess}'? " if guess else ""
                 fail(f"{npath}.{sub}", "unknown node_info key",
-                     f"{hint}use ON, InputType, InputType<i> or OutputType")
+                     f"{hint}use ON, InputType, InputType<i>, OutputType or Weight")
             if is_unset(val):
                 entry.setdefault(canon, None)
                 continue
             if canon == "ON":
                 entry[canon] = read_enum(f"{npath}.{canon}", val, S.NODE_INFO_ON)
+            elif canon == "Weight":
+                entry[canon] = read_enum(f"{npath}.{canon}", val, S.NODE_INFO_WEIGHT)
             else:
                 entry[canon] = read_enum(f"{npath}.{canon}", val, S.NODE_INFO_DTYPES)
         out[node] = entry
@@ -310,7 +320,7 @@ def _read_node_info(path: str, value: Any) -> dict[str, dict[str, str | None]]:
 
 
 def _canonical_subkey(sub: str) -> str | None:
-    for canon in ("ON", "InputType", "OutputType"):
+    for canon in ("ON", "InputType", "OutputType", "Weight"):
         if sub.lower() == canon.lower():
             return canon
     m = re.fullmatch(r"inputtype(\d+)", sub.lower())

@@ -12,6 +12,7 @@ Kinds (how a value is read):
 ``float``       a number
 ``str``         a string
 ``enum``        one of ``allowed`` (matched case-insensitively, stored canonically)
+``metric``      an ``enum`` of ``allowed``, or ``module:function`` (a user hook, imported when used)
 ``path``        a file or folder, resolved relative to the YAML file's folder
 ``names``       node names: a ``;``-separated string or a YAML list
 ``enum_list``   values from ``allowed``: a ``;``/``,``-separated string or a YAML list
@@ -65,6 +66,7 @@ class Key:
             "float": "float",
             "str": "string",
             "enum": "string",
+            "metric": "string",
             "path": "path",
             "names": "list of names",
             "enum_list": "list of strings",
@@ -111,6 +113,8 @@ TYPE_CHANNELS = {"rgb": 3, "bgr": 3, "yuv444": 3, "gray": 1}
 INPUT_SOURCES = ("ddr", "pyramid", "resizer")
 NODE_INFO_ON = ("BPU", "CPU")
 NODE_INFO_DTYPES = ("int8", "int16")
+# per-node weight remedies (hbtool): clip the range by MSE, correct the bias, learn the rounding
+NODE_INFO_WEIGHT = ("mse", "bias_correction", "adaround")
 CAL_DATA_TYPES = ("float32", "uint8", "int8", "int16", "int32", "int64")
 CALIBRATION_TYPES = ("default", "max", "kl", "mix", "load", "skip", "mse", "percentile")
 # calibration types that read no calibration data
@@ -165,9 +169,12 @@ MODEL = _g(
         default=[]),
     Key("node_info", "node_info",
         "Per-node overrides: `{node: {ON: BPU|CPU, InputType: int8|int16, InputType<i>: ..., "
-        "OutputType: int8|int16}}`, or the short form `'node1:int16;node2:int16'` (input and "
-        "output in int16). Overrides run_on_cpu / run_on_bpu.", default={},
-        allowed_doc="`ON`: BPU, CPU; `InputType`, `InputType<i>`, `OutputType`: int8, int16"),
+        "OutputType: int8|int16, Weight: mse|bias_correction|adaround}}`, or the short form "
+        "`'node1:int16;node2:int16'` (input and output in int16). Overrides run_on_cpu / "
+        "run_on_bpu. `Weight` (hbtool) applies one weight remedy to that node only, as "
+        "`hbtool debug --auto` writes it.", default={},
+        allowed_doc="`ON`: BPU, CPU; `InputType`, `InputType<i>`, `OutputType`: int8, int16; "
+                    "`Weight`: mse, bias_correction, adaround"),
     Key("set_node_data_type", "node_info",
         "Older form of node_info (`'node:int16;...'`); merged into node_info.", default={},
         allowed_doc="as node_info"),
@@ -378,14 +385,23 @@ QAT = _g(
 )
 
 DEBUG = _g(
-    Key("metric", "enum", "Error metric for the per-node sensitivity ranking.",
-        default="cosine", allowed=("cosine", "mse", "mre", "sqnr", "chebyshev"),
-        origin=HBTOOL),
+    Key("metric", "metric", "What the per-node sensitivity ranking and `hbtool debug --auto` "
+        "follow: a built-in error metric of the worst model output, or a task metric "
+        "`module:function` (the module beside the YAML or on PYTHONPATH) called as "
+        "`function(quantized_outputs, float_outputs) -> float` with dicts of output name to the "
+        "outputs stacked over the samples, higher is better.", default="cosine",
+        allowed=("cosine", "mse", "mre", "sqnr", "chebyshev"),
+        allowed_doc="cosine, mse, mre, sqnr, chebyshev, or `module:function`", origin=HBTOOL),
+    Key("data_dir", "path", "Samples for `hbtool debug` (same format as cal_data_dir): a folder for a "
+        "one-input model, or a folder holding one sub-folder per input name.", default=None,
+        origin=HBTOOL, default_doc="the calibration data"),
     Key("report_dir", "path", "Where the debug report (HTML, PNG, JSON) goes.", default=None,
         origin=HBTOOL, default_doc="`<working_dir>/debug`"),
     Key("auto_int16_threshold", "float",
-        "auto_int16 moves a node to int16 when the cosine similarity of its int8 output to the "
-        "float output falls below this.", default=0.999, min=0.0, max=1.0, origin=HBTOOL),
+        "Not used: auto_int16 ranks tensors by their int8 signal-to-noise ratio.",
+        unsupported=("auto_int16 promotes by the int8 signal-to-noise ratio, not by a cosine threshold, so this "
+                     "key would be ignored",
+                     "remove it; for a cosine target run hbtool debug --auto --target-cosine 0.99")),
     Key("top_k", "int", "Nodes listed in the sensitivity ranking.", default=10, min=1,
         origin=HBTOOL),
     Key("num_samples", "int", "Samples used by the analysis.", default=8, min=1,
@@ -414,9 +430,6 @@ UNSUPPORTED_GROUPS = {
 # hbtool's own groups whose command does not exist yet: refused when any key is given, so that
 # no setting is accepted and ignored (the key tables stay, for the typed defaults).
 RESERVED_GROUPS = {
-    "debug_parameters": ("hbtool has no debug command yet, so no stage reads debug_parameters",
-                         "remove the debug_parameters group; per-node errors are in "
-                         "<prefix>_quant_info.json and the calibrate report"),
 }
 
 # Per-input keys that live in calibration_parameters but follow the inputs.

@@ -136,9 +136,9 @@ class QatParams:
 class DebugParams:
     metric: str
     report_dir: Path
-    auto_int16_threshold: float
     top_k: int
     num_samples: int
+    data_dir: Path | None = None
 
 
 @dataclass

@@ -30,6 +30,7 @@ from hbtool.quant.collect import collect_stats, float_session
 from hbtool.quant.data import CalibrationSet, load_calibration_data
 from hbtool.quant.fqvit import apply_ptf, apply_softmax_log2, log2_decode, ptf_tensors
 from hbtool.quant.masks import clamp_masks
+from hbtool.quant.node_weights import adaround_subset, clip_node_weights, mean_inputs, nodes_asking
 from hbtool.quant.metrics import RunningErrors
 from hbtool.quant.observers import TensorStats
 from hbtool.quant.plan import INT8_MIN_SQNR_DB, QuantPlan, bpu_activation_tensors, build_plan
@@ -39,7 +40,7 @@ from hbtool.quant.preprocess import find_preprocess, insert_preprocess
 from hbtool.quant.thresholds import sqnr_db, threshold
 from hbtool.quant.quantized_model import build_quantized_graph
 from hbtool.quant.smooth_quant import apply_smooth_quant, smooth_sites
-from hbtool.quant.weights import bias_corrections, input_channel_axis, plan_weights
+from hbtool.quant.weights import bias_corrections, plan_weights
 from hbtool.utils.atomic import atomic_write_files
 
 log = logging.getLogger(__name__)
@@ -186,8 +187,15 @@ def _mean_cosine(errs: dict[str, dict[str, float]]) -> float:
     return float(np.mean([e["cosine"] for e in errs.values()])) if errs else 1.0
 
 
-def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | None = None) -> CalibrationResult:
-    """Quantize the model of ``cfg``; returns the plan and its measured errors (writes nothing)."""
+def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | None = None,
+                    stats_cache: dict[str, Any] | None = None) -> CalibrationResult:
+    """Quantize the model of ``cfg``; returns the plan and its measured errors (writes nothing).
+
+    ``stats_cache`` (a dict the caller keeps between calls on the same model and data, as
+    ``hbtool debug`` does for each node_info it tries) holds the statistics of the first call;
+    a later call whose tensors are all in it skips the statistics pass and gets the very same
+    numbers.
+    """
     t0 = time.perf_counter()
     cal = cfg.calibration
     ctype = cal.calibration_type
@@ -236,13 +244,11 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     from hbtool.config.optimization import switches as optimization_switches
 
     switches = optimization_switches(cal.optimization)
-    mean_axes: dict[str, int] = {}
-    if cal.bias_correction or switches.bias_correction:
-        for node in graph.nodes:
-            ia = input_channel_axis(node, graph) if node.meta.get("on") == "BPU" else None
-            if ia is not None and not graph.is_const(ia[0]):
-                mean_axes[ia[0]] = ia[1]
-    root_stats: dict[str, TensorStats] = collect_stats(graph, observed, data.iter_batches(cal.batch_size), tick, mean_axes, ptf_axes)
+    # bias correction everywhere (the key or Horizon's optimization switch), or on node_info's nodes only
+    everywhere = bool(cal.bias_correction or switches.bias_correction)
+    bias_nodes = nodes_asking(node_info, "bias_correction")
+    mean_axes: dict[str, int] = mean_inputs(graph, None if everywhere else bias_nodes) if (everywhere or bias_nodes) else {}
+    root_stats = _cached_stats(stats_cache, graph, observed, data, tick, mean_axes, ptf_axes, cal.batch_size)
     stats = {t: root_stats[reps[t]] for t in tensors}
     n_eval = EVAL_SAMPLES if _total_macs(graph) < 1e9 else EVAL_SAMPLES // 2
     eval_batches = [b for _, b in zip(range(n_eval), data.iter_batches(1))]
@@ -250,6 +256,7 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     f_refs = [f_sess.run(list(graph.outputs), b) for b in eval_batches]
     wclip = getattr(cal, "weight_clip", "none") or "none"
     weights = plan_weights(graph, per_channel=cal.per_channel, clip=wclip)
+    weights = clip_node_weights(graph, weights, nodes_asking(node_info, "mse"), cal.per_channel)
     output16 = "set_model_output_int16" in (cal.optimization or [])
     march = load_march(cfg.model.march)
     # int8-only marches (X3) have no int16 to promote to, and X5 promotes only on request; random data (skip) gives no signal-to-noise
@@ -277,13 +284,17 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
         return choice
 
     bias_delta = bias_corrections(graph, weights, {t: root_stats[t].channel_mean for t in mean_axes}) if mean_axes else None
+    if bias_delta and not everywhere:  # node_info Weight: bias_correction on some nodes only
+        bias_delta = {k: v for k, v in bias_delta.items() if k in bias_nodes}
     # the graph that gets quantized: the float graph, with learned-rounding weights when asked for;
     # ``graph`` itself stays the float reference
     qsrc = graph
-    if cal.adaround:
+    round_nodes = nodes_asking(node_info, "adaround")
+    if cal.adaround or round_nodes:
         from hbtool.quant.adaround import adaround
 
-        learned = adaround(graph, weights, data.iter_batches(1), progress=(lambda d, t: progress("adaround", d, t)) if progress else None)
+        learn = weights if cal.adaround else adaround_subset(graph, weights, round_nodes)
+        learned = adaround(graph, learn, data.iter_batches(1), progress=(lambda d, t: progress("adaround", d, t)) if progress else None)
         qsrc = graph.copy()
         for name, value in learned.items():
             qsrc.values[name].data = value
@@ -351,6 +362,32 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     for line in option_lines(result):
         log.info("%s", line)
     return result
+
+
+def _cached_stats(cache: dict[str, Any] | None, graph: Graph, observed: list[str], data: CalibrationSet, tick: Callable[[int], None],
+                  mean_axes: dict[str, int], ptf_axes: dict[str, int], batch_size: int) -> dict[str, TensorStats]:
+    """The statistics of ``observed``: from ``cache`` when it has them all, else one pass over the data.
+
+    A full pass replaces the cache (histogram subsets are drawn per pass, so mixing passes would
+    not give what one plain calibration gives); channel means alone are exact and added on top.
+    """
+    def complete(stats: dict[str, TensorStats]) -> bool:
+        return all(t in stats for t in observed) and all(stats[t].channel_absmax is not None for t in ptf_axes if t in stats)
+
+    if cache is not None and complete(cache.get("stats", {})):
+        stats = cache["stats"]
+        missing = {t: a for t, a in mean_axes.items() if stats.get(t) is None or stats[t].channel_mean is None}
+        if missing:
+            for t, st in collect_stats(graph, [], data.iter_batches(batch_size), None, missing).items():
+                if t in stats:
+                    stats[t].channel_mean = st.channel_mean
+                else:
+                    stats[t] = st
+        return stats
+    stats = collect_stats(graph, observed, data.iter_batches(batch_size), tick, mean_axes, ptf_axes)
+    if cache is not None:
+        cache["stats"] = stats
+    return stats
 
 
 def _smooth(graph: Graph, data: CalibrationSet, alpha: float, loading: bool) -> dict[str, Any]:

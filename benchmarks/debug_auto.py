@@ -1,0 +1,104 @@
+"""Measure ``hbtool debug --auto`` on corpus models (the numbers of issue 12's note).
+
+Per model: calibration data (32 rendered samples) and held-out debug samples (offset 100) as
+.npy folders, the zoo's config plus ``debug_parameters`` (metric: ``debug_metrics:
+transcription_agreement`` for recognisers, else cosine), then ``run_debug(auto=True)``.
+Prints PTQ and final cosine / metric, nodes changed, estimated FPS before/after and wall time.
+
+    PYTHONPATH=. python benchmarks/debug_auto.py --models ppocrv5_rec ddddocr_crnn_rec --out /tmp/debug_bench
+    PYTHONPATH=. python benchmarks/debug_auto.py --models hf_swin_t --no-auto --samples 32   # the 5-minute bar
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "zoo"))
+sys.path.insert(0, str(HERE))
+
+
+def _printer():
+    """Progress as one line per stage every 10 % (a log file, not a terminal)."""
+    shown: dict[str, int] = {}
+    t0 = time.perf_counter()
+
+    def tick(stage: str, done: int, total: int) -> None:
+        step = int(10 * done / max(total, 1))
+        if shown.get(stage) != step:
+            shown[stage] = step
+            print(f"  [{time.perf_counter() - t0:7.1f}s] {stage} {done}/{total}", file=sys.stderr, flush=True)
+
+    return tick
+
+
+def main() -> None:
+    from corpus import select  # noqa: E402
+    from data import samples  # noqa: E402
+    from run import _config  # noqa: E402
+
+    from hbtool.config import load_config
+    from hbtool.debug.run import run_debug, write_debug
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", nargs="+", required=True)
+    ap.add_argument("--out", type=Path, default=Path("/tmp/debug_bench"))
+    ap.add_argument("--samples", type=int, default=32)
+    ap.add_argument("--cal-samples", type=int, default=32)
+    ap.add_argument("--sensitivity-samples", type=int, default=None)
+    ap.add_argument("--candidates", type=int, default=None, help="--auto tries the top N of the ranking (default: a quarter, at least 5)")
+    ap.add_argument("--no-auto", action="store_true")
+    ap.add_argument("--max-fps-loss", type=float, default=0.10)
+    args = ap.parse_args()
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="  %(message)s")
+    logging.getLogger("hbtool.debug.auto").setLevel(logging.INFO)   # every --auto try, as it is measured
+    for spec in select(args.models):
+        case = args.out / spec.name
+        case.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        dirs = {}
+        for tag, count, offset in (("cal", args.cal_samples, 0), ("debug", args.samples, 100)):
+            done = case / tag / f".{count}_samples"
+            feeds = None if done.exists() else samples(spec, count, offset)   # rendering is slow: kept between runs
+            names = sorted(p.name for p in (case / tag).iterdir() if p.is_dir()) if feeds is None else [re.sub(r"[^A-Za-z0-9_.-]", "_", n) for n in feeds[0]]
+            for k_name, name in enumerate(names):
+                d = case / tag / name
+                d.mkdir(parents=True, exist_ok=True)
+                if feeds is not None:
+                    key = list(feeds[0])[k_name]
+                    for k, s in enumerate(feeds):
+                        np.save(d / f"{tag}_{k:02d}.npy", s[key])
+                dirs.setdefault(tag, []).append(d)
+            done.touch()
+        cfg = _config(spec, case, dirs["cal"], "default", args.cal_samples)
+        recogniser = spec.metric == "ctc"
+        cfg["debug_parameters"] = {"metric": "debug_metrics:transcription_agreement" if recogniser else "cosine",
+                                   "data_dir": str(dirs["debug"][0] if len(dirs["debug"]) == 1 else dirs["debug"][0].parent)}
+        path = case / "config.yaml"
+        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        (case / "debug_metrics.py").write_text((HERE / "debug_metrics.py").read_text())
+        t1 = time.perf_counter()
+        r = run_debug(load_config(path), auto=not args.no_auto, samples=args.samples, max_fps_loss=args.max_fps_loss,
+                      sensitivity_samples=args.sensitivity_samples, candidates=args.candidates, progress=_printer())
+        write_debug(r, case / "debug")
+        row = {"model": spec.name, "quantized_nodes": len(r.model.nodes), "seconds": r.seconds, "data_seconds": t1 - t0,
+               "ptq_cosine": min(m["cosine"] for m in r.session.measure(r.session.base, r.session.cfg.model.node_info).outputs.values())}
+        if r.auto is not None:
+            a = r.auto
+            row.update(ptq_metric=a.steps[0].metric, final_metric=a.final.metric, final_cosine=a.final.cosine,
+                       base_fps=a.base_fps, final_fps=a.final.fps, changed=a.changed, node_info=a.node_info, reached=a.reached)
+        print(json.dumps(row, default=str), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The J5 talk's error kinds: op error (isolated), model error (accumulated) and range flags."""

@@ -1,0 +1,172 @@
+"""``--auto``: the cheapest remedies first, each measured, greedily until the target is met.
+
+For the nodes of the sensitivity ranking, in rank order, the remedies the ranking points to:
+
+1. int16 activations (``OutputType: int16``, then ``InputType`` + ``OutputType``) where the
+   node's activations matter: the tensor unit runs the node at half speed, nothing moves;
+2. weight remedies on that node only (``Weight: mse``, ``bias_correction``, ``adaround``) where
+   its weights matter: the integer program keeps its shape, so the FPS does not change;
+3. after a pass over every candidate, CPU placement (``ON: CPU``) as the last resort: exact,
+   but it splits the BPU program and runs the node in float on the CPU.
+
+Every try is a real calibration with that ``node_info`` (the statistics reused, so exactly what
+plain ``hbtool calibrate`` gives with the fragment), measured on its quantized model: cosine of
+each output, the user metric, and for structural remedies the estimated FPS of the compiled
+program (the perf cost model). A try is kept when it improves the ranked metric (the worst
+output's cosine breaks ties) and keeps the FPS loss within the budget; the best of a node's
+remedies is kept, the cheapest one that already meets the target wins.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from hbtool.debug.sensitivity import Sensitivity
+from hbtool.debug.session import DebugSession, Measured
+
+log = logging.getLogger(__name__)
+
+#: an improvement smaller than this (in the ranked metric) is noise, not a fix
+MIN_GAIN = 1e-5
+#: a kept remedy must close at least this fraction of the gap to the target (a node changed is a cost)
+RELATIVE_GAIN = 0.10
+
+INT16_OUT = ("int16_output", {"OutputType": "int16"})
+INT16_IO = ("int16_input_output", {"InputType": "int16", "OutputType": "int16"})
+WEIGHT_REMEDIES = [(f"weight_{w}", {"Weight": w}) for w in ("mse", "bias_correction", "adaround")]
+CPU = ("cpu", {"ON": "CPU"})
+STRUCTURAL = {"int16_output", "int16_input_output", "cpu"}
+
+
+@dataclass
+class Step:
+    remedy: str
+    node: str | None
+    cosine: float
+    outputs: dict[str, float]          # per output cosine
+    metric: float
+    fps: float | None
+    kept: bool
+    note: str = ""
+
+
+@dataclass
+class AutoResult:
+    steps: list[Step] = field(default_factory=list)
+    node_info: dict[str, dict[str, Any]] = field(default_factory=dict)
+    final: Measured | None = None
+    base_fps: float | None = None
+    changed: list[str] = field(default_factory=list)
+    quantized_nodes: int = 0
+    reached: bool = False
+
+
+def merge(node_info: dict[str, dict[str, Any]], node: str, entry: dict[str, str]) -> dict[str, dict[str, Any]]:
+    out = copy.deepcopy(node_info)
+    out[node] = {**(out.get(node) or {}), **entry}
+    return out
+
+
+def estimate_fps(session: DebugSession, measured: Measured) -> float:
+    """The perf model's FPS of the variant, compiled in memory from its calibrated model."""
+    from hbtool.compiler.compile import compile_model
+    from hbtool.ir.onnx_export import to_onnx
+    from hbtool.perf.schedule import estimate
+    from hbtool.utils.atomic import atomic_write_bytes
+
+    cfg = session.config_with(measured.node_info)
+    with tempfile.TemporaryDirectory(prefix="hbtool_debug_") as tmp:
+        path = Path(tmp) / f"{cfg.model.output_model_file_prefix}_calibrated_model.onnx"
+        atomic_write_bytes(path, to_onnx(measured.result.calibrated, stage="calibrated").SerializeToString())
+        compiled = compile_model(cfg, calibrated=path)
+    return float(estimate(compiled.header, cfg.compiler.core_num, program=compiled.program).fps)
+
+
+def remedies_for(s: Sensitivity) -> list[tuple[str, dict[str, str]]]:
+    """The cheap remedies the ranking points to, in cost order."""
+    w = s.effect("weights") if s.has_weights else (0.0, 0.0)
+    a = s.effect("activations")
+    col = 0 if max(w[0], a[0]) > 0 else 1   # a coarse task metric may not see one node: then cosine decides
+    top = max(w[col], a[col])
+    out = []
+    if a[col] >= 0.25 * top or not s.has_weights:
+        out += [INT16_OUT, INT16_IO]
+    if s.has_weights and w[col] >= 0.25 * top:
+        out += WEIGHT_REMEDIES
+    return out
+
+
+def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: float, max_fps_loss: float,
+             ideal_metric: float, candidates: int | None = None,
+             progress: Callable[[str, int, int], None] | None = None) -> AutoResult:
+    """Greedy remedies (see the module docstring); ``max_fps_loss`` is a fraction (0.1 = 10 %)."""
+    base_info = copy.deepcopy(session.cfg.model.node_info or {})
+    cur = session.measure(session.base, base_info)
+    cur.fps = estimate_fps(session, cur)
+    res = AutoResult(base_fps=cur.fps, quantized_nodes=len(ranking))
+    res.steps.append(Step("ptq", None, cur.cosine, {o: m["cosine"] for o, m in cur.outputs.items()}, cur.metric, cur.fps, True))
+    hook = session.metric.is_hook
+    floor_fps = cur.fps * (1.0 - max_fps_loss)
+
+    def done(m: Measured) -> bool:
+        return m.cosine >= target_cosine and (not hook or m.metric >= ideal_metric - 1e-12)
+
+    def better(a: Measured, b: Measured) -> bool:
+        """``a`` improves on ``b`` by a step worth a node: 10 % of what is left to gain, at least MIN_GAIN."""
+        if hook:
+            need = max(MIN_GAIN, RELATIVE_GAIN * (ideal_metric - b.metric))
+            if a.metric > b.metric + need:
+                return True
+            return abs(a.metric - b.metric) <= MIN_GAIN and a.cosine > b.cosine + max(MIN_GAIN, RELATIVE_GAIN * (target_cosine - b.cosine))
+        return a.cosine > b.cosine + max(MIN_GAIN, RELATIVE_GAIN * (target_cosine - b.cosine))
+
+    pool = [s for s in ranking if max(s.order) > 0][: candidates or max(5, len(ranking) // 4)]
+    total = len(pool) * 2
+    tick = 0
+    for phase in ("cheap", "cpu"):
+        for s in pool:
+            tick += 1
+            if progress:
+                progress("auto", tick, total)
+            if done(cur):
+                break
+            if phase == "cpu" and (cur.node_info.get(s.name) or {}).get("ON") == "CPU":
+                continue
+            if phase == "cheap" and s.name in res.changed:
+                continue
+            best: tuple[str, Measured] | None = None
+            for name, entry in (remedies_for(s) if phase == "cheap" else [CPU]):
+                info = merge(cur.node_info, s.name, entry)
+                try:
+                    m = session.measure(session.calibrate(info), info)
+                except Exception as exc:  # a remedy that cannot be built is skipped, and said so
+                    res.steps.append(Step(name, s.name, float("nan"), {}, float("nan"), None, False, f"not applicable: {type(exc).__name__}: {str(exc)[:120]}"))
+                    continue
+                m.fps = estimate_fps(session, m) if name in STRUCTURAL else cur.fps
+                kept_ok = m.fps is None or m.fps >= floor_fps
+                note = "" if kept_ok else f"over the FPS budget ({m.fps:.1f} < {floor_fps:.1f})"
+                if kept_ok and better(m, cur) and (best is None or better(m, best[1])):
+                    best = (name, m)
+                res.steps.append(Step(name, s.name, m.cosine, {o: v["cosine"] for o, v in m.outputs.items()}, m.metric, m.fps, False, note))
+                log.info("auto: %s on %s: worst cosine %.5f, metric %.5g, FPS %s %s", name, s.name, m.cosine, m.metric, m.fps, note)
+                if best is not None and done(best[1]):
+                    break
+            if best is not None:
+                for st in reversed(res.steps):
+                    if st.node == s.name and st.remedy == best[0]:
+                        st.kept = True
+                        break
+                cur = best[1]
+                if s.name not in res.changed:
+                    res.changed.append(s.name)
+        if done(cur):
+            break
+    res.node_info = cur.node_info
+    res.final = cur
+    res.reached = done(cur)
+    return res

@@ -1,0 +1,190 @@
+"""The calibrated graph with every fake-quantizer behind a switch: one model, one session, many analyses.
+
+Each ``HzCalibration`` node k of the calibrated model (an activation tensor or a weight) becomes
+``y = x + mask[k] * (fq(x) - x)`` where ``mask`` is a float input of the model: 1 quantizes that
+tensor, 0 leaves it float. "Quantize only this node", "de-quantize only this node", "every node
+with float inputs" and the fully quantized model are then feeds of the same onnxruntime session,
+which is built once (its build is the expensive part on a large model).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hbtool.ir.graph import Graph
+from hbtool.quant.calibrated_model import CALIBRATION_OP
+from hbtool.quant.collect import float_session
+from hbtool.quant.plan import SCALE_PRESERVING
+
+MASK = "hb_debug_mask"
+
+
+@dataclass(frozen=True)
+class Quantizer:
+    """One fake-quantizer: which tensor, activation or weight, and the node it belongs to."""
+
+    index: int
+    kind: str          # "act" | "weight"
+    owner: str         # the node that writes the activation (or reads the weight); an input's own name
+    float_name: str    # the tensor in the float graph
+    quant_name: str    # the (switchable) quantized value in the masked graph
+    bits: int
+    fq_name: str = ""  # the raw fake-quantized value (before the switch)
+
+
+@dataclass
+class DebugNode:
+    """A quantized node of the ranking: its own quantizers (outputs, weights) and those of its inputs."""
+
+    name: str
+    op_type: str
+    acts: list[int] = field(default_factory=list)
+    weights: list[int] = field(default_factory=list)
+    inputs: list[int] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+
+
+class MaskedModel:
+    """The switchable model and the quantizers it holds."""
+
+    def __init__(self, calibrated: Graph, float_graph: Graph):
+        g = calibrated.copy()
+        cal_nodes = [n for n in g.nodes if n.op_type == CALIBRATION_OP]
+        producers = g.producer_map()
+        consumers = g.consumer_map()
+        self.quantizers: list[Quantizer] = []
+        g.inputs.append(MASK)
+        g.set_value(MASK, (max(len(cal_nodes), 1),), np.float32)
+        for k, node in enumerate(cal_nodes):
+            src, dst = node.inputs[0], node.outputs[0]
+            weight = node.attrs.get("method") == "weight"
+            if weight:
+                users = consumers.get(dst, [])
+                owner = users[0].name if users else dst
+                float_name = src
+            else:
+                p = producers.get(src)
+                float_name = dst if dst in g.outputs else src
+                owner = p.name if p is not None else float_name
+            v = g.values.get(dst)
+            fq = g.unique_name(f"{dst}_fq")
+            g.set_value(fq, v.shape if v else None, v.dtype if v is not None and v.dtype is not None else np.float32)
+            node.outputs = [fq]
+            idx = g.add_const(np.array(k, np.int64), hint="mask_index")
+            m = g.add_node("Gather", [MASK, idx], 1, {"axis": 0}, name=f"{dst}_mask").outputs[0]
+            g.set_value(m, (), np.float32)
+            d = g.add_node("Sub", [fq, src], 1, name=f"{dst}_delta").outputs[0]
+            e = g.add_node("Mul", [d, m], 1, name=f"{dst}_switched").outputs[0]
+            for t in (d, e):
+                g.set_value(t, v.shape if v else None, np.float32)
+            g.add_node("Add", [src, e], [dst], name=f"{dst}_switch")
+            self.quantizers.append(Quantizer(k, "weight" if weight else "act", owner, float_name, dst, int(node.attrs.get("bits", 8)), fq))
+        g.toposort()
+        self.graph = g
+        self.size = len(cal_nodes)
+        self.nodes = self._debug_nodes(float_graph)
+        self._sessions: dict[tuple[str, ...], object] = {}
+        self._quant_of = {q.float_name: q.quant_name for q in self.quantizers if q.kind == "act"}
+
+    def _debug_nodes(self, float_graph: Graph) -> list[DebugNode]:
+        by_owner: dict[str, list[Quantizer]] = {}
+        act_of: dict[str, int] = {}
+        fnodes = {n.name: n for n in float_graph.nodes}
+        producers = float_graph.producer_map()
+        for q in self.quantizers:
+            by_owner.setdefault(self._compute_owner(q, fnodes, producers), []).append(q)
+            if q.kind == "act":
+                act_of[q.float_name] = q.index
+        out = []
+        for node in float_graph.nodes:
+            if node.meta.get("on") != "BPU" or node.op_type in SCALE_PRESERVING:
+                continue
+            own = by_owner.get(node.name, [])
+            dn = DebugNode(node.name, node.op_type, [q.index for q in own if q.kind == "act"], [q.index for q in own if q.kind == "weight"],
+                           [act_of[i] for i in node.inputs if i in act_of], [o for o in node.outputs if o])
+            if dn.acts or dn.weights:
+                out.append(dn)
+        return out
+
+    @staticmethod
+    def _compute_owner(q: Quantizer, fnodes, producers) -> str:
+        """The node an activation quantizer belongs to: through Reshape/Transpose/... up to the op that computed it.
+
+        A data-movement op keeps its input's scale, so its output is quantized again with the
+        same scale; de-quantizing only the computing node's output would change nothing.
+        """
+        owner = q.owner
+        if q.kind != "act":
+            return owner
+        for _ in range(64):
+            node = fnodes.get(owner)
+            if node is None or node.op_type not in SCALE_PRESERVING or node.op_type == "Concat":
+                return owner
+            data = [i for i in node.inputs if i and i in producers]
+            if not data:
+                return owner
+            owner = producers[data[0]].name
+        return owner
+
+    def isolated_model(self) -> tuple[Graph, dict[str, tuple[str, str]]]:
+        """A copy of the masked graph with a shadow of every ranked node quantized alone, and ``{node: (float, shadow)}``.
+
+        The shadow of node n reads the raw fake-quantized values (``*_fq``) of n's inputs and
+        weights, and its output goes through a copy of n's output quantizer. Run with every mask
+        at 0 the main graph is the float model, so each ``*_fq`` is the quantized *float* input:
+        one run gives the op error of every node (instead of one run per node).
+        """
+        g = self.graph.copy()
+        by_name = {n.name: n for n in g.nodes}
+        fq_of = {q.quant_name: q.fq_name for q in self.quantizers}
+        quantizer_of = {n.inputs[0]: n for n in g.nodes if n.op_type == CALIBRATION_OP}
+        pairs: dict[str, tuple[str, str]] = {}
+        for dn in self.nodes:
+            node = by_name.get(dn.name)
+            if node is None or not node.outputs or not node.outputs[0]:
+                continue
+            outs = [g.unique_name(f"{o}_alone") if o else "" for o in node.outputs]
+            for o, new in zip(node.outputs, outs):
+                if new:
+                    v = g.values.get(o)
+                    g.set_value(new, v.shape if v else None, v.dtype if v is not None and v.dtype is not None else np.float32)
+            g.add_node(node.op_type, [fq_of.get(i, i) for i in node.inputs], outs, dict(node.attrs), name=f"{node.name}_alone",
+                       domain=node.domain, body=node.body)
+            first = node.outputs[0]
+            q = quantizer_of.get(first)
+            shadow = outs[0]
+            if q is not None:
+                shadow = g.unique_name(f"{first}_alone_q")
+                v = g.values.get(first)
+                g.set_value(shadow, v.shape if v else None, np.float32)
+                g.add_node(q.op_type, [outs[0]], [shadow], dict(q.attrs), name=f"{q.name}_alone", domain=q.domain, body=q.body)
+            float_value = self.quant_value(dn.outputs[0])  # with every mask at 0: the float value
+            pairs[dn.name] = (float_value, shadow)
+        g.toposort()
+        return g, pairs
+
+    def quant_value(self, tensor: str) -> str:
+        """The masked graph's name for float tensor ``tensor`` (its switchable quantized value)."""
+        return self._quant_of.get(tensor, tensor)
+
+    def mask(self, on: list[int] | None = None, off: list[int] | None = None) -> np.ndarray:
+        """All quantizers off except ``on``, or (with ``off``) all on except ``off``."""
+        if off is not None:
+            m = np.ones(max(self.size, 1), np.float32)
+            m[list(off)] = 0.0
+        else:
+            m = np.zeros(max(self.size, 1), np.float32)
+            m[list(on or [])] = 1.0
+        return m
+
+    def session(self, extra: tuple[str, ...] = ()):
+        if extra not in self._sessions:
+            self._sessions[extra] = float_session(self.graph, list(extra), basic=True)
+        return self._sessions[extra]
+
+    def run(self, feeds: list[dict[str, np.ndarray]], mask: np.ndarray, names: list[str], extra: tuple[str, ...] = ()) -> list[list[np.ndarray]]:
+        """``names`` for every feed with the quantizers set by ``mask``."""
+        sess = self.session(extra)
+        return [sess.run(names, {**f, MASK: mask}) for f in feeds]

@@ -1,0 +1,78 @@
+"""The error metrics of the debug tables, each with the direction that is better.
+
+A model with several outputs (a detector's boxes and scores) is judged per output and the
+worst output decides: one cosine over a concatenation would let a large, easy output hide a
+broken small one.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+#: metric -> "higher" or "lower" (which way is better); the order of the table columns
+DIRECTION = {"cosine": "higher", "mse": "lower", "sqnr_db": "higher", "l1": "lower", "chebyshev": "lower"}
+
+#: the built-in names ``debug_parameters.metric`` accepts -> the column that is ranked
+BUILTIN = {"cosine": "cosine", "mse": "mse", "sqnr": "sqnr_db", "chebyshev": "chebyshev", "mre": "mre"}
+
+
+class Accumulator:
+    """Running float-vs-quantized errors of one tensor over many samples (nothing kept)."""
+
+    def __init__(self) -> None:
+        self.dot = self.nf = self.nq = self.sq = self.abs = self.ref_abs = 0.0
+        self.cheb = 0.0
+        self.n = 0
+
+    def update(self, ref: np.ndarray, got: np.ndarray) -> None:
+        r = np.ascontiguousarray(ref, np.float32).reshape(-1)
+        g = np.ascontiguousarray(got, np.float32).reshape(-1)
+        d = r - g
+        self.dot += float(np.dot(r, g))
+        self.nf += float(np.dot(r, r))
+        self.nq += float(np.dot(g, g))
+        self.sq += float(np.dot(d, d))
+        self.abs += float(np.abs(d).sum(dtype=np.float64))
+        self.ref_abs += float(np.abs(r).sum(dtype=np.float64))
+        self.cheb = max(self.cheb, float(np.abs(d).max()) if d.size else 0.0)
+        self.n += d.size
+
+    def result(self) -> dict[str, float]:
+        n = max(self.n, 1)
+        if self.nf == 0 and self.nq == 0:
+            cos = 1.0
+        elif self.nf == 0 or self.nq == 0:
+            cos = 0.0
+        else:
+            cos = self.dot / np.sqrt(self.nf * self.nq)
+        sqnr = 10 * np.log10(self.nf / self.sq) if self.sq > 0 else (200.0 if self.nf > 0 else 0.0)
+        return {"cosine": float(min(cos, 1.0)), "mse": self.sq / n, "sqnr_db": float(min(sqnr, 200.0)), "l1": self.abs / n,
+                "chebyshev": self.cheb, "mre": self.abs / max(self.ref_abs, 1e-30)}
+
+
+def errors(ref: np.ndarray, got: np.ndarray) -> dict[str, float]:
+    acc = Accumulator()
+    acc.update(ref, got)
+    return acc.result()
+
+
+def per_output(float_out: Mapping[str, np.ndarray], quant_out: Mapping[str, np.ndarray]) -> dict[str, dict[str, float]]:
+    """``{output: metrics}`` of outputs stacked over the samples."""
+    return {name: errors(float_out[name], quant_out[name]) for name in float_out}
+
+
+def worst(per_out: Mapping[str, Mapping[str, float]], metric: str = "cosine") -> float:
+    """The worst output's value of ``metric`` (the smallest where higher is better)."""
+    vals = [m[metric] for m in per_out.values()]
+    if not vals:
+        return 1.0
+    return min(vals) if DIRECTION.get(metric, "lower") == "higher" else max(vals)
+
+
+def score(per_out: Mapping[str, Mapping[str, float]], metric: str) -> float:
+    """A higher-is-better number for a built-in metric of the worst output (errors are negated)."""
+    column = BUILTIN[metric]
+    value = worst(per_out, column)
+    return value if DIRECTION.get(column, "lower") == "higher" else -value

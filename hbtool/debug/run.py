@@ -1,0 +1,173 @@
+"""``hbtool debug``: the library entry the CLI wraps, and the files it writes.
+
+Order: calibrate the config in-process (statistics kept), the switchable fake-quant model, op and
+model error along the graph (with range flags), the sensitivity ranking, then with ``auto`` the
+greedy remedies. Everything the report shows is in ``debug.json``; the files are written at the
+end, together.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import yaml
+
+from hbtool.config import HbConfig
+from hbtool.debug.analysis.graph_errors import NodeErrors, graph_errors
+from hbtool.debug.analysis.ranges import RangeFlag, RangeObserver, activation_flags, weight_flags
+from hbtool.debug.auto import AutoResult, run_auto
+from hbtool.debug.masked import MaskedModel
+from hbtool.debug.metrics import DIRECTION
+from hbtool.debug.metrics_hook import resolve_metric
+from hbtool.debug.sensitivity import Sensitivity, rank
+from hbtool.debug.session import DebugSession, open_session
+from hbtool.errors import InputError
+
+Progress = Callable[[str, int, int], None]
+
+#: samples of the O(nodes) loops (sensitivity, isolated error); the accumulated pass uses all.
+#: A model of a giga-MAC or more gets half (as calibrate's candidate evaluation does)
+SENSITIVITY_SAMPLES = 4
+LARGE_MACS = 1e9
+
+
+@dataclass
+class DebugResult:
+    session: DebugSession
+    model: MaskedModel
+    node_errors: list[NodeErrors]
+    flags: list[RangeFlag]
+    ranking: list[Sensitivity]
+    reference: dict[str, float]
+    observer: RangeObserver
+    auto: AutoResult | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+    files: list[Path] = field(default_factory=list)
+    data: dict[str, Any] | None = None     # what debug.json holds, once written
+
+
+def parse_fps_loss(text: str | float) -> float:
+    """``10%`` or ``0.1`` -> 0.1."""
+    s = str(text).strip()
+    try:
+        v = float(s[:-1]) / 100 if s.endswith("%") else float(s)
+    except ValueError:
+        raise InputError(f"--max-fps-loss {text}: not a fraction", "write it like 10% or 0.1") from None
+    if not 0 <= v < 1:
+        raise InputError(f"--max-fps-loss {text}: must be at least 0 and below 100%", "write it like 10% or 0.1")
+    return v
+
+
+def run_debug(cfg: HbConfig, auto: bool = False, target_cosine: float = 0.99, max_fps_loss: float = 0.10,
+              samples: int | None = None, progress: Progress | None = None, sensitivity_samples: int | None = None,
+              candidates: int | None = None) -> DebugResult:
+    """Analyse (and with ``auto`` fix) the config's quantized model; writes nothing (see :func:`write_debug`)."""
+    if not 0 < target_cosine <= 1:
+        raise InputError(f"--target-cosine {target_cosine}: must be in (0, 1]", "write it like 0.99")
+    base_dir = cfg.source.parent if cfg.source is not None else cfg.base_dir
+    metric = resolve_metric(cfg.debug.metric, base_dir)
+    n = int(samples or cfg.debug.num_samples)
+    t = {"start": time.perf_counter()}
+    session = open_session(cfg, metric, n, progress)
+    t["calibrate"] = time.perf_counter()
+    model = MaskedModel(session.base.calibrated, session.base.graph)
+    lnin = {nd.inputs[0] for nd in session.base.graph.nodes if nd.op_type in ("LayerNormalization", "ChannelLayerNorm")}
+    watched = [nd.outputs[0] for nd in model.nodes] + sorted(lnin)
+    observer = RangeObserver(list(dict.fromkeys(watched)), lnin)
+    if sensitivity_samples is None:
+        from hbtool.quant.calibrate import _total_macs
+
+        sensitivity_samples = SENSITIVITY_SAMPLES // 2 if _total_macs(session.base.graph) >= LARGE_MACS else SENSITIVITY_SAMPLES
+    k = min(sensitivity_samples, len(session.samples))
+    errs = graph_errors(model, session.base.graph, session.samples, k, progress, observer)
+    owners = {nd.outputs[0]: nd.name for nd in model.nodes}
+    flags = activation_flags(observer, owners) + weight_flags(session.base.graph)
+    t["analysis"] = time.perf_counter()
+    sub = session.samples[:k]
+    sub_float = {o: v[: k * (v.shape[0] // max(len(session.samples), 1))] for o, v in session.float_outputs.items()}
+    ranking, reference = rank(model, sub, session.output_names, sub_float, metric, progress)
+    t["sensitivity"] = time.perf_counter()
+    result = DebugResult(session, model, errs, flags, ranking, reference, observer)
+    if auto:
+        ideal = metric.value(session.float_outputs, session.float_outputs)
+        result.auto = run_auto(session, ranking, target_cosine, max_fps_loss, ideal, candidates, progress=progress)
+        t["auto"] = time.perf_counter()
+    keys = list(t)
+    result.seconds = {b: t[b] - t[a] for a, b in zip(keys, keys[1:])}
+    result.seconds["total"] = t[keys[-1]] - t["start"]
+    return result
+
+
+def fragment(node_info: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The ``model_parameters.node_info`` fragment (unset sub-keys dropped)."""
+    clean = {}
+    for node, entry in node_info.items():
+        e = {k: v for k, v in (entry or {}).items() if v is not None}
+        if e:
+            clean[node] = e
+    return {"model_parameters": {"node_info": clean}}
+
+
+def to_json(r: DebugResult) -> dict[str, Any]:
+    s = r.session
+    out: dict[str, Any] = {
+        "metric": s.metric.name,
+        "metric_is_hook": s.metric.is_hook,
+        "directions": DIRECTION,
+        "samples": len(s.samples),
+        "seconds": r.seconds,
+        "calibration_method": s.base.method,
+        "reference": r.reference,
+        "outputs": {o: m for o, m in s.measure(s.base, s.cfg.model.node_info).outputs.items()},
+        "nodes": [asdict(e) for e in r.node_errors],
+        "range_flags": [asdict(f) for f in r.flags],
+        "sensitivity": [{**asdict(x), "sensitivity": x.sensitivity, "kind": x.kind()} for x in r.ranking],
+    }
+    if r.auto is not None:
+        a = r.auto
+        out["auto"] = {"steps": [asdict(st) for st in a.steps], "node_info": fragment(a.node_info)["model_parameters"]["node_info"],
+                       "changed": a.changed, "quantized_nodes": a.quantized_nodes, "base_fps": a.base_fps,
+                       "final_fps": a.final.fps if a.final else None, "reached": a.reached,
+                       "final_outputs": a.final.outputs if a.final else None, "final_metric": a.final.metric if a.final else None}
+    return out
+
+
+def plain(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [plain(v) for v in x]
+    if isinstance(x, (np.floating, np.integer)):
+        return x.item()
+    if isinstance(x, float) and not np.isfinite(x):
+        return None
+    return x
+
+
+def write_debug(r: DebugResult, out_dir: Path) -> list[Path]:
+    """``debug.json``, ``debug_report.html`` + PNGs and, after ``--auto``, node_info.yaml and the two models."""
+    from hbtool.debug.report_html import write_report
+    from hbtool.ir.onnx_export import to_onnx
+    from hbtool.utils.atomic import atomic_write_files
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data = plain(to_json(r))
+    r.data = data
+    payloads: dict[Path, bytes] = {out_dir / "debug.json": (json.dumps(data, indent=1) + "\n").encode()}
+    if r.auto is not None and r.auto.final is not None:
+        prefix = r.session.cfg.model.output_model_file_prefix
+        final = r.auto.final.result
+        head = "# hbtool debug --auto: paste under model_parameters in the config (it replaces node_info)\n"
+        payloads[out_dir / "node_info.yaml"] = (head + yaml.safe_dump(fragment(r.auto.node_info), sort_keys=False)).encode()
+        payloads[out_dir / f"{prefix}_calibrated_model.onnx"] = to_onnx(final.calibrated, stage="calibrated").SerializeToString()
+        payloads[out_dir / f"{prefix}_quantized_model.onnx"] = to_onnx(final.quantized, stage="quantized").SerializeToString()
+    payloads.update(write_report(r, data, out_dir))
+    atomic_write_files(payloads)
+    r.files = sorted(payloads)
+    return r.files

@@ -1,0 +1,117 @@
+"""The debugger's starting point: the config calibrated in-process, its samples and float references.
+
+Calibration is re-run from the config rather than read back from ``working_dir``: the debugger
+needs the statistics (to re-quantize with another ``node_info`` in seconds, bit for bit what
+plain ``hbtool calibrate`` would produce with it) and the float graph with its placement, which
+the files do not hold. Every variant is measured on its real quantized model (the integer
+program's ONNX form), on the same samples.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from hbtool.config import HbConfig
+from hbtool.debug.metrics import per_output, worst
+from hbtool.debug.metrics_hook import Metric
+from hbtool.quant.calibrate import CalibrationResult, run_calibration
+from hbtool.quant.collect import float_session
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class Measured:
+    """A quantized variant measured on the debug samples."""
+
+    node_info: dict[str, dict[str, Any]]
+    outputs: dict[str, dict[str, float]]     # per model output: cosine, mse, sqnr_db, l1, chebyshev, mre
+    metric: float                              # the ranked metric (the hook's value, or the built-in's score)
+    result: CalibrationResult | None = None
+    fps: float | None = None
+
+    @property
+    def cosine(self) -> float:
+        return worst(self.outputs, "cosine")
+
+
+@dataclass
+class DebugSession:
+    cfg: HbConfig
+    base: CalibrationResult
+    samples: list[dict[str, np.ndarray]]
+    float_outputs: dict[str, np.ndarray]      # output name -> stacked over the samples
+    metric: Metric
+    stats_cache: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self.base.graph.outputs)
+
+    def config_with(self, node_info: dict[str, dict[str, Any]]) -> HbConfig:
+        cfg = copy.copy(self.cfg)
+        cfg.model = copy.copy(self.cfg.model)
+        cfg.model.node_info = node_info
+        return cfg
+
+    def calibrate(self, node_info: dict[str, dict[str, Any]]) -> CalibrationResult:
+        """What ``hbtool calibrate`` gives with this node_info (statistics reused: same numbers)."""
+        return run_calibration(self.config_with(node_info), stats_cache=self.stats_cache)
+
+    def measure(self, result: CalibrationResult, node_info: dict[str, dict[str, Any]]) -> Measured:
+        from hbtool.quant.calibrate import runtime_feeds
+
+        # the quantized model takes the chip's buffer (nv12, ...) where the config says so: feed it
+        # the samples converted as the camera would, as calibrate's own evaluation does
+        convert = runtime_feeds(self.cfg, list(result.quantized.inputs))
+        samples = [convert(s) for s in self.samples] if convert else self.samples
+        quant = run_outputs(result.quantized, samples, self.output_names)
+        outs = per_output(self.float_outputs, quant)
+        return Measured(node_info, outs, self.metric.value(quant, self.float_outputs), result)
+
+
+def run_outputs(graph, samples: list[dict[str, np.ndarray]], names: list[str]) -> dict[str, np.ndarray]:
+    """``{output: values stacked over the samples}`` of an IR graph run in onnxruntime."""
+    sess = float_session(graph, basic=True)
+    rows = [sess.run(names, s) for s in samples]
+    return {n: np.concatenate([np.asarray(r[k]) for r in rows]) for k, n in enumerate(names)}
+
+
+def debug_samples(cfg: HbConfig, graph, count: int) -> list[dict[str, np.ndarray]]:
+    """The first ``count`` samples of ``debug_parameters.data_dir``, else of the calibration data."""
+    from hbtool.quant.data import load_calibration_data
+
+    data_cfg = cfg
+    data_dir = getattr(cfg.debug, "data_dir", None)
+    if data_dir is not None:
+        from hbtool.errors import InputError
+
+        if not data_dir.is_dir():
+            raise InputError(f"debug_parameters.data_dir {data_dir}: not a folder", "give the folder of debug samples (same format as cal_data_dir)")
+        if len(cfg.inputs) > 1:
+            folders = [data_dir / str(inp.name) for inp in cfg.inputs]
+        else:
+            folders = [data_dir]
+        data_cfg = copy.copy(cfg)
+        data_cfg.inputs = [copy.copy(i) for i in cfg.inputs]
+        for inp, folder in zip(data_cfg.inputs, folders):
+            inp.cal_data_dir = folder
+        data_cfg.calibration = copy.copy(cfg.calibration)
+        data_cfg.calibration.cal_data_dir = folders
+        if data_cfg.calibration.calibration_type in ("skip", "load"):
+            data_cfg.calibration.calibration_type = "default"
+    data = load_calibration_data(data_cfg, graph, max_samples=count)
+    return [data.sample(i) for i in range(min(count, data.num_samples))]
+
+
+def open_session(cfg: HbConfig, metric: Metric, samples: int, progress: Progress | None = None) -> DebugSession:
+    """Calibrate the config (keeping the statistics) and run the float model on the debug samples."""
+    cache: dict[str, Any] = {}
+    base = run_calibration(cfg, progress=progress, stats_cache=cache)
+    feeds = debug_samples(cfg, base.graph, samples)
+    float_out = run_outputs(base.graph, feeds, list(base.graph.outputs))
+    return DebugSession(cfg, base, feeds, float_out, metric, cache)
