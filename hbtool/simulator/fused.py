@@ -17,6 +17,7 @@ Rounding modes are passed as small ints (:data:`MODE_CODES`).
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 import time
@@ -254,12 +255,8 @@ def _request(key: tuple) -> None:
             _WORKER[0].start()
 
 
-def _compile_pending() -> None:
-    """Start a compiler process for the requests made in the last 50 ms, until none is pending.
-
-    Each batch gets its own process, started at once (not after the previous one finished), so
-    everything a run asked for is being compiled before it exits; at a lower priority (nice 10),
-    so that on a busy machine it takes the cores the run leaves idle rather than the run's."""
+def _launch(batch: list) -> None:
+    """Start one compiler process (nice 10) for ``batch`` and a thread that notes when it finished."""
     import pickle
     import subprocess
     import sys
@@ -269,13 +266,32 @@ def _compile_pending() -> None:
     env = dict(os.environ, NUMBA_CACHE_DIR=str(_numba_config.CACHE_DIR or ""),
                PYTHONPATH=os.pathsep.join([package_root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
 
-    def wait(proc, batch):
+    def wait(proc):
         try:
             if proc.wait() != 0:
                 _FAILED.update(batch)
         finally:
             _FINISHED[0] += 1
 
+    with tempfile.NamedTemporaryFile("wb", suffix=".pkl", delete=False) as f:
+        pickle.dump(batch, f)
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", "import os, sys; os.nice(10); from hbtool.simulator import fused; "
+                                 "fused.compile_requests(sys.argv[1])", f.name], env=env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError:
+        _FAILED.update(batch)
+        return
+    threading.Thread(target=wait, args=(proc,), name="hbtool-sim-compile-wait", daemon=True).start()
+
+
+def _compile_pending() -> None:
+    """Start a compiler process for the requests made in the last 50 ms, until none is pending.
+
+    Each batch gets its own process, started at once (not after the previous one finished), so
+    everything a run asked for is being compiled before it exits (what is still pending at exit
+    is started by :func:`_flush_at_exit`); at a lower priority (nice 10), so that on a busy machine
+    it takes the cores the run leaves idle rather than the run's."""
     while True:
         time.sleep(0.05)  # the requests of one pass over the program go to one process
         with _LOCK:
@@ -284,16 +300,18 @@ def _compile_pending() -> None:
             if not batch:
                 _WORKER[0] = None
                 return
-        with tempfile.NamedTemporaryFile("wb", suffix=".pkl", delete=False) as f:
-            pickle.dump(batch, f)
-        try:
-            proc = subprocess.Popen([sys.executable, "-c", "import os, sys; os.nice(10); from hbtool.simulator import fused; "
-                                     "fused.compile_requests(sys.argv[1])", f.name], env=env,
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        except OSError:
-            _FAILED.update(batch)
-            continue
-        threading.Thread(target=wait, args=(proc, batch), name="hbtool-sim-compile-wait", daemon=True).start()
+        _launch(batch)
+
+
+def _flush_at_exit() -> None:
+    with _LOCK:
+        batch = list(_PENDING)
+        _PENDING.clear()
+    if batch:
+        _launch(batch)
+
+
+atexit.register(_flush_at_exit)
 
 
 def compile_requests(path: str) -> None:
