@@ -710,10 +710,10 @@ def accelerate(kernel, threads: int | None = None) -> Callable | None:
             fast = build(kernel, threads) if build is not None else None
     except Exception:  # an unexpected kernel layout: the kernel's own form is always correct
         return None
-    return None if fast is None else _numpy_until_compiled(fast, kernel.apply_numpy)
+    return fast
 
 
-def _numpy_until_compiled(fast: Callable, numpy_form: Callable) -> Callable:
+def numpy_until_compiled(fast: Callable, numpy_form: Callable) -> Callable:
     """``fast``, or the kernel's numpy form while a loop it needs is still compiling in the background
     (:func:`fused.compile_in_background`: a loop not compiled yet does not run, and the call's result
     is replaced by the numpy form's, the definition the loops equal bit for bit)."""
@@ -722,8 +722,11 @@ def _numpy_until_compiled(fast: Callable, numpy_form: Callable) -> Callable:
         if not fused.background():
             return fast(*args)
         fused.start_call()
-        with np.errstate(all="ignore"):  # a skipped call's products ran on unset buffers
-            y = fast(*args)
-        return numpy_form(*args) if fused.call_skipped() else y
+        try:
+            with np.errstate(all="ignore"):  # a skipped call's products ran on unset buffers
+                y = fast(*args)
+        finally:
+            skipped = fused.end_call()
+        return numpy_form(*args) if skipped else y
 
     return run

@@ -139,7 +139,7 @@ def over_rows(loop, rows: int, work: int, *args) -> None:
     With :func:`compile_in_background` on, does nothing (and marks the kernel call skipped, see
     :func:`call_skipped`) when this signature is neither compiled here nor in the on-disk cache,
     or an earlier loop of the same call was skipped."""
-    if _BACKGROUND[0] and (not _compiled(loop, args) or getattr(_CALL, "skipped", False)):
+    if _BACKGROUND[0] and getattr(_CALL, "active", False) and (getattr(_CALL, "skipped", False) or not _compiled(loop, args)):
         _CALL.skipped = True
         return
     threads = min(_THREADS[0], rows)
@@ -191,6 +191,14 @@ def background() -> bool:
 def start_call() -> None:
     """A kernel call begins: its loops run until one is found not compiled (then none runs after it)."""
     _CALL.skipped = False
+    _CALL.active = True
+
+
+def end_call() -> bool:
+    """The kernel call begun by :func:`start_call` ended: whether a loop of it was skipped (see
+    :func:`call_skipped`). Loops called outside such a call (the library's direct uses) never skip."""
+    _CALL.active = False
+    return call_skipped()
 
 
 def call_skipped() -> bool:
