@@ -139,7 +139,7 @@ def over_rows(loop, rows: int, work: int, *args) -> None:
     With :func:`compile_in_background` on, does nothing (and marks the kernel call skipped, see
     :func:`call_skipped`) when this signature is neither compiled here nor in the on-disk cache,
     or an earlier loop of the same call was skipped."""
-    if _BACKGROUND[0] and getattr(_CALL, "active", False) and (getattr(_CALL, "skipped", False) or not _compiled(loop, args)):
+    if _BACKGROUND[0] and getattr(_CALL, "active", False) and (not _compiled(loop, args) or getattr(_CALL, "skipped", False)):
         _CALL.skipped = True
         return
     threads = min(_THREADS[0], rows)
