@@ -11,8 +11,8 @@ compounds through depth. So this module takes the other route:
   milliseconds for a recogniser), and executes that program node by node in torch.
 * The **forward value** of every node is the kernel's integer result: weighted kernels (Conv,
   Linear from Conv/Gemm/MatMul/Linear) accumulate the integer codes in torch, exactly
-  (float32 while the accumulator bound is at most 2**24, else the kernel's own exact numpy
-  accumulation) and requantize with the kernel's own :class:`~hbtool.kernels.requantize.Requantize`;
+  (float32 while the accumulator bound is at most 2**24; int16 inputs split into two bytes,
+  each product exact in float32, joined in int64) and requantize with the kernel's own :class:`~hbtool.kernels.requantize.Requantize`;
   every other kernel (tables, Softmax, LayerNorm, Add, Mul, pools...) runs its numpy form.
   Data movement runs in torch on the codes; CPU nodes run in torch in float.
 * The **gradient** comes from a float surrogate of each node (:mod:`hbtool.qat.fake_quant`):
