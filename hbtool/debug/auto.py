@@ -6,6 +6,8 @@ For the nodes of the sensitivity ranking, in rank order, the remedies the rankin
    node's activations matter: the tensor unit runs the node at half speed, nothing moves;
 2. weight remedies on that node only (``Weight: mse``, ``bias_correction``, ``adaround``) where
    its weights matter: the integer program keeps its shape, so the FPS does not change;
+   With a task metric, the weight-only ranking's top nodes (:func:`weight_pool`) join the
+   candidates with learned rounding;
 3. after a pass over every candidate, CPU placement (``ON: CPU``) as the last resort: exact,
    but it splits the BPU program and runs the node in float on the CPU.
 
