@@ -55,6 +55,7 @@ def main() -> None:
     ap.add_argument("--cal-samples", type=int, default=32)
     ap.add_argument("--sensitivity-samples", type=int, default=None)
     ap.add_argument("--candidates", type=int, default=None, help="--auto tries the top N of the ranking (default: a quarter, at least 5)")
+    ap.add_argument("--weight-samples", type=int, default=None, help="samples of the weight-only ranking (task metric)")
     ap.add_argument("--no-auto", action="store_true")
     ap.add_argument("--max-fps-loss", type=float, default=0.10)
     args = ap.parse_args()
@@ -89,14 +90,15 @@ def main() -> None:
         (case / "debug_metrics.py").write_text((HERE / "debug_metrics.py").read_text())
         t1 = time.perf_counter()
         r = run_debug(load_config(path), auto=not args.no_auto, samples=args.samples, max_fps_loss=args.max_fps_loss,
-                      sensitivity_samples=args.sensitivity_samples, candidates=args.candidates, progress=_printer())
+                      sensitivity_samples=args.sensitivity_samples, candidates=args.candidates, weight_samples=args.weight_samples, progress=_printer())
         write_debug(r, case / "debug")
         row = {"model": spec.name, "quantized_nodes": len(r.model.nodes), "seconds": r.seconds, "data_seconds": t1 - t0,
                "ptq_cosine": min(m["cosine"] for m in r.session.measure(r.session.base, r.session.cfg.model.node_info).outputs.values())}
         if r.auto is not None:
             a = r.auto
             row.update(ptq_metric=a.steps[0].metric, final_metric=a.final.metric, final_cosine=a.final.cosine,
-                       base_fps=a.base_fps, final_fps=a.final.fps, changed=a.changed, node_info=a.node_info, reached=a.reached)
+                       base_fps=a.base_fps, final_fps=a.final.fps, changed=a.changed, node_info=a.node_info, reached=a.reached,
+                       weight_top=[(g.name, round(g.metric_gain, 4), round(g.cosine_gain, 5)) for g in r.weight_ranking[:8]])
         print(json.dumps(row, default=str), flush=True)
 
 

@@ -129,10 +129,11 @@ def test_optimization_refusals_say_what_to_write(value, text):
     assert text in str(info.value) and "did you mean" not in str(info.value)
 
 
-def _plan_bits(tmp_path, optimization: str | None, model: Path) -> dict[str, int]:
+def _plan_bits(tmp_path, optimization: str | None, model: Path, march: str = "bayes-e") -> dict[str, int]:
     from hbtool.quant.calibrate import run_calibration
 
     extra = {"calibration_parameters": {"optimization": optimization}} if optimization else {}
+    extra["model_parameters"] = {"march": march}
     cfg = config_from_dict(image_cfg(tmp_path, model, **extra), base_dir=tmp_path)
     res = run_calibration(cfg)
     return {t: q.bits for t, q in res.plan.tensors.items()}
@@ -146,8 +147,9 @@ def test_set_all_nodes_int16_puts_every_bpu_tensor_in_int16(tmp_path):
 
 def test_set_softmax_int8_keeps_softmax_in_int8_where_auto_int16_chose_int16(tmp_path):
     model = conv_model(tmp_path / "m.onnx", tail_softmax=True)
-    auto = _plan_bits(tmp_path, None, model)
-    pinned = _plan_bits(tmp_path, "set_Softmax_input_int8,set_Softmax_output_int8", model)
+    # J5: auto_int16 is on by default there (on X5 it is off unless asked for)
+    auto = _plan_bits(tmp_path, None, model, "bayes")
+    pinned = _plan_bits(tmp_path, "set_Softmax_input_int8,set_Softmax_output_int8", model, "bayes")
     assert auto["r"] == 16 and auto["p"] == 16  # auto_int16: Softmax in and out in int16
     assert pinned["r"] == 8 and pinned["p"] == 8
 

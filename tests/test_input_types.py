@@ -332,3 +332,23 @@ def test_nv12_with_the_conversion_forced_to_cpu_is_a_clear_error(tmp_path):
     with pytest.raises(NotDeployableError) as info:
         run_calibration(config_from_dict(d, base_dir=tmp_path))
     assert "nv12" in info.value.problem and "HzPreprocess" in info.value.fix
+
+
+def test_conversion_built_from_float64_and_float32_attributes_is_the_same():
+    """scale_value 1/255 (not a float32) once gave calibrate's quantized ONNX M = 32639 and the artifact 32640.
+
+    Calibrate lowers from the in-memory graph (float64 attributes), compile from the calibrated ONNX
+    (float32 attributes); 1-LSB differences showed on 0.24 % of a 640x640 YOLO input. The lowering now
+    builds the kernel from the float32 values. These two numbers make the raw values disagree.
+    """
+    from hbtool.kernels.colour import InputConvert
+    from hbtool.quant.lower import stored_floats
+
+    sc, s_out = 0.003922362927663829, 0.008160377492590356
+    raw64 = InputConvert.build("nv12", "rgb", 16, 16, [0.0], [sc], s_out)
+    raw32 = InputConvert.build("nv12", "rgb", 16, 16, [0.0], [float(np.float32(sc))], s_out)
+    assert not np.array_equal(raw64.requant.M, raw32.requant.M)          # the hazard is real
+    a = InputConvert.build("nv12", "rgb", 16, 16, stored_floats([0.0]), stored_floats([sc]), s_out)
+    b = InputConvert.build("nv12", "rgb", 16, 16, stored_floats([0.0]), stored_floats([np.float32(sc)]), s_out)
+    np.testing.assert_array_equal(a.requant.M, b.requant.M)
+    np.testing.assert_array_equal(a.bias, b.bias)

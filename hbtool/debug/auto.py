@@ -6,6 +6,8 @@ For the nodes of the sensitivity ranking, in rank order, the remedies the rankin
    node's activations matter: the tensor unit runs the node at half speed, nothing moves;
 2. weight remedies on that node only (``Weight: mse``, ``bias_correction``, ``adaround``) where
    its weights matter: the integer program keeps its shape, so the FPS does not change;
+   With a task metric, the weight-only ranking's top nodes (:func:`weight_pool`) join the
+   candidates with learned rounding;
 3. after a pass over every candidate, CPU placement (``ON: CPU``) as the last resort: exact,
    but it splits the BPU program and runs the node in float on the CPU.
 
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from hbtool.debug.sensitivity import Sensitivity
+from hbtool.debug.sensitivity import Sensitivity, WeightGain
 from hbtool.debug.session import DebugSession, Measured
 
 log = logging.getLogger(__name__)
@@ -40,6 +42,8 @@ INT16_OUT = ("int16_output", {"OutputType": "int16"})
 INT16_IO = ("int16_input_output", {"InputType": "int16", "OutputType": "int16"})
 WEIGHT_REMEDIES = [(f"weight_{w}", {"Weight": w}) for w in ("mse", "bias_correction", "adaround")]
 CPU = ("cpu", {"ON": "CPU"})
+#: nodes of the weight-only ranking (see :func:`hbtool.debug.sensitivity.rank_weights`) tried besides the main ranking's
+WEIGHT_CANDIDATES = 3
 STRUCTURAL = {"int16_output", "int16_input_output", "cpu"}
 
 
@@ -87,6 +91,20 @@ def estimate_fps(session: DebugSession, measured: Measured) -> float:
     return float(estimate(compiled.header, cfg.compiler.core_num, program=compiled.program).fps)
 
 
+def weight_pool(gains: list[WeightGain], taken: set[str], count: int) -> list[tuple[str, list[tuple[str, dict[str, str]]]]]:
+    """The weight ranking's top nodes the main ranking did not pick, with the weight remedy that learns the rounding.
+
+    Their CPU placement (the float weights the ranking measured) follows in the last pass.
+    """
+    out = []
+    for g in gains:
+        if len(out) >= count:
+            break
+        if g.name not in taken and max(g.order) > 0:
+            out.append((g.name, [WEIGHT_REMEDIES[-1]]))
+    return out
+
+
 def remedies_for(s: Sensitivity) -> list[tuple[str, dict[str, str]]]:
     """The cheap remedies the ranking points to, in cost order."""
     w = s.effect("weights") if s.has_weights else (0.0, 0.0)
@@ -103,7 +121,8 @@ def remedies_for(s: Sensitivity) -> list[tuple[str, dict[str, str]]]:
 
 def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: float, max_fps_loss: float,
              ideal_metric: float, candidates: int | None = None,
-             progress: Callable[[str, int, int], None] | None = None) -> AutoResult:
+             progress: Callable[[str, int, int], None] | None = None,
+             weight_ranking: list[WeightGain] | None = None, weight_candidates: int = WEIGHT_CANDIDATES) -> AutoResult:
     """Greedy remedies (see the module docstring); ``max_fps_loss`` is a fraction (0.1 = 10 %)."""
     base_info = copy.deepcopy(session.cfg.model.node_info or {})
     cur = session.measure(session.base, base_info)
@@ -125,45 +144,46 @@ def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: f
             return abs(a.metric - b.metric) <= MIN_GAIN and a.cosine > b.cosine + max(MIN_GAIN, RELATIVE_GAIN * (target_cosine - b.cosine))
         return a.cosine > b.cosine + max(MIN_GAIN, RELATIVE_GAIN * (target_cosine - b.cosine))
 
-    pool = [s for s in ranking if max(s.order) > 0][: candidates or max(5, len(ranking) // 4)]
+    pool = [(s.name, remedies_for(s)) for s in ranking if max(s.order) > 0][: candidates or max(5, len(ranking) // 4)]
+    pool += weight_pool(weight_ranking or [], {name for name, _ in pool}, weight_candidates)
     total = len(pool) * 2
     tick = 0
     for phase in ("cheap", "cpu"):
-        for s in pool:
+        for name_s, cheap in pool:
             tick += 1
             if progress:
                 progress("auto", tick, total)
             if done(cur):
                 break
-            if phase == "cpu" and (cur.node_info.get(s.name) or {}).get("ON") == "CPU":
+            if phase == "cpu" and (cur.node_info.get(name_s) or {}).get("ON") == "CPU":
                 continue
-            if phase == "cheap" and s.name in res.changed:
+            if phase == "cheap" and name_s in res.changed:
                 continue
             best: tuple[str, Measured] | None = None
-            for name, entry in (remedies_for(s) if phase == "cheap" else [CPU]):
-                info = merge(cur.node_info, s.name, entry)
+            for name, entry in (cheap if phase == "cheap" else [CPU]):
+                info = merge(cur.node_info, name_s, entry)
                 try:
                     m = session.measure(session.calibrate(info), info)
                 except Exception as exc:  # a remedy that cannot be built is skipped, and said so
-                    res.steps.append(Step(name, s.name, float("nan"), {}, float("nan"), None, False, f"not applicable: {type(exc).__name__}: {str(exc)[:120]}"))
+                    res.steps.append(Step(name, name_s, float("nan"), {}, float("nan"), None, False, f"not applicable: {type(exc).__name__}: {str(exc)[:120]}"))
                     continue
                 m.fps = estimate_fps(session, m) if name in STRUCTURAL else cur.fps
                 kept_ok = m.fps is None or m.fps >= floor_fps
                 note = "" if kept_ok else f"over the FPS budget ({m.fps:.1f} < {floor_fps:.1f})"
                 if kept_ok and better(m, cur) and (best is None or better(m, best[1])):
                     best = (name, m)
-                res.steps.append(Step(name, s.name, m.cosine, {o: v["cosine"] for o, v in m.outputs.items()}, m.metric, m.fps, False, note))
-                log.info("auto: %s on %s: worst cosine %.5f, metric %.5g, FPS %s %s", name, s.name, m.cosine, m.metric, m.fps, note)
+                res.steps.append(Step(name, name_s, m.cosine, {o: v["cosine"] for o, v in m.outputs.items()}, m.metric, m.fps, False, note))
+                log.info("auto: %s on %s: worst cosine %.5f, metric %.5g, FPS %s %s", name, name_s, m.cosine, m.metric, m.fps, note)
                 if best is not None and done(best[1]):
                     break
             if best is not None:
                 for st in reversed(res.steps):
-                    if st.node == s.name and st.remedy == best[0]:
+                    if st.node == name_s and st.remedy == best[0]:
                         st.kept = True
                         break
                 cur = best[1]
-                if s.name not in res.changed:
-                    res.changed.append(s.name)
+                if name_s not in res.changed:
+                    res.changed.append(name_s)
         if done(cur):
             break
     res.node_info = cur.node_info

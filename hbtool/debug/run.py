@@ -24,7 +24,7 @@ from hbtool.debug.auto import AutoResult, run_auto
 from hbtool.debug.masked import MaskedModel
 from hbtool.debug.metrics import DIRECTION
 from hbtool.debug.metrics_hook import resolve_metric
-from hbtool.debug.sensitivity import Sensitivity, rank
+from hbtool.debug.sensitivity import Sensitivity, WeightGain, rank, rank_weights
 from hbtool.debug.session import DebugSession, open_session
 from hbtool.errors import InputError
 
@@ -33,6 +33,8 @@ Progress = Callable[[str, int, int], None]
 #: samples of the O(nodes) loops (sensitivity, isolated error); the accumulated pass uses all.
 #: A model of a giga-MAC or more gets half (as calibrate's candidate evaluation does)
 SENSITIVITY_SAMPLES = 4
+#: samples of the weight-only ranking under a task metric (one evaluation per weighted node: it can afford more)
+WEIGHT_SAMPLES = 8
 LARGE_MACS = 1e9
 
 
@@ -46,6 +48,7 @@ class DebugResult:
     reference: dict[str, float]
     observer: RangeObserver
     auto: AutoResult | None = None
+    weight_ranking: list[WeightGain] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
     files: list[Path] = field(default_factory=list)
     data: dict[str, Any] | None = None     # what debug.json holds, once written
@@ -65,7 +68,7 @@ def parse_fps_loss(text: str | float) -> float:
 
 def run_debug(cfg: HbConfig, auto: bool = False, target_cosine: float = 0.99, max_fps_loss: float = 0.10,
               samples: int | None = None, progress: Progress | None = None, sensitivity_samples: int | None = None,
-              candidates: int | None = None) -> DebugResult:
+              candidates: int | None = None, weight_samples: int | None = None) -> DebugResult:
     """Analyse (and with ``auto`` fix) the config's quantized model; writes nothing (see :func:`write_debug`)."""
     if not 0 < target_cosine <= 1:
         raise InputError(f"--target-cosine {target_cosine}: must be in (0, 1]", "write it like 0.99")
@@ -93,9 +96,16 @@ def run_debug(cfg: HbConfig, auto: bool = False, target_cosine: float = 0.99, ma
     ranking, reference = rank(model, sub, session.output_names, sub_float, metric, progress)
     t["sensitivity"] = time.perf_counter()
     result = DebugResult(session, model, errs, flags, ranking, reference, observer)
+    if auto and metric.is_hook:
+        # a coarse task metric ties most nodes on the few samples above: the weight remedies get their own ranking
+        kw = max(k, min(weight_samples or WEIGHT_SAMPLES, len(session.samples)))
+        w_float = {o: v[: kw * (v.shape[0] // max(len(session.samples), 1))] for o, v in session.float_outputs.items()}
+        result.weight_ranking = rank_weights(model, session.samples[:kw], session.output_names, w_float, metric, progress)
+        t["weight_sensitivity"] = time.perf_counter()
     if auto:
         ideal = metric.value(session.float_outputs, session.float_outputs)
-        result.auto = run_auto(session, ranking, target_cosine, max_fps_loss, ideal, candidates, progress=progress)
+        result.auto = run_auto(session, ranking, target_cosine, max_fps_loss, ideal, candidates, progress=progress,
+                               weight_ranking=result.weight_ranking)
         t["auto"] = time.perf_counter()
     keys = list(t)
     result.seconds = {b: t[b] - t[a] for a, b in zip(keys, keys[1:])}
@@ -127,6 +137,7 @@ def to_json(r: DebugResult) -> dict[str, Any]:
         "nodes": [asdict(e) for e in r.node_errors],
         "range_flags": [asdict(f) for f in r.flags],
         "sensitivity": [{**asdict(x), "sensitivity": x.sensitivity, "kind": x.kind()} for x in r.ranking],
+        "weight_sensitivity": [asdict(g) for g in r.weight_ranking],
     }
     if r.auto is not None:
         a = r.auto

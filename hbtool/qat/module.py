@@ -11,8 +11,8 @@ compounds through depth. So this module takes the other route:
   milliseconds for a recogniser), and executes that program node by node in torch.
 * The **forward value** of every node is the kernel's integer result: weighted kernels (Conv,
   Linear from Conv/Gemm/MatMul/Linear) accumulate the integer codes in torch, exactly
-  (float32 while the accumulator bound is at most 2**24, else the kernel's own exact numpy
-  accumulation) and requantize with the kernel's own :class:`~hbtool.kernels.requantize.Requantize`;
+  (float32 while the accumulator bound is at most 2**24; int16 inputs split into two bytes,
+  each product exact in float32, joined in int64) and requantize with the kernel's own :class:`~hbtool.kernels.requantize.Requantize`;
   every other kernel (tables, Softmax, LayerNorm, Add, Mul, pools...) runs its numpy form.
   Data movement runs in torch on the codes; CPU nodes run in torch in float.
 * The **gradient** comes from a float surrogate of each node (:mod:`hbtool.qat.fake_quant`):
@@ -341,22 +341,46 @@ class QatModel(nn.Module):
         bmax = int(np.abs(kernel.bias).max(initial=0)) if kernel.bias is not None else 0
         if xmax * kernel.wsum + bmax <= F32_EXACT:
             acc_int = _np_int(torch.round(acc.detach()))
-        else:  # int16 inputs: the same product in float64, exact below 2**53 (Conv.build checked the bound)
+        else:  # int16 inputs: the same product, exact, without float64 convolutions (module docstring)
             with torch.no_grad():
-                w64 = self._dev(kernel.weight).double()
-                b64 = None if kernel.bias is None else self._dev(kernel.bias).double()
-                if isinstance(kernel, Conv):
-                    from hbtool.qat.torch_ops import conv
-
-                    acc64 = conv(x.detach().double(), w64, b64, src)
-                else:
-                    acc64 = x.detach().double() @ w64 + (0.0 if b64 is None else b64)
-            acc_int = _np_int(torch.round(acc64))
+                acc_int = self._exact_accumulate(src, kernel, x.detach())
         exact = self._dev(kernel.requant.apply_trusted(acc_int))
         axis_shape = (1, -1) + (1,) * (acc.dim() - 2) if isinstance(kernel, Conv) else (-1,)
         ratio = (s_in * s_w / s_out).reshape(axis_shape)
         surrogate = torch.clamp(acc * ratio, kernel.requant.lo, kernel.requant.hi)
         return straight_through(exact, surrogate)
+
+    def _exact_accumulate(self, src: Node, kernel: Any, x: torch.Tensor) -> np.ndarray:
+        """The integer accumulator of a weighted kernel whose float32 product could round (int16 inputs).
+
+        Why not one float64 product: torch has no fast float64 convolution on CPU, and this path
+        ran for most layers of an int16-heavy recogniser (half of a training step). Instead the
+        inputs are split into bytes, ``x = 256 * hi + lo`` with ``lo`` in [0, 255] and ``hi`` in
+        [-128, 127] for int16 codes; each byte's product is exact in float32 while
+        ``2**8 * wsum <= 2**24``, and the two are joined in int64. Wider weights fall back to float64."""
+        hi = torch.floor(x / 256.0)
+        lo = x - 256.0 * hi
+        hmax = float(hi.abs().max()) if hi.numel() else 0.0
+        w32 = self._dev(kernel.weight)
+        if max(hmax, 255.0) * kernel.wsum > F32_EXACT:
+            w64 = w32.double()
+            parts = [(x.double(), 1, w64)]
+        else:
+            parts = [(hi, 256, w32), (lo, 1, w32)]
+        acc = None
+        for xs, factor, w in parts:
+            if isinstance(kernel, Conv):
+                from hbtool.qat.torch_ops import conv
+
+                y = conv(xs, w, None, src)
+            else:
+                y = xs @ w
+            y = _np_int(torch.round(y)) * factor
+            acc = y if acc is None else acc + y
+        if kernel.bias is not None:
+            b = np.asarray(kernel.bias, np.int64)
+            acc = acc + (b.reshape((1, -1) + (1,) * (acc.ndim - 2)) if isinstance(kernel, Conv) else b)
+        return acc
 
     def _dev(self, a: np.ndarray, keep_dtype: bool = False) -> torch.Tensor:
         """A numpy array as a tensor on the module's device (float32 unless ``keep_dtype``)."""

@@ -561,20 +561,28 @@ class _FileInput:
             raise
         except Exception as exc:  # truncated or corrupt data shows only when decoding
             raise _image_error(path, exc, info.label) from None
-        if pixels.ndim == 2:
-            pixels = pixels[..., None]
-        if spec.type_train == "bgr":
-            pixels = pixels[..., ::-1]
-        elif spec.type_train == "yuv444":
-            pixels = rgb_to_yuv444(pixels)
-        if spec.layout_train == "NCHW":
-            pixels = pixels.transpose(2, 0, 1)
-        out = np.ascontiguousarray(pixels[None])
+        out = image_to_train_pixels(pixels, spec)
         if out.shape != info.shape:  # channel count of the shape disagrees with the type
             raise InputError(f"{path}: decoded to {out.shape} but {info.label} takes "
                              f"{info.shape}", "check input_shape, input_type_train and "
                                               "input_layout_train")
         return out.astype(self.dtype, copy=False)
+
+
+def image_to_train_pixels(pixels: np.ndarray, spec) -> np.ndarray:
+    """Decoded RGB (or gray) pixels, H x W (x C) -> one sample (1, ...) of the input's training type and layout.
+
+    Shared by calibration and by simulate's image inputs, so both see an image the same way.
+    """
+    if pixels.ndim == 2:
+        pixels = pixels[..., None]
+    if spec.type_train == "bgr":
+        pixels = pixels[..., ::-1]
+    elif spec.type_train == "yuv444":
+        pixels = rgb_to_yuv444(pixels)
+    if spec.layout_train == "NCHW":
+        pixels = pixels.transpose(2, 0, 1)
+    return np.ascontiguousarray(pixels[None])
 
 
 class _RandomInput:

@@ -58,6 +58,15 @@ _PTF_CONSUMERS = {"Add", "Sub", "LayerNormalization"}
 _PTF_PRODUCERS = {"Add", "Sub", "LayerNormalization", "Linear", "Gemm", "MatMul"}
 
 
+def stored_floats(values: Any) -> np.ndarray:
+    """``values`` as an ONNX float attribute holds them (float32), in float64.
+
+    Calibrate lowers from the in-memory graph and compile from the calibrated ONNX; a kernel built
+    from attribute values must see the same numbers in both, or its multipliers can differ by one.
+    """
+    return np.asarray(values, np.float32).astype(np.float64)
+
+
 @dataclass
 class IntTensor:
     name: str
@@ -591,7 +600,10 @@ class _Lowerer:
         tq = self.tq(node.outputs[0])
         if tq.ptf_alpha is not None or tq.is_log2:
             return False
-        kernel = InputConvert.build(base_type(spec.type_rt), node.attr("train_type"), h, w, node.attr("mean"), node.attr("scale"),
+        # mean/scale as the calibrated ONNX stores them (float32 attributes): calibrate, which lowers from the
+        # in-memory graph, and compile, which lowers from the file, then build the same multipliers
+        mean, scale = stored_floats(node.attr("mean")), stored_floats(node.attr("scale"))
+        kernel = InputConvert.build(base_type(spec.type_rt), node.attr("train_type"), h, w, mean, scale,
                                     tq.channel_scales(), tq.bits, layout_in=runtime_layout(spec), layout_out=layout,
                                     offset=offset_of(spec.type_rt), video_range=spec.space_and_range == "bt601_video",
                                     rounding=self.rounding)

@@ -110,7 +110,7 @@ class RuntimeReader:
         """The image as training-type pixels (1, train layout), like a calibration image with resizing on."""
         from PIL import Image
 
-        from hbtool.quant.data import rgb_to_yuv444
+        from hbtool.quant.data import image_to_train_pixels
 
         spec = self.spec
         h, w = int(self.runtime["height"]), int(self.runtime["width"])
@@ -123,12 +123,4 @@ class RuntimeReader:
         except Exception as exc:  # Pillow raises many kinds for broken files
             raise InputError(f"--input {self.name}={p}: cannot read the image ({type(exc).__name__})",
                              "give a readable image file") from None
-        if pixels.ndim == 2:
-            pixels = pixels[..., None]
-        if spec.type_train == "bgr":
-            pixels = pixels[..., ::-1]
-        elif spec.type_train == "yuv444":
-            pixels = rgb_to_yuv444(pixels)
-        if spec.layout_train == "NCHW":
-            pixels = pixels.transpose(2, 0, 1)
-        return np.ascontiguousarray(pixels[None])
+        return image_to_train_pixels(pixels, spec)
