@@ -704,8 +704,29 @@ def accelerate(kernel, threads: int | None = None) -> Callable | None:
         return None
     try:
         if kind == "Lut":
-            return tabulate_unary(kernel, int(kernel.in_bits))
-        build = _BUILDERS.get(kind)
-        return build(kernel, threads) if build is not None else None
+            fast = tabulate_unary(kernel, int(kernel.in_bits))
+        else:
+            build = _BUILDERS.get(kind)
+            fast = build(kernel, threads) if build is not None else None
     except Exception:  # an unexpected kernel layout: the kernel's own form is always correct
         return None
+    return fast
+
+
+def numpy_until_compiled(fast: Callable, numpy_form: Callable) -> Callable:
+    """``fast``, or the kernel's numpy form while a loop it needs is still compiling in the background
+    (:func:`fused.compile_in_background`: a loop not compiled yet does not run, and the call's result
+    is replaced by the numpy form's, the definition the loops equal bit for bit)."""
+
+    def run(*args):
+        if not fused.background():
+            return fast(*args)
+        fused.start_call()
+        try:
+            with np.errstate(all="ignore"):  # a skipped call's products ran on unset buffers
+                y = fast(*args)
+        finally:
+            skipped = fused.end_call()
+        return numpy_form(*args) if skipped else y
+
+    return run

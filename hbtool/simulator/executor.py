@@ -25,7 +25,7 @@ from hbtool.compiler.cpu import CPU_SUBGRAPH_OP
 from hbtool.compiler.program_io import program_from_section
 from hbtool.errors import InputError
 from hbtool.ir.graph import Graph, Node
-from hbtool.simulator.accel import accelerate
+from hbtool.simulator.accel import accelerate, numpy_until_compiled
 from hbtool.simulator.batching import mergeable, merged_kernel, movement_step, per_sample
 from hbtool.simulator.movement import MOVEMENT
 
@@ -51,7 +51,8 @@ class _Step:
 def _kernel_step(node: Node, program: Graph, fast: bool, threads: int | None) -> Callable:
     """The kernel on a batch: merged into its first axis where :func:`.batching.mergeable`, else sample by sample."""
     kernel = node.meta["kernel"]
-    apply = (accelerate(kernel, threads) if fast else None) or kernel.apply_numpy
+    accelerated = accelerate(kernel, threads) if fast else None
+    apply = numpy_until_compiled(accelerated, kernel.apply_numpy) if accelerated is not None else kernel.apply_numpy
     if mergeable(node, program):
         return merged_kernel(node, program, apply)
     return per_sample(node, program, _one_sample_kernel(node, apply))

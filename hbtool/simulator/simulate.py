@@ -186,6 +186,10 @@ def simulate(artifact: Path, inputs: dict[str, Path], output_dir: Path | None = 
     if resume and output_dir is None:
         raise InputError("--resume needs --output-dir", "give the --output-dir of the interrupted run")
     art = read_artifact(artifact)
+    from hbtool.simulator.accel import fused
+
+    if fused is not None:
+        fused.compile_in_background()  # a user's first run does not wait for the loops to compile
     executor = Executor(art, threads=threads)
     sources = open_inputs(art.header["inputs"], inputs)
     out_names = executor.output_names
