@@ -164,6 +164,7 @@ _FINISHED = [0]  # compiler processes finished: a miss is looked up on disk agai
 _MISSES: dict[tuple, int] = {}
 _FAILED: set[tuple] = set()
 _WORKER: list[threading.Thread | None] = [None]
+_SKIPPED_CALLS = [0]
 _CALL = threading.local()  # .skipped: a loop of the current kernel call was not run (not compiled yet)
 
 
@@ -198,7 +199,15 @@ def end_call() -> bool:
     """The kernel call begun by :func:`start_call` ended: whether a loop of it was skipped (see
     :func:`call_skipped`). Loops called outside such a call (the library's direct uses) never skip."""
     _CALL.active = False
-    return call_skipped()
+    skipped = call_skipped()
+    if skipped:
+        _SKIPPED_CALLS[0] += 1
+    return skipped
+
+
+def skipped_calls() -> int:
+    """How many kernel calls so far ran their numpy form because a loop was still compiling."""
+    return _SKIPPED_CALLS[0]
 
 
 def call_skipped() -> bool:

@@ -214,7 +214,12 @@ def simulate(artifact: Path, inputs: dict[str, Path], output_dir: Path | None = 
     if progress and start:
         progress("simulate", start, total)
     for first, stop, feeds in iter_batches(sources, batch_size, start):
+        skipped_before = fused.skipped_calls() if fused is not None else 0
         outs = executor.run(feeds)
+        if fused is not None and fused.background() and fused.skipped_calls() == skipped_before:
+            # every loop of the program ran compiled: stop checking each call (about 0.1 ms apiece);
+            # a signature first met later (a new layout) compiles inline, as numba does
+            fused.compile_in_background(False)
         if session is not None:
             for k in range(stop - first):
                 one = {name: x[k * (x.shape[0] // (stop - first)):(k + 1) * (x.shape[0] // (stop - first))] for name, x in feeds.items()}
