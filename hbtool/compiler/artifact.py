@@ -18,6 +18,11 @@ their integer kernels (dataclass fields; arrays point at blobs), tensor layouts 
 memory plan, and the CPU subgraphs (ONNX bytes in blobs). Integer arrays are stored in the
 narrowest integer type that holds them (int8 weights take one byte each). Nothing depends
 on time, paths or dict order, so the same inputs and options give the same bytes.
+
+The ``weight`` of a kernel with ``weight_bits == 4`` (the 4-bit path, docs/int4.md) is stored
+packed, two values per byte (``{"__int4__": blob}``, nibble order in
+:mod:`hbtool.kernels.packing`: element 2i low nibble, 2i+1 high nibble); a packed blob whose
+length does not match its shape is an :class:`ArtifactError`.
 """
 
 from __future__ import annotations
@@ -95,8 +100,10 @@ class _BlobWriter:
 def encode(obj: Any, blobs: _BlobWriter) -> Any:
     """JSON-able form of kernels (dataclasses), arrays (blobs), tuples and plain values."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        packed = getattr(obj, "weight_bits", 8) == 4
         return {"__kernel__": type(obj).__name__,
-                "fields": {f.name: encode(getattr(obj, f.name), blobs) for f in dataclasses.fields(obj)}}
+                "fields": {f.name: (_encode_int4(getattr(obj, f.name), blobs) if packed and f.name == "weight" else encode(getattr(obj, f.name), blobs))
+                           for f in dataclasses.fields(obj)}}
     if isinstance(obj, np.ndarray):
         return {"__blob__": blobs.add_array(obj)}
     if isinstance(obj, np.generic):
@@ -112,6 +119,12 @@ def encode(obj: Any, blobs: _BlobWriter) -> Any:
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
     raise TypeError(f"cannot store {type(obj).__name__} in an artifact")
+
+
+def _encode_int4(a: np.ndarray, blobs: _BlobWriter) -> dict[str, Any]:
+    from hbtool.kernels.packing import pack_int4
+
+    return {"__int4__": blobs.add_bytes(pack_int4(a), "int4", {"shape": list(np.shape(a))})}
 
 
 class _BlobReader:
@@ -145,6 +158,14 @@ def decode(obj: Any, blobs: _BlobReader, classes: dict[str, type]) -> Any:
             return inst
         if "__blob__" in obj:
             return blobs.array(obj["__blob__"])
+        if "__int4__" in obj:
+            from hbtool.kernels.packing import PackedBlobError, unpack_int4
+
+            k = obj["__int4__"]
+            try:
+                return unpack_int4(blobs.bytes(k), blobs.index[k]["shape"], f"packed int4 weight blob {k}")
+            except (PackedBlobError, IndexError, KeyError) as exc:
+                raise ArtifactError(f"the artifact's {exc}", "compile the model again (hbtool compile -c cfg.yaml)") from None
         if "__tuple__" in obj:
             return tuple(decode(v, blobs, classes) for v in obj["__tuple__"])
         if "__bytes__" in obj:

@@ -62,9 +62,12 @@ def kernel_param_bytes(kernel: Any) -> int:
     import dataclasses
 
     total = 0
+    packed = getattr(kernel, "weight_bits", 8) == 4  # int4 weights: two per byte (hbtool.kernels.packing)
     for f in dataclasses.fields(kernel):
         v = getattr(kernel, f.name)
-        if isinstance(v, np.ndarray) and v.size > 1:
+        if packed and f.name == "weight" and isinstance(v, np.ndarray):
+            total += (v.size + 1) // 2
+        elif isinstance(v, np.ndarray) and v.size > 1:
             total += _narrowest(v).nbytes
         elif dataclasses.is_dataclass(v):
             total += kernel_param_bytes(v)
