@@ -191,6 +191,9 @@ def compile_model(cfg: HbConfig, optimize_level: str | None = None, disabled_pas
         t = lay.to_json()
         if name in tensor_bits:
             t.update(bits=tensor_bits[name], scale=scales.get(name, scales.get(name.removesuffix("_reorder"))))
+            codes = lowered.report.codes.get(name)
+            if codes:  # a 4-bit tensor in the int8 container: the cost model stores it at half a byte per element
+                t["dtype"] = "uint4" if codes[0] == 0 else "int4"
         p = memory.tensors.get(name)
         if p is not None:
             t["memory"] = p.to_json()

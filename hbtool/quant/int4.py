@@ -66,7 +66,7 @@ _PASS_THROUGH = set(SCALE_PRESERVING) | {"Relu", "Clip", "Softmax", "Sigmoid", "
 def march_has_int4(march: Any) -> bool:
     """The march's description declares a 4-bit tensor-unit path (``int4.supported``)."""
     try:
-        return bool(march.param("int4.supported.value"))
+        return bool(march.param("int4.supported"))
     except KeyError:
         return False
 

@@ -100,6 +100,8 @@ class LoweringReport:
     fallbacks: list[tuple[str, str, str]] = field(default_factory=list)  # (node, op, why)
     #: ``{integer tensor name in the program: (scale, bits)}``
     tensors: dict[str, tuple[float, int]] = field(default_factory=dict)
+    #: ``{integer tensor name: 4-bit code range}`` of the uint4/int4 tensors (docs/int4.md)
+    codes: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 class _Lowerer:
@@ -826,6 +828,7 @@ class _Lowerer:
                     "keep the HzPreprocess node and its consumers on the BPU (node_info), or set input_type_rt to the training type")
         self.out.remove_unused()
         self.report.tensors = {it.name: (float(it.scale), int(it.bits)) for it in self.ints.values() if it.name in self.out.values}
+        self.report.codes = {it.name: it.code_range for it in self.ints.values() if it.name in self.out.values and it.code_range}
         return self.out
 
     def _rename(self, old: str, new: str) -> None:
