@@ -73,6 +73,18 @@ def simulate(art, feeds: list[dict], quantized_onnx: Path) -> tuple[list[np.ndar
     return outs, exact
 
 
+def quantized_onnx_of(cfg, calibrated: Path, out: Path) -> Path:
+    """The quantized ONNX of a calibrated model (the QAT export), lowered as compile lowers it."""
+    from hbtool.compiler.source import load_calibrated, lower_calibrated
+    from hbtool.ir.onnx_export import to_onnx
+    from hbtool.march.description import load_march
+    from hbtool.quant.quantized_model import build_quantized_graph
+
+    lowered = lower_calibrated(load_calibrated(calibrated), load_march(cfg.model.march), None, cfg.compiler.rounding, cfg.inputs)
+    out.write_bytes(to_onnx(build_quantized_graph(lowered.program), stage="quantized").SerializeToString())
+    return out
+
+
 def tiny_cnn(precision: str, qat_steps: int, work: Path) -> dict:
     from hbtool.compiler.compile import calibrated_path, compile_model
     from hbtool.config import load_config
@@ -99,7 +111,8 @@ def tiny_cnn(precision: str, qat_steps: int, work: Path) -> dict:
         result = run_qat(cfg, calibration=calibration)
         shutil.copy(result.path, calibrated_path(cfg))
         art = artifact_numbers(compile_model(cfg).data)["art"]
-        q_outs, q_exact = simulate(art, feeds, wd / "tiny_cnn_quantized_model.onnx")
+        q_onnx = quantized_onnx_of(cfg, Path(calibrated_path(cfg)), wd / "tiny_cnn_qat_quantized_model.onnx")
+        q_outs, q_exact = simulate(art, feeds, q_onnx)
         row["qat"] = float(np.mean([int(o.argmax()) for o in q_outs] == labels))
         row["qat_bit_exact"] = f"{q_exact}/{len(feeds)}"
         row["qat_seconds"] = round(time.time() - t0, 1)

@@ -156,7 +156,9 @@ def _producers_clamp(node: Node, graph: Graph) -> bool:
 
 
 #: rules every 4-bit node must pass, forced or not
-HARD_RULES: tuple[Callable[[Node, Graph], bool], ...] = (_tensor_unit, _on_bpu, _producers_clamp)
+HARD_RULES: tuple[Callable[[Node, Graph], bool], ...] = (_tensor_unit, _on_bpu)
+#: rules a 4-bit input must pass, forced or not (int4 weights alone do not need it)
+INPUT_RULES: tuple[Callable[[Node, Graph], bool], ...] = (_producers_clamp,)
 #: rules node_info can override
 SOFT_RULES: tuple[Callable[[Node, Graph], bool], ...] = (_not_first_layer, _not_output_layer)
 
@@ -202,6 +204,8 @@ def choose_int4_nodes(graph: Graph, node_info: Mapping[str, Mapping[str, Any]], 
         if ask is None and (default_precision != INT4 or node.op_type not in TENSOR_UNIT_OPS):
             continue
         rules = HARD_RULES if ask is not None else SOFT_RULES + HARD_RULES
+        if ask is None or ask["input"] is not None:
+            rules = rules + INPUT_RULES
         failed = next((r for r in rules if not r(node, graph)), None)
         if failed is not None:
             if ask is not None:

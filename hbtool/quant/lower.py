@@ -89,8 +89,8 @@ def clamped_codes(kernel: Any, code_range: tuple[int, int] | None) -> tuple[int,
     clamp (a table, a float fallback's boundary Quantize) leaves int8 codes, and its readers must
     not take them for 4-bit ones.
     """
-    rq = getattr(kernel, "requant", None)
-    if code_range is None or rq is None:
+    rq = getattr(kernel, "requant", kernel)  # Add clamps itself (its own lo/hi)
+    if code_range is None or not hasattr(rq, "lo") or not hasattr(rq, "hi"):
         return None
     return code_range if int(rq.lo) >= code_range[0] and int(rq.hi) <= code_range[1] else None
 
