@@ -33,7 +33,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks" / "zoo"))
 OUT = ROOT / "benchmarks" / "_out" / "int4"
-CORPUS_DEFAULT = ("pplcnet_orientation", "ppocrv5_textline_cls", "timm_resnet50")
+CORPUS_DEFAULT = ("pplcnet_orientation", "ppocrv5_textline_cls")
 
 
 def artifact_numbers(data: bytes) -> dict:

@@ -178,6 +178,7 @@ MODEL = _g(
         "run_on_bpu. `Weight` (hbtool) applies one weight remedy to that node only, as "
         "`hbtool debug --auto` writes it.", default={},
         allowed_doc="`ON`: BPU, CPU; `InputType`, `InputType<i>`, `OutputType`: int8, int16; "
+                    "`InputType` also uint4, int4; `WeightType`: int8, int4; "
                     "`Weight`: mse, bias_correction, adaround"),
     Key("set_node_data_type", "node_info",
         "Older form of node_info (`'node:int16;...'`); merged into node_info.", default={},
