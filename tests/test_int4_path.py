@@ -311,3 +311,14 @@ def test_qat_trains_int4_nodes_with_the_same_kernels(tiny, tmp_path):
     with torch.no_grad():
         trained = result.model(torch.from_numpy(x[:1]))[0].numpy()
     assert np.allclose(qex.run({"input": x[:1]})[qex.output_names[0]], trained, atol=1e-6)
+
+
+def test_node_info_int8_wins_over_default_precision_int4(tmp_path):
+    from hbtool.quant.calibrate import run_calibration
+
+    _signed_model(tmp_path)
+    cal = run_calibration(_featuremap_cfg(tmp_path, "int4", [1, 3, 8, 8], node_info={"conv1": {"InputType": "int8"}}))
+    assert cal.options["int4"]["applied"] == {}
+    assert cal.options["int4"]["kept_int8"]["conv1"].startswith("node_info")
+    assert cal.options["int4"]["kept_int8"]["conv0"].startswith("first layer")
+    assert cal.options["int4"]["kept_int8"]["conv2"].startswith("output layer")

@@ -203,6 +203,10 @@ def choose_int4_nodes(graph: Graph, node_info: Mapping[str, Mapping[str, Any]], 
         ask = asked.get(node.name)
         if ask is None and (default_precision != INT4 or node.op_type not in TENSOR_UNIT_OPS):
             continue
+        info = (node_info or {}).get(node.name) or {}
+        if ask is None and any(str(info.get(k) or "").lower() in ("int8", "int16") for k in ("InputType", "WeightType")):
+            choice.kept[node.name] = "node_info gives it an 8/16-bit InputType or WeightType"
+            continue
         rules = HARD_RULES if ask is not None else SOFT_RULES + HARD_RULES
         if ask is None or ask["input"] is not None:
             rules = rules + INPUT_RULES
