@@ -16,7 +16,7 @@ multipliers and tables. FPS is ``hbtool perf``'s estimate (march bayes, one core
 
     PYTHONPATH=. .venv/bin/python benchmarks/int4.py [--models tiny_cnn pplcnet_orientation ...] [--qat-steps 40]
 
-Writes the markdown table to stdout and ``benchmarks/_out/int4/int4.md`` / ``int4.json``.
+Writes the markdown table to stdout and ``int4.md`` / ``int4.json`` in ``--out`` (benchmarks/_out/int4).
 """
 
 from __future__ import annotations
@@ -173,8 +173,10 @@ def main() -> None:
     ap.add_argument("--models", nargs="*", default=["tiny_cnn", *CORPUS_DEFAULT])
     ap.add_argument("--qat-steps", type=int, default=40)
     ap.add_argument("--eval", type=int, default=16)
+    ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
-    work = OUT / "work"
+    out = args.out
+    work = out / "work"
     work.mkdir(parents=True, exist_ok=True)
     rows = []
     for name in args.models:
@@ -184,8 +186,8 @@ def main() -> None:
             row["seconds"] = round(time.time() - t0, 1)
             rows.append(row)
             print(json.dumps(row), flush=True)
-            (OUT / "int4.json").write_text(json.dumps(rows, indent=1))
-            (OUT / "int4.md").write_text(markdown(rows) + "\n")
+            (out / "int4.json").write_text(json.dumps(rows, indent=1))
+            (out / "int4.md").write_text(markdown(rows) + "\n")
     print(markdown(rows))
 
 

@@ -264,6 +264,7 @@ def test_a_damaged_packed_weight_blob_is_a_clear_error():
     data = to_bytes({"k": conv})
     assert np.array_equal(from_bytes(data).header["k"].weight, conv.weight)
     _, version, flags, hlen, blen = _FIXED.unpack_from(data, 0)
+    assert version == 2 and _FIXED.unpack_from(to_bytes({"k": Conv.build(conv.weight, None, 1.0, 1.0, 1.0)}), 0)[1] == 1
     body = json.loads(data[_FIXED.size:_FIXED.size + hlen])
     entry = next(e for e in body["blobs"] if e["kind"] == "int4")
     assert entry["nbytes"] == 2

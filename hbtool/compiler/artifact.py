@@ -3,7 +3,7 @@
 Layout (little endian)::
 
     0   8   magic            b"HBTOOLM\\0"
-    8   4   format version   uint32 (this hbtool writes FORMAT_VERSION)
+    8   4   format version   uint32 (1; 2 when it holds packed int4 weights, which a format-1 reader cannot decode)
     12  4   flags            uint32, 0
     16  8   header length    uint64 (H)
     24  8   blob length      uint64 (B)
@@ -40,7 +40,9 @@ import numpy as np
 from hbtool.errors import InputError
 
 MAGIC = b"HBTOOLM\0"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: the version of an artifact without packed int4 weights (readable by every hbtool)
+BASE_FORMAT_VERSION = 1
 _FIXED = struct.Struct("<8sIIQQ")
 _ALIGN = 64
 _DIGEST = 32
@@ -193,7 +195,8 @@ def to_bytes(header: dict[str, Any]) -> bytes:
     body["blobs"] = blobs.index
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=True).encode("utf-8")
     blob_bytes = b"".join(blobs.chunks)
-    head = _FIXED.pack(MAGIC, FORMAT_VERSION, 0, len(text), len(blob_bytes))
+    version = FORMAT_VERSION if any(e["kind"] == "int4" for e in blobs.index) else BASE_FORMAT_VERSION
+    head = _FIXED.pack(MAGIC, version, 0, len(text), len(blob_bytes))
     pad = (-(len(head) + len(text))) % _ALIGN
     payload = head + text + b"\0" * pad + blob_bytes
     return payload + hashlib.sha256(payload).digest()
