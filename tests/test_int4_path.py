@@ -323,3 +323,27 @@ def test_node_info_int8_wins_over_default_precision_int4(tmp_path):
     assert cal.options["int4"]["kept_int8"]["conv1"].startswith("node_info")
     assert cal.options["int4"]["kept_int8"]["conv0"].startswith("first layer")
     assert cal.options["int4"]["kept_int8"]["conv2"].startswith("output layer")
+
+
+def test_an_activation_table_writes_4bit_codes(tmp_path):
+    """conv0 -> HardSwish -> conv1: the table is built clipped to int4, so conv1 takes an int4 input, bit-exact."""
+    from hbtool.simulator.executor import Executor
+
+    rng = np.random.default_rng(5)
+    inits = [tensor(f"w{k}", (rng.standard_normal((8, 8 if k else 3, 3, 3)) * 0.3).astype(np.float32)) for k in range(3)]
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], name="conv0", pads=[1, 1, 1, 1]),
+             helper.make_node("HardSwish", ["c0"], ["h0"], name="hswish0"),
+             helper.make_node("Conv", ["h0", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2"], ["y"], name="conv2", pads=[1, 1, 1, 1])]
+    onnx.save(make_model(nodes, [vinfo("x", [1, 3, 8, 8])], [vinfo("y", [1, 8, 8, 8])], inits), tmp_path / "m.onnx")
+    cal, _, art = _compile(_featuremap_cfg(tmp_path, "int4", [1, 3, 8, 8]))
+    k = _kernels(art)
+    assert k["conv1"].input_range == (-8, 7) and k["conv1"].weight_bits == 4, cal.options["int4"]
+    (table,) = [kk.table for kk in k.values() if type(kk).__name__ == "Lut"]
+    assert -8 <= int(np.min(table)) and int(np.max(table)) <= 7 and len(np.unique(table)) > 4
+    ex = Executor(art)
+    sess = ort.InferenceSession(str(tmp_path / "int4" / "m_quantized_model.onnx"), providers=["CPUExecutionProvider"])
+    for _ in range(3):
+        x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+        assert np.array_equal(ex.run({"x": x})["y"], sess.run(None, {"x": x})[0])

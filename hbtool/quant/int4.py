@@ -56,8 +56,10 @@ WEIGHT4_QMAX = 7
 TENSOR_UNIT_OPS = ("Conv", "Gemm", "MatMul", "Linear")
 #: ops whose lowering requantizes through a clamp, so they can write 4-bit codes
 CLAMPING_PRODUCERS = ("Conv", "Gemm", "MatMul", "Linear", "Add", "Sub")
-#: ops a fused Relu/Clip(0, x) follows (the clamp is the producer's)
-FUSED_ACTIVATIONS = ("Relu", "Clip")
+#: ops lowered to a table, which the lowering builds clipped to the 4-bit range (``lower.clamped_table_function``);
+#: a Relu / Clip fused into its producer is that producer's clamp, a standalone one is such a table
+TABLE_PRODUCERS = ("Relu", "Clip", "HardSwish", "HardSigmoid", "Sigmoid", "Swish", "Gelu", "Tanh", "LeakyRelu", "Elu",
+                   "Mish", "Softplus")
 #: ops that neither compute nor requantize on the way to a model output (the output layer rule)
 _PASS_THROUGH = set(SCALE_PRESERVING) | {"Relu", "Clip", "Softmax", "Sigmoid", "LogSoftmax"}
 
@@ -128,9 +130,8 @@ def _not_output_layer(node: Node, graph: Graph) -> bool:
 
 
 def _producers_clamp(node: Node, graph: Graph) -> bool:
-    """its input is written by an op that cannot clamp to 4-bit codes (only a requantizing Conv/Gemm/MatMul/Add, with its fused Relu, can)"""
+    """its input is written by an op that cannot clamp to 4-bit codes (a requantizing Conv/Gemm/MatMul/Add or an activation table can)"""
     producers = graph.producer_map()
-    consumers = graph.consumer_map()
     frontier, seen = [node.inputs[0]], set()
     while frontier:
         t = frontier.pop()
@@ -144,13 +145,7 @@ def _producers_clamp(node: Node, graph: Graph) -> bool:
             data = [i for i in p.inputs if i and not graph.is_const(i)]
             frontier.extend(data if p.op_type == "Concat" else data[:1])
             continue
-        if p.op_type in FUSED_ACTIVATIONS:
-            inner = producers.get(p.inputs[0])
-            if inner is None or inner.op_type not in CLAMPING_PRODUCERS or len(consumers.get(p.inputs[0], [])) != 1 \
-                    or inner.meta.get("on") != "BPU":
-                return False
-            continue
-        if p.op_type not in CLAMPING_PRODUCERS:
+        if p.op_type not in CLAMPING_PRODUCERS + TABLE_PRODUCERS:
             return False
     return True
 

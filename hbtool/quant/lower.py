@@ -95,6 +95,25 @@ def clamped_codes(kernel: Any, code_range: tuple[int, int] | None) -> tuple[int,
     return code_range if int(rq.lo) >= code_range[0] and int(rq.hi) <= code_range[1] else None
 
 
+def clamped_table_function(f: Any, lo: float, hi: float) -> Any:
+    """A LUT function (name, callable or ``(callable, domain)``) with its output clipped to ``[lo, hi]``.
+
+    A table whose entries are clipped to a 4-bit output's real range holds only 4-bit codes (the
+    int16-input tables interpolate between clipped knots, which stays inside): so HardSwish,
+    Sigmoid and friends can write a uint4/int4 tensor (docs/int4.md).
+    """
+    from hbtool.kernels.lut import LUT_FUNCTIONS
+
+    base = LUT_FUNCTIONS[f] if isinstance(f, str) else f
+    base, domain = base if isinstance(base, tuple) else (base, None)
+
+    def clipped(x: np.ndarray) -> np.ndarray:
+        return np.clip(base(x), lo, hi)
+
+    clipped.__name__ = f"{getattr(base, '__name__', 'f')}_4bit"
+    return (clipped, domain)
+
+
 @dataclass
 class LoweringReport:
     fallbacks: list[tuple[str, str, str]] = field(default_factory=list)  # (node, op, why)
@@ -181,12 +200,15 @@ class _Lowerer:
         name = self.out.add_const(q, hint=f"{tensor}_q")
         return IntTensor(name, scale, bits)
 
-    def emit_kernel(self, node: Node, op_type: str, kernel, inputs: list[str], out_tensor: str, attrs: dict | None = None) -> None:
+    def emit_kernel(self, node: Node, op_type: str, kernel, inputs: list[str], out_tensor: str, attrs: dict | None = None,
+                    codes_clamped: bool = False) -> None:
+        """``codes_clamped``: the kernel writes only the output's 4-bit codes (a table built clamped)."""
         tq = self.tq(out_tensor)
         out_name = self.copy_value(out_tensor, as_int=True)
         new = self.out.add_node(op_type, inputs, [out_name], attrs or {}, name=node.name, domain=HBTOOL_DOMAIN)
         new.meta.update(kernel=kernel, on="BPU", subgraph=node.meta.get("subgraph"), source_op=node.op_type)
-        self.ints[out_tensor] = IntTensor(out_name, tq.scale, tq.bits, tq.ptf_alpha, tq.is_log2, clamped_codes(kernel, tq.code_range))
+        codes = tq.code_range if codes_clamped else clamped_codes(kernel, tq.code_range)
+        self.ints[out_tensor] = IntTensor(out_name, tq.scale, tq.bits, tq.ptf_alpha, tq.is_log2, codes)
 
     def fused_activation(self, node: Node) -> tuple[str, dict[str, Any], Node | None]:
         """The tensor ``node`` writes and the clamps of its requantization: a fused Relu/Clip, and the
@@ -302,8 +324,11 @@ class _Lowerer:
         x = self.int_input(node.inputs[0])
         out = node.outputs[0]
         tq = self.tq(out)
-        kernel = Lut.build(f or fname, x.scale, x.bits, tq.scale, tq.bits, rounding=self.rounding, knot_bits=LUT_KNOT_BITS)
-        self.emit_kernel(node, "HzLut", kernel, [x.name], out, {"function": fname})
+        fn = f or fname
+        if tq.code_range is not None:  # a 4-bit output: the table holds only 4-bit codes
+            fn = clamped_table_function(fn, tq.code_range[0] * tq.scale, tq.code_range[1] * tq.scale)
+        kernel = Lut.build(fn, x.scale, x.bits, tq.scale, tq.bits, rounding=self.rounding, knot_bits=LUT_KNOT_BITS)
+        self.emit_kernel(node, "HzLut", kernel, [x.name], out, {"function": fname}, codes_clamped=tq.code_range is not None)
         return True
 
     def _lower_Gelu(self, node: Node) -> bool:
