@@ -3,7 +3,7 @@
 Layout (little endian)::
 
     0   8   magic            b"HBTOOLM\\0"
-    8   4   format version   uint32 (this hbtool writes FORMAT_VERSION)
+    8   4   format version   uint32 (1; 2 when it holds packed int4 weights, which a format-1 reader cannot decode)
     12  4   flags            uint32, 0
     16  8   header length    uint64 (H)
     24  8   blob length      uint64 (B)
@@ -18,6 +18,11 @@ their integer kernels (dataclass fields; arrays point at blobs), tensor layouts 
 memory plan, and the CPU subgraphs (ONNX bytes in blobs). Integer arrays are stored in the
 narrowest integer type that holds them (int8 weights take one byte each). Nothing depends
 on time, paths or dict order, so the same inputs and options give the same bytes.
+
+The ``weight`` of a kernel with ``weight_bits == 4`` (the 4-bit path, docs/int4.md) is stored
+packed, two values per byte (``{"__int4__": blob}``, nibble order in
+:mod:`hbtool.kernels.packing`: element 2i low nibble, 2i+1 high nibble); a packed blob whose
+length does not match its shape is an :class:`ArtifactError`.
 """
 
 from __future__ import annotations
@@ -35,7 +40,9 @@ import numpy as np
 from hbtool.errors import InputError
 
 MAGIC = b"HBTOOLM\0"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: the version of an artifact without packed int4 weights (readable by every hbtool)
+BASE_FORMAT_VERSION = 1
 _FIXED = struct.Struct("<8sIIQQ")
 _ALIGN = 64
 _DIGEST = 32
@@ -95,8 +102,10 @@ class _BlobWriter:
 def encode(obj: Any, blobs: _BlobWriter) -> Any:
     """JSON-able form of kernels (dataclasses), arrays (blobs), tuples and plain values."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        packed = getattr(obj, "weight_bits", 8) == 4
         return {"__kernel__": type(obj).__name__,
-                "fields": {f.name: encode(getattr(obj, f.name), blobs) for f in dataclasses.fields(obj)}}
+                "fields": {f.name: (_encode_int4(getattr(obj, f.name), blobs) if packed and f.name == "weight" else encode(getattr(obj, f.name), blobs))
+                           for f in dataclasses.fields(obj)}}
     if isinstance(obj, np.ndarray):
         return {"__blob__": blobs.add_array(obj)}
     if isinstance(obj, np.generic):
@@ -112,6 +121,12 @@ def encode(obj: Any, blobs: _BlobWriter) -> Any:
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
     raise TypeError(f"cannot store {type(obj).__name__} in an artifact")
+
+
+def _encode_int4(a: np.ndarray, blobs: _BlobWriter) -> dict[str, Any]:
+    from hbtool.kernels.packing import pack_int4
+
+    return {"__int4__": blobs.add_bytes(pack_int4(a), "int4", {"shape": list(np.shape(a))})}
 
 
 class _BlobReader:
@@ -145,6 +160,14 @@ def decode(obj: Any, blobs: _BlobReader, classes: dict[str, type]) -> Any:
             return inst
         if "__blob__" in obj:
             return blobs.array(obj["__blob__"])
+        if "__int4__" in obj:
+            from hbtool.kernels.packing import PackedBlobError, unpack_int4
+
+            k = obj["__int4__"]
+            try:
+                return unpack_int4(blobs.bytes(k), blobs.index[k]["shape"], f"packed int4 weight blob {k}")
+            except (PackedBlobError, IndexError, KeyError) as exc:
+                raise ArtifactError(f"the artifact's {exc}", "compile the model again (hbtool compile -c cfg.yaml)") from None
         if "__tuple__" in obj:
             return tuple(decode(v, blobs, classes) for v in obj["__tuple__"])
         if "__bytes__" in obj:
@@ -172,7 +195,8 @@ def to_bytes(header: dict[str, Any]) -> bytes:
     body["blobs"] = blobs.index
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=True).encode("utf-8")
     blob_bytes = b"".join(blobs.chunks)
-    head = _FIXED.pack(MAGIC, FORMAT_VERSION, 0, len(text), len(blob_bytes))
+    version = FORMAT_VERSION if any(e["kind"] == "int4" for e in blobs.index) else BASE_FORMAT_VERSION
+    head = _FIXED.pack(MAGIC, version, 0, len(text), len(blob_bytes))
     pad = (-(len(head) + len(text))) % _ALIGN
     payload = head + text + b"\0" * pad + blob_bytes
     return payload + hashlib.sha256(payload).digest()

@@ -62,9 +62,12 @@ def kernel_param_bytes(kernel: Any) -> int:
     import dataclasses
 
     total = 0
+    packed = getattr(kernel, "weight_bits", 8) == 4  # int4 weights: two per byte (hbtool.kernels.packing)
     for f in dataclasses.fields(kernel):
         v = getattr(kernel, f.name)
-        if isinstance(v, np.ndarray) and v.size > 1:
+        if packed and f.name == "weight" and isinstance(v, np.ndarray):
+            total += (v.size + 1) // 2
+        elif isinstance(v, np.ndarray) and v.size > 1:
             total += _narrowest(v).nbytes
         elif dataclasses.is_dataclass(v):
             total += kernel_param_bytes(v)
@@ -188,6 +191,9 @@ def compile_model(cfg: HbConfig, optimize_level: str | None = None, disabled_pas
         t = lay.to_json()
         if name in tensor_bits:
             t.update(bits=tensor_bits[name], scale=scales.get(name, scales.get(name.removesuffix("_reorder"))))
+            codes = lowered.report.codes.get(name)
+            if codes:  # a 4-bit tensor in the int8 container: the cost model stores it at half a byte per element
+                t["dtype"] = "uint4" if codes[0] == 0 else "int4"
         p = memory.tensors.get(name)
         if p is not None:
             t["memory"] = p.to_json()

@@ -254,7 +254,7 @@ def _read_value(path: str, key: Key, value: Any, base: Path) -> Any:
 # node_info and input_source
 # ----------------------------------------------------------------------------------------------
 
-_NODE_SUBKEY = re.compile(r"^(ON|InputType\d*|OutputType|Weight)$")
+_NODE_SUBKEY = re.compile(r"^(ON|InputType\d*|OutputType|Weight|WeightType)$")
 
 
 def _empty_node_entry() -> dict[str, str | None]:
@@ -302,10 +302,10 @@ def _read_node_info(path: str, value: Any) -> dict[str, dict[str, str | None]]:
             # YAML 1.1 reads an unquoted ON (or on) as the boolean true.
             canon = "ON" if sub is True else _canonical_subkey(str(sub))
             if canon is None:
-                guess = closest(str(sub), ["ON", "InputType", "OutputType", "Weight"])
+                guess = closest(str(sub), ["ON", "InputType", "OutputType", "Weight", "WeightType"])
                 hint = f"did you mean '{guess}'? " if guess else ""
                 fail(f"{npath}.{sub}", "unknown node_info key",
-                     f"{hint}use ON, InputType, InputType<i>, OutputType or Weight")
+                     f"{hint}use ON, InputType, InputType<i>, OutputType, Weight or WeightType")
             if is_unset(val):
                 entry.setdefault(canon, None)
                 continue
@@ -313,6 +313,10 @@ def _read_node_info(path: str, value: Any) -> dict[str, dict[str, str | None]]:
                 entry[canon] = read_enum(f"{npath}.{canon}", val, S.NODE_INFO_ON)
             elif canon == "Weight":
                 entry[canon] = read_enum(f"{npath}.{canon}", val, S.NODE_INFO_WEIGHT)
+            elif canon == "WeightType":
+                entry[canon] = read_enum(f"{npath}.{canon}", val, S.NODE_INFO_WEIGHT_TYPES)
+            elif canon == "InputType":
+                entry[canon] = read_enum(f"{npath}.{canon}", val, S.NODE_INFO_INPUT_DTYPES)
             else:
                 entry[canon] = read_enum(f"{npath}.{canon}", val, S.NODE_INFO_DTYPES)
         out[node] = entry
@@ -320,7 +324,7 @@ def _read_node_info(path: str, value: Any) -> dict[str, dict[str, str | None]]:
 
 
 def _canonical_subkey(sub: str) -> str | None:
-    for canon in ("ON", "InputType", "OutputType", "Weight"):
+    for canon in ("ON", "InputType", "OutputType", "Weight", "WeightType"):
         if sub.lower() == canon.lower():
             return canon
     m = re.fullmatch(r"inputtype(\d+)", sub.lower())

@@ -113,6 +113,9 @@ TYPE_CHANNELS = {"rgb": 3, "bgr": 3, "yuv444": 3, "gray": 1}
 INPUT_SOURCES = ("ddr", "pyramid", "resizer")
 NODE_INFO_ON = ("BPU", "CPU")
 NODE_INFO_DTYPES = ("int8", "int16")
+# node_info InputType values of the 4-bit path (docs/int4.md); WeightType values
+NODE_INFO_INPUT_DTYPES = NODE_INFO_DTYPES + ("uint4", "int4")
+NODE_INFO_WEIGHT_TYPES = ("int8", "int4")
 # per-node weight remedies (hbtool): clip the range by MSE, correct the bias, learn the rounding
 NODE_INFO_WEIGHT = ("mse", "bias_correction", "adaround")
 CAL_DATA_TYPES = ("float32", "uint8", "int8", "int16", "int32", "int64")
@@ -170,10 +173,12 @@ MODEL = _g(
     Key("node_info", "node_info",
         "Per-node overrides: `{node: {ON: BPU|CPU, InputType: int8|int16, InputType<i>: ..., "
         "OutputType: int8|int16, Weight: mse|bias_correction|adaround}}`, or the short form "
-        "`'node1:int16;node2:int16'` (input and output in int16). Overrides run_on_cpu / "
+        "`'node1:int16;node2:int16'` (input and output in int16); `InputType: uint4|int4, WeightType: int4` "
+        "puts a Conv/Gemm/MatMul on the 4-bit path (docs/int4.md). Overrides run_on_cpu / "
         "run_on_bpu. `Weight` (hbtool) applies one weight remedy to that node only, as "
         "`hbtool debug --auto` writes it.", default={},
         allowed_doc="`ON`: BPU, CPU; `InputType`, `InputType<i>`, `OutputType`: int8, int16; "
+                    "`InputType` also uint4, int4; `WeightType`: int8, int4; "
                     "`Weight`: mse, bias_correction, adaround"),
     Key("set_node_data_type", "node_info",
         "Older form of node_info (`'node:int16;...'`); merged into node_info.", default={},
@@ -281,6 +286,10 @@ CALIBRATION = _g(
     Key("batch_size", "int", "Samples read per step of the statistics pass (the model itself runs at its "
         "input's batch size, so the statistics do not depend on it; memory does).", default=8, min=1,
         origin=HBTOOL),
+    Key("default_precision", "enum",
+        "Tensor-unit precision of the model: `int4` gives every eligible Conv/Gemm/MatMul int4 weights "
+        "and uint4 (post-ReLU) or int4 inputs; the first and the output layer stay int8 (docs/int4.md).",
+        default="int8", allowed=("int8", "int4"), origin=HBTOOL),
     Key("weight_clip", "enum",
         "Weight range: `none` uses the true max; `mse` clips to the range with the least "
         "squared error.", default="none", allowed=("none", "mse"), origin=HBTOOL),

@@ -91,6 +91,7 @@ class CalibrationParams:
     softmax_log2: bool = False
     smooth_quant: bool = False
     smooth_alpha: float = 0.5
+    default_precision: str = "int8"
 
     @property
     def needs_data(self) -> bool:

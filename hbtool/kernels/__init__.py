@@ -8,7 +8,9 @@ array ``q`` and a float ``scale > 0`` (per tensor, or per channel for weights), 
 value ``q * scale``. Quantization is symmetric (zero point 0):
 
 * activations: int8 in [-128, 127] or int16 in [-32768, 32767];
-* weights: int8, symmetric, in [-127, 127], per output channel or per tensor;
+* weights: int8, symmetric, in [-127, 127], per output channel or per tensor (the 4-bit path:
+  int4 in [-7, 7], Conv/Linear ``weight_bits=4``, and uint4/int4 inputs, ``input_range``;
+  see docs/int4.md);
 * biases: int32 at scale ``s_x * s_w[c]``;
 * requantization: a 15-bit multiplier ``M`` in [2**14, 2**15) and a right shift ``n >= 0``
   (up to 52) approximate a real ratio ``r = M 2**-n`` (relative error below 2**-14);
@@ -63,6 +65,7 @@ Modules
 :mod:`.pool`              AvgPool, ReduceMean / GlobalAveragePool, ReduceSum (any axes), MaxPool
 :mod:`.resize`            BilinearResize; the ONNX source-index rule nearest Resize moves codes by
 :mod:`.colour`            InputConvert (the chip's nv12/yuv444/rgb/bgr/gray buffer -> the normalised input, BT.601)
+:mod:`.packing`           two int4 weights per byte (the artifact's 4-bit weights; nibble order)
 :mod:`.builder`           OnnxBuilder, the node writer the ONNX forms share
 ========================  ==========================================================
 """

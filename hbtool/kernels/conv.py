@@ -37,7 +37,7 @@ from numpy.lib.stride_tricks import as_strided
 from hbtool.kernels.base import Kernel, as_int, check, check_scales
 from hbtool.kernels.builder import OnnxBuilder
 from hbtool.kernels.fixedpoint import DEFAULT_ROUNDING, EXACT_LIMIT, int_range
-from hbtool.kernels.linear import F32_EXACT, check_activation
+from hbtool.kernels.linear import F32_EXACT, check_activation, check_codes, check_input_range, check_weight_bits
 from hbtool.kernels.requantize import Requantize
 
 
@@ -188,6 +188,10 @@ class Conv(Kernel):
     requant: Requantize
     acc_bound: int
     wsum: int
+    #: 4: int4 weights (-8..7), stored two per byte in the artifact (:mod:`.packing`)
+    weight_bits: int = 8
+    #: the integer range the input's codes are held to (``(0, 15)`` uint4, ``(-8, 7)`` int4; None: the in_bits range)
+    input_range: tuple[int, int] | None = None
 
     @classmethod
     def build(
@@ -207,12 +211,15 @@ class Conv(Kernel):
         lo: int | None = None,
         hi: int | None = None,
         rounding: str = DEFAULT_ROUNDING,
+        weight_bits: int = 8,
+        input_range: tuple[int, int] | None = None,
     ) -> "Conv":
         check_scales("Conv", scale_in=scale_in, scale_w=scale_w, scale_out=scale_out)
         w = as_int(weight_q, "weight")
         if w.ndim < 3:
             raise ValueError("Conv weight must be [Cout, Cin/group, *kernel]")
-        check(w.size == 0 or (int(w.min()) >= -128 and int(w.max()) <= 127), "weights must be int8")
+        check_weight_bits(w, weight_bits)
+        input_range = check_input_range(input_range, in_bits)
         if w.shape[0] % group:
             raise ValueError("output channels not divisible by group")
         s, p, d = conv_geometry(w.ndim - 2, strides, pads, dilations)
@@ -229,7 +236,7 @@ class Conv(Kernel):
         rq = Requantize.build(ratio, out_bits, axis=-(w.ndim - 1) if ratio.ndim else None, acc_bound=bound,
                               relu=relu, lo=lo, hi=hi, rounding=rounding)
         return cls(weight=w, bias=b, strides=s, pads=p, dilations=d, group=int(group), in_bits=in_bits,
-                   requant=rq, acc_bound=bound, wsum=wsum)
+                   requant=rq, acc_bound=bound, wsum=wsum, weight_bits=int(weight_bits), input_range=input_range)
 
     @property
     def onnx_attrs(self) -> dict:
@@ -239,6 +246,7 @@ class Conv(Kernel):
     def accumulate_numpy(self, x: np.ndarray) -> np.ndarray:
         """The int64 accumulator ``conv(x, W) + b`` (before requantization)."""
         x = check_activation(x, self.in_bits)
+        check_codes(x, self.input_range)
         check(x.ndim == self.weight.ndim, "input rank does not match the weight")
         xmax = int(np.abs(x).max(initial=0))
         acc = conv_acc_numpy(x, self.weight, self.strides, self.pads, self.dilations, self.group, xmax * self.wsum)

@@ -48,6 +48,32 @@ def check_activation(q: np.ndarray, bits: int, name: str = "input") -> np.ndarra
     return q
 
 
+def check_weight_bits(w: np.ndarray, weight_bits: int) -> None:
+    """Weights within their width: int8 [-128, 127] or int4 [-8, 7] (the 4-bit path, see docs/int4.md)."""
+    if weight_bits not in (4, 8):
+        raise ValueError(f"weight bits must be 4 or 8, not {weight_bits}")
+    lo, hi = (-8, 7) if weight_bits == 4 else (-128, 127)
+    check(w.size == 0 or (int(w.min()) >= lo and int(w.max()) <= hi), f"weights must be int{weight_bits}")
+
+
+def check_input_range(input_range: Any, in_bits: int) -> tuple[int, int] | None:
+    """A narrowed input code range (uint4 ``(0, 15)``, int4 ``(-8, 7)``) inside the in_bits range, as a tuple."""
+    if input_range is None:
+        return None
+    lo, hi = (int(v) for v in input_range)
+    qlo, qhi = int_range(in_bits)
+    if not qlo <= lo <= hi <= qhi:
+        raise ValueError(f"input range [{lo}, {hi}] is not inside the int{in_bits} range")
+    return lo, hi
+
+
+def check_codes(q: np.ndarray, input_range: tuple[int, int] | None, name: str = "input") -> None:
+    """A 4-bit operand really holds 4-bit codes: the producer's clamp guarantees it, the emulator checks it."""
+    if input_range is not None and q.size:
+        check(int(q.min()) >= input_range[0] and int(q.max()) <= input_range[1],
+              f"{name} outside its 4-bit code range [{input_range[0]}, {input_range[1]}]")
+
+
 def exact_matmul(a: np.ndarray, b: np.ndarray, bound: int) -> np.ndarray:
     """Integer ``a @ b`` through a float BLAS product, exact because ``|every partial sum| <= bound``."""
     check(bound < 2**53, "matrix product bound reaches 2**53")
@@ -65,6 +91,8 @@ class Linear(Kernel):
     requant: Requantize
     acc_bound: int
     wsum: int  # max over output channels of sum |W[:, n]|
+    weight_bits: int = 8  # 4: int4 weights, packed two per byte in the artifact
+    input_range: tuple[int, int] | None = None  # the input's 4-bit code range, if it is 4-bit
 
     @classmethod
     def build(
@@ -80,12 +108,15 @@ class Linear(Kernel):
         lo: int | None = None,
         hi: int | None = None,
         rounding: str = DEFAULT_ROUNDING,
+        weight_bits: int = 8,
+        input_range: tuple[int, int] | None = None,
     ) -> "Linear":
         check_scales("Linear", scale_in=scale_in, scale_w=scale_w, scale_out=scale_out)
         w = as_int(weight_q, "weight")
         if w.ndim != 2:
             raise ValueError("Linear weight must be [K, N]")
-        check(w.size == 0 or (int(w.min()) >= -128 and int(w.max()) <= 127), "weights must be int8")
+        check_weight_bits(w, weight_bits)
+        input_range = check_input_range(input_range, in_bits)
         b = None if bias_q is None else as_int(bias_q, "bias").reshape(-1)
         if b is not None and b.size != w.shape[1]:
             raise ValueError("bias length must equal the weight's N")
@@ -97,11 +128,13 @@ class Linear(Kernel):
         ratio = float(scale_in) * np.asarray(scale_w, np.float64) / np.asarray(scale_out, np.float64)
         rq = Requantize.build(ratio, out_bits, axis=-1 if ratio.ndim else None, acc_bound=bound,
                               relu=relu, lo=lo, hi=hi, rounding=rounding)
-        return cls(weight=w, bias=b, in_bits=in_bits, requant=rq, acc_bound=bound, wsum=wsum)
+        return cls(weight=w, bias=b, in_bits=in_bits, requant=rq, acc_bound=bound, wsum=wsum,
+                   weight_bits=int(weight_bits), input_range=input_range)
 
     def accumulate_numpy(self, x: np.ndarray) -> np.ndarray:
         """The int64 accumulator ``x @ W + b`` (before requantization)."""
         x = check_activation(x, self.in_bits)
+        check_codes(x, self.input_range)
         xmax = int(np.abs(x).max(initial=0))
         acc = exact_matmul(x, self.weight, xmax * self.wsum)
         return acc + self.bias if self.bias is not None else acc

@@ -134,12 +134,23 @@ class CostContext:
 # --------------------------------------------------------------------------- memory traffic
 
 
-def _memory_traffic(op: OpCost, node: Node, ctx: CostContext) -> None:
-    """Activations read and written where they live; kernel constants streamed from DDR."""
+def is_4bit_tensor(ctx: CostContext, name: str) -> bool:
+    """A uint4/int4 activation (artifact tensor ``dtype``), stored at the march's 4-bit bytes per element."""
+    return ctx.hw.int4_supported and (ctx.tensors.get(name) or {}).get("dtype") in ("uint4", "int4")
+
+
+def _memory_traffic(op: OpCost, node: Node, ctx: CostContext, as_int8: bool = False) -> None:
+    """Activations read and written where they live; kernel constants streamed from DDR.
+
+    4-bit tensors move ``int4.activation_bytes_per_element`` per element (``as_int8``: one byte, the
+    int8 alternative perf compares a 4-bit layer with); int4 weights are counted packed.
+    """
     hw = ctx.hw
     sram = ddr = 0
     for name in ctx.activations(list(node.inputs) + list(node.outputs)):
         b = ctx.padded_bytes(name)
+        if is_4bit_tensor(ctx, name) and not as_int8:
+            b = int(np.ceil(b * hw.int4_activation_bytes))
         if ctx.location(name) == DDR:
             ddr += access.sequential_bytes(b, hw.ddr_burst_bytes)
         else:
@@ -149,6 +160,8 @@ def _memory_traffic(op: OpCost, node: Node, ctx: CostContext) -> None:
         from hbtool.compiler.compile import kernel_param_bytes
 
         op.weight_bytes = int(kernel_param_bytes(kernel))
+        if as_int8 and getattr(kernel, "weight_bits", 8) == 4:
+            op.weight_bytes += int(kernel.weight.size) - (int(kernel.weight.size) + 1) // 2
         ddr += access.sequential_bytes(op.weight_bytes, hw.ddr_burst_bytes) if op.weight_bytes else 0
     op.sram_bytes, op.ddr_bytes, op.ddr_useful_bytes = sram, ddr, ddr
     op.components[SRAM] = sram / hw.sram_bytes_per_cycle / ctx.split
@@ -158,10 +171,10 @@ def _memory_traffic(op: OpCost, node: Node, ctx: CostContext) -> None:
 # --------------------------------------------------------------------------- tensor unit
 
 
-def tensor_padding(kind: str, kernel: Any, node: Node, ctx: CostContext) -> tuple[int, int, int, str]:
-    """(MACs, padded MACs, array passes issued, note) of a tensor-unit op."""
+def tensor_padding(kind: str, kernel: Any, node: Node, ctx: CostContext, c_in_quantum: int | None = None) -> tuple[int, int, int, str]:
+    """(MACs, padded MACs, array passes issued, note) of a tensor-unit op (``c_in_quantum``: the 4-bit path's)."""
     hw = ctx.hw
-    aw, aco, ar, cq = hw.array_w, hw.array_c_out, hw.array_reduce, hw.c_in_quantum
+    aw, aco, ar, cq = hw.array_w, hw.array_c_out, hw.array_reduce, c_in_quantum or hw.c_in_quantum
     out = ctx.shape(node.outputs[0])
     elems = int(np.prod(out, dtype=np.int64)) if out else 0
     if kind == "Conv":
@@ -257,30 +270,47 @@ def _conv_transpose_padding(kernel: Any, node: Node, ctx: CostContext, out: Any)
     return macs, max(padded, macs), phases, note
 
 
-def _operand_bits(kind: str, kernel: Any) -> tuple[int, ...]:
+def _operand_bits(kind: str, kernel: Any, as_int8: bool = False) -> tuple[int, ...]:
     if kind in ("MatMul",):
         return int(kernel.a_bits), int(kernel.b_bits)
     if kind == "Log2MatMul":
         return 8, int(kernel.b_bits)
-    return int(getattr(kernel, "in_bits", 8)), 8
+    if as_int8:
+        return int(getattr(kernel, "in_bits", 8)), 8
+    x_bits = 4 if getattr(kernel, "input_range", None) is not None else int(getattr(kernel, "in_bits", 8))
+    return x_bits, int(getattr(kernel, "weight_bits", 8))
 
 
-def tensor_cost(node: Node, ctx: CostContext) -> OpCost:
+def tensor_cost(node: Node, ctx: CostContext, as_int8: bool = False) -> OpCost:
+    """The op's cost; for a 4-bit op the note says whether 4 bits pay (against ``as_int8``, its int8 form)."""
     hw = ctx.hw
     kernel = node.meta.get("kernel")
     kind = type(kernel).__name__
     op = OpCost(node.name, node.op_type, TENSOR, kind)
-    op.macs, op.padded_macs, op.calls, op.note = tensor_padding(kind, kernel, node, ctx)
-    bits = _operand_bits(kind, kernel)
+    bits = _operand_bits(kind, kernel, as_int8)
+    four = hw.int4_supported and not as_int8 and max(bits) <= 4
+    op.macs, op.padded_macs, op.calls, op.note = tensor_padding(kind, kernel, node, ctx, hw.int4_c_in_quantum if four else None)
     op.bits = max(bits)
     rate = hw.tensor_rate(*bits)
     op.components[TENSOR] = op.padded_macs / (hw.macs_per_cycle * rate) / ctx.split
     if rate < 1:
         op.note += f"; int{op.bits} operands at {rate:g}x rate"
-    _memory_traffic(op, node, ctx)
+    _memory_traffic(op, node, ctx, as_int8)
     _reduction_transpose(op, node, ctx)
     op.overhead = (hw.per_op_cycles + (hw.dual_core_sync_cycles if ctx.split > 1 else 0)) * op.calls
+    if not as_int8 and hw.int4_supported and (getattr(kernel, "weight_bits", 8) == 4 or getattr(kernel, "input_range", None) is not None):
+        rng = getattr(kernel, "input_range", None)
+        label = f"{'int8' if rng is None else 'uint4' if rng[0] == 0 else 'int4'} x int{bits[1]}"
+        op.note += "; " + int4_note(op, tensor_cost(node, ctx, as_int8=True), label)
     return op
+
+
+def int4_note(op: OpCost, int8: OpCost, kinds: str) -> str:
+    """Where 4 bits pay: the layer's cycles against its int8 form, and what bounds each."""
+    gain = int8.cycles / op.cycles if op.cycles > 0 else 1.0
+    if gain > 1.01:
+        return f"{kinds}: {gain:.2f}x faster than int8 ({int8.bound_by}-bound at int8, {op.bound_by}-bound now)"
+    return f"{kinds}: no gain over int8 ({op.bound_by}-bound either way; the 4-bit saving is in bytes only)"
 
 
 # --------------------------------------------------------------------------- vector unit

@@ -95,6 +95,12 @@ class Hardware:
     cpu_gflops: float
     cpu_quantize_cpe: float
     cpu_per_op_us: float
+    #: the 4-bit path (march ``int4``, docs/int4.md): absent on marches without one
+    int4_supported: bool = False
+    int4_tensor_rate: float = 1.0
+    int4_activation_bytes: float = 1.0
+    int4_weight_bytes: float = 1.0
+    int4_c_in_quantum: int = 8
 
     @property
     def ddr_bytes_per_cycle(self) -> float:
@@ -106,9 +112,25 @@ class Hardware:
         return self.ddr_bytes_per_s * self.ddr_efficiency
 
     def tensor_rate(self, *bits: int) -> float:
-        """Fraction of the int8 MAC rate for operands of these widths (one int16 operand: two passes)."""
+        """Fraction of the int8 MAC rate for operands of these widths (one int16 operand: two passes;
+        all operands 4-bit: the march's int4 rate; int8 x int4 runs at the int8 rate)."""
+        if bits and all(int(b) <= 4 for b in bits) and self.int4_supported:
+            return float(self.int4_tensor_rate)
         wide = sum(1 for b in bits if int(b) > 8)
         return float(self.tensor_int16_rate) ** (wide / 2.0)
+
+
+def _int4_values(m: March) -> dict[str, Any]:
+    """The 4-bit path's parameters (``int4`` in the march file); none where the march has no such path."""
+    try:
+        if not bool(m.param("int4.supported")):
+            return {}
+        return {"int4_supported": True, "int4_tensor_rate": float(m.param("int4.tensor_rate")),
+                "int4_activation_bytes": float(m.param("int4.activation_bytes_per_element")),
+                "int4_weight_bytes": float(m.param("int4.weight_bytes_per_element")),
+                "int4_c_in_quantum": int(m.param("int4.alignment")["c_in"])}
+    except KeyError:
+        return {}
 
 
 def hardware_for(march: March | str) -> Hardware:
@@ -125,6 +147,7 @@ def hardware_for(march: March | str) -> Hardware:
             "sram_access_bytes", "ddr_burst_bytes", "cpu_cores"}
     values = {k: (int(v) if k in ints else bool(v) if k in ("output_stage_lut", "groups_share_lanes") else float(v)) for k, v in values.items()}
     values["c_in_quantum"] = int(m.alignment("tensor").get("c_in", 1))
+    values.update(_int4_values(m))
     hw = Hardware(march=m.name, **values)
     if hw.array_w * hw.array_c_out * hw.array_reduce != hw.macs_per_cycle:
         raise InputError(f"march '{m.name}': units.tensor.array w x c_out x reduce = "
@@ -137,7 +160,9 @@ def parameter_table(march: March | str) -> list[dict[str, Any]]:
     """Every parameter the cost model uses: path, value, kind (published/derived/assumed), source."""
     m = load_march(march) if isinstance(march, str) else march
     rows = []
-    for _, path in _PARAMS:
+    int4 = ("int4.supported", "int4.tensor_rate", "int4.activation_bytes_per_element", "int4.weight_bytes_per_element")
+    extra = tuple(p for p in int4 if isinstance((m.raw.get("int4") or {}).get(p.split(".")[1]), dict))
+    for path in tuple(p for _, p in _PARAMS) + extra:
         node: Any = m.raw
         for part in path.split("."):
             node = node[part]

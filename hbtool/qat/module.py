@@ -147,7 +147,7 @@ class QatModel(nn.Module):
             self._scale_index[gid] = key
             if self.train_scales:
                 shape = self.graph.shape(members[0]) or (1,)
-                factor = lsq_grad_scale(int(np.prod(shape[1:] or (1,))), QMAX[tq.bits])
+                factor = lsq_grad_scale(int(np.prod(shape[1:] or (1,))), QMAX[tq.bits] if tq.code_range is None else tq.code_range[1])
                 p.register_hook(lambda g, f=factor: g * f)
         self._synced: tuple | None = None
         self._float_of: dict[str, str] = {}
@@ -209,8 +209,8 @@ class QatModel(nn.Module):
                 s = float(np.float32(max(float(getattr(self, key)), _MIN_SCALE)))
                 for m in self.plan.groups[gid]:
                     tq = self.plan.tensors[m]
-                    tq.scale, tq.threshold = s, s * QMAX[tq.bits]
-        self.weight_scales = {w: (weight_scales(self.graph.const(w), axis, self.per_channel), axis) for w, axis in self.weight_axis.items()}
+                    tq.scale, tq.threshold = s, s * (QMAX[tq.bits] if tq.code_range is None else tq.code_range[1])
+        self.weight_scales = {w: (self._weight_scales(w, self.graph.const(w), axis), axis) for w, axis in self.weight_axis.items()}
         self.program, self.report = lower_to_integer(self.graph, self.plan, self.weight_scales, self.rounding)
         self._program_consts: dict[str, torch.Tensor] = {}
         self._ctx = OpContext(self.program)
@@ -222,6 +222,14 @@ class QatModel(nn.Module):
             elif n.op_type == "HzDequantize" and n.outputs[0] in self.program.outputs:
                 self._float_of[n.inputs[0]] = n.outputs[0]
         self._synced = version
+
+    def _weight_scales(self, wname: str, w: np.ndarray, axis: int) -> np.ndarray:
+        """The PTQ rule for the current weights: int4 MSE scales on the 4-bit path, else int8 ones."""
+        if self.plan.weight_bits.get(wname) == 4:
+            from hbtool.quant.int4 import int4_weight_scales
+
+            return int4_weight_scales(w, axis)
+        return weight_scales(w, axis, self.per_channel)
 
     # ------------------------------------------------------------------ execution
     def _const(self, name: str) -> torch.Tensor:
@@ -316,7 +324,7 @@ class QatModel(nn.Module):
             w_eff = w_eff * float(src.attr("alpha", 1.0)) if src.op_type == "Gemm" else w_eff
             scales = self.weight_scales[wname][0]
             if scales.size != w_eff.shape[1]:
-                scales = weight_scales(w_eff.detach().numpy(), 1)
+                scales = self._weight_scales(wname, w_eff.detach().numpy(), 1)
             s_w, chan = self._dev(scales), (1, -1)
         ws = w_eff / s_w.reshape(chan)
         w_codes = straight_through(self._dev(kernel.weight), ws)

@@ -259,6 +259,10 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     weights = clip_node_weights(graph, weights, nodes_asking(node_info, "mse"), cal.per_channel)
     output16 = "set_model_output_int16" in (cal.optimization or [])
     march = load_march(cfg.model.march)
+    from hbtool.quant.int4 import apply_int4, choose_int4_nodes
+
+    int4_choice = choose_int4_nodes(graph, node_info, getattr(cal, "default_precision", "int8") or "int8", march)
+    weights8 = dict(weights)
     # int8-only marches (X3) have no int16 to promote to, and X5 promotes only on request; random data (skip) gives no signal-to-noise
     # worth promoting by, so a quick-path estimate never depends on the accident of a random scale
     auto16 = bool(getattr(cal, "auto_int16", True)) and march.auto_int16
@@ -274,6 +278,8 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
         if use_ptf:
             done, skipped = apply_ptf(graph, plan, stats)
             options["ptf"] = {"applied": done, "skipped": skipped}
+        if int4_choice or int4_choice.kept:
+            options["int4"] = apply_int4(graph, plan, stats, int4_choice, weights, weights8)
         return plan
 
     def per_tensor_methods() -> dict[str, str]:
@@ -429,6 +435,9 @@ def option_lines(result: CalibrationResult) -> list[str]:
     if "smooth_quant" in o:
         n, k = len(o["smooth_quant"]["applied"]), len(o["smooth_quant"]["skipped"])
         lines.append(f"smooth_quant: {n} site(s) smoothed, {k} not (reasons in quant_info.json)")
+    if "int4" in o:
+        lines.append(f"int4: {len(o['int4']['applied'])} tensor-unit node(s) on the 4-bit path, {len(o['int4']['kept_int8'])} kept int8")
+        lines += [f"int4: {n} stays int8: {why}" for n, why in o["int4"]["kept_int8"].items()]
     return lines
 
 

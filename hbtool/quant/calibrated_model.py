@@ -23,17 +23,19 @@ CALIBRATION_OP = "HzCalibration"
 BIAS_DELTA_KEY = "hbtool.bias_delta"
 
 
-def _fake_quant_body(opset: int, bits: int, scale: np.ndarray, axis: int | None, rank: int) -> Graph:
+def _fake_quant_body(opset: int, bits: int, scale: np.ndarray, axis: int | None, rank: int,
+                     code_range: tuple[int, int] | None = None) -> Graph:
     body = Graph("HzCalibration_body", opset)
     body.inputs, body.outputs = ["x"], ["y"]
-    qmax = QMAX[bits]
+    qmax = QMAX[bits] if code_range is None else code_range[1]
     s = np.asarray(scale, dtype=np.float32)
     if axis is not None and s.size > 1:
         shape = [1] * rank
         shape[axis] = s.size
         s = s.reshape(shape)
     body.add_const(s, name="scale")
-    body.add_const(np.array(-qmax - 1 if bits == 16 else -128, np.float32), name="qmin")
+    qmin = (-qmax - 1 if bits == 16 else -128) if code_range is None else code_range[0]
+    body.add_const(np.array(qmin, np.float32), name="qmin")
     body.add_const(np.array(qmax, np.float32), name="qmax")
     body.add_node("Div", ["x", "scale"], ["xs"], name="div")
     body.add_node("Round", ["xs"], ["xr"], name="round")
@@ -67,7 +69,7 @@ def _activation_body(opset: int, tq: TensorQuant, rank: int) -> Graph:
         return _log2_body(opset, tq.bits)
     if tq.ptf_alpha is not None:
         return _fake_quant_body(opset, tq.bits, np.asarray(tq.channel_scales(), np.float32), rank - 1, rank)
-    return _fake_quant_body(opset, tq.bits, np.array(tq.scale), None, rank)
+    return _fake_quant_body(opset, tq.bits, np.array(tq.scale), None, rank, tq.code_range)
 
 
 def _insert_after(graph: Graph, tensor: str, attrs: dict[str, Any], body: Graph, consumers: list[Node]) -> str:
@@ -92,6 +94,8 @@ def build_calibrated_graph(graph: Graph, plan: QuantPlan, weight_scales: dict[st
     consumers = g.consumer_map()
     for name, tq in plan.tensors.items():
         attrs = {"bits": tq.bits, "scale": float(tq.scale), "threshold": float(tq.threshold), "method": tq.method, "group": tq.group}
+        if tq.code_range is not None:
+            attrs["code_range"] = [int(v) for v in tq.code_range]
         if tq.ptf_alpha is not None:
             attrs["ptf_alpha"] = [int(a) for a in np.asarray(tq.ptf_alpha).reshape(-1)]
         body = _activation_body(g.opset, tq, len(g.shape(name) or ()))
@@ -113,8 +117,10 @@ def build_calibrated_graph(graph: Graph, plan: QuantPlan, weight_scales: dict[st
     for wname, (scales, axis) in weight_scales.items():
         users = consumers.get(wname, [])
         shape = g.shape(wname) or ()
-        attrs = {"bits": 8, "scales": [float(s) for s in np.asarray(scales).reshape(-1)], "axis": int(axis), "method": "weight"}
-        body = _fake_quant_body(g.opset, 8, np.asarray(scales, np.float32), axis, len(shape))
+        wbits = int(plan.weight_bits.get(wname, 8))
+        attrs = {"bits": wbits, "scales": [float(s) for s in np.asarray(scales).reshape(-1)], "axis": int(axis), "method": "weight"}
+        # int4 weights are symmetric in [-7, 7] (hbtool.quant.int4); int8 ones fake-quantize as before
+        body = _fake_quant_body(g.opset, 8, np.asarray(scales, np.float32), axis, len(shape), (-7, 7) if wbits == 4 else None)
         _insert_after(g, wname, attrs, body, users)
     g.toposort()
     if plan.bias_delta:
@@ -125,8 +131,10 @@ def build_calibrated_graph(graph: Graph, plan: QuantPlan, weight_scales: dict[st
 
 def _tensor_quant(name: str, a: dict[str, Any]) -> TensorQuant:
     alpha = a.get("ptf_alpha")
+    code = a.get("code_range")
     return TensorQuant(name, int(a["bits"]), float(a["scale"]), float(a["threshold"]), str(a["method"]), int(a.get("group", -1)),
-                       ptf_alpha=None if alpha is None else np.asarray(alpha, np.int64))
+                       ptf_alpha=None if alpha is None else np.asarray(alpha, np.int64),
+                       code_range=None if code is None else (int(code[0]), int(code[1])))
 
 
 def extract_plan(graph: Graph) -> tuple[Graph, QuantPlan, dict[str, tuple[np.ndarray, int]]]:
@@ -152,6 +160,8 @@ def extract_plan(graph: Graph) -> tuple[Graph, QuantPlan, dict[str, tuple[np.nda
             continue
         if a.get("method") == "weight":
             weights[src] = (np.asarray(a["scales"], np.float32), int(a["axis"]))
+            if int(a.get("bits", 8)) == 4:
+                plan.weight_bits[src] = 4
         else:
             tq = _tensor_quant(src, a)
             plan.tensors[src] = tq

@@ -74,6 +74,7 @@ class IntTensor:
     bits: int
     alpha: np.ndarray | None = None  # PTF: channel c of the last axis at scale * 2**alpha_c
     log2: bool = False               # log2 codes of a Softmax (bits = code bits, scale unused)
+    code_range: tuple[int, int] | None = None  # 4-bit codes, held there by the BPU kernel that wrote them
 
     @property
     def scales(self) -> float | np.ndarray:
@@ -81,11 +82,45 @@ class IntTensor:
         return self.scale if self.alpha is None else self.scale * np.exp2(np.asarray(self.alpha, np.float64))
 
 
+def clamped_codes(kernel: Any, code_range: tuple[int, int] | None) -> tuple[int, int] | None:
+    """``code_range`` when the kernel's requantization clamps its output inside it, else None.
+
+    A 4-bit tensor is 4-bit because its producer clamps to the code range; a kernel without that
+    clamp (a table, a float fallback's boundary Quantize) leaves int8 codes, and its readers must
+    not take them for 4-bit ones.
+    """
+    rq = getattr(kernel, "requant", kernel)  # Add clamps itself (its own lo/hi)
+    if code_range is None or not hasattr(rq, "lo") or not hasattr(rq, "hi"):
+        return None
+    return code_range if int(rq.lo) >= code_range[0] and int(rq.hi) <= code_range[1] else None
+
+
+def clamped_table_function(f: Any, lo: float, hi: float) -> Any:
+    """A LUT function (name, callable or ``(callable, domain)``) with its output clipped to ``[lo, hi]``.
+
+    A table whose entries are clipped to a 4-bit output's real range holds only 4-bit codes (the
+    int16-input tables interpolate between clipped knots, which stays inside): so HardSwish,
+    Sigmoid and friends can write a uint4/int4 tensor (docs/int4.md).
+    """
+    from hbtool.kernels.lut import LUT_FUNCTIONS
+
+    base = LUT_FUNCTIONS[f] if isinstance(f, str) else f
+    base, domain = base if isinstance(base, tuple) else (base, None)
+
+    def clipped(x: np.ndarray) -> np.ndarray:
+        return np.clip(base(x), lo, hi)
+
+    clipped.__name__ = f"{getattr(base, '__name__', 'f')}_4bit"
+    return (clipped, domain)
+
+
 @dataclass
 class LoweringReport:
     fallbacks: list[tuple[str, str, str]] = field(default_factory=list)  # (node, op, why)
     #: ``{integer tensor name in the program: (scale, bits)}``
     tensors: dict[str, tuple[float, int]] = field(default_factory=dict)
+    #: ``{integer tensor name: 4-bit code range}`` of the uint4/int4 tensors (docs/int4.md)
+    codes: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 class _Lowerer:
@@ -165,14 +200,34 @@ class _Lowerer:
         name = self.out.add_const(q, hint=f"{tensor}_q")
         return IntTensor(name, scale, bits)
 
-    def emit_kernel(self, node: Node, op_type: str, kernel, inputs: list[str], out_tensor: str, attrs: dict | None = None) -> None:
+    def emit_kernel(self, node: Node, op_type: str, kernel, inputs: list[str], out_tensor: str, attrs: dict | None = None,
+                    codes_clamped: bool = False) -> None:
+        """``codes_clamped``: the kernel writes only the output's 4-bit codes (a table built clamped)."""
         tq = self.tq(out_tensor)
         out_name = self.copy_value(out_tensor, as_int=True)
         new = self.out.add_node(op_type, inputs, [out_name], attrs or {}, name=node.name, domain=HBTOOL_DOMAIN)
         new.meta.update(kernel=kernel, on="BPU", subgraph=node.meta.get("subgraph"), source_op=node.op_type)
-        self.ints[out_tensor] = IntTensor(out_name, tq.scale, tq.bits, tq.ptf_alpha, tq.is_log2)
+        codes = tq.code_range if codes_clamped else clamped_codes(kernel, tq.code_range)
+        self.ints[out_tensor] = IntTensor(out_name, tq.scale, tq.bits, tq.ptf_alpha, tq.is_log2, codes)
 
     def fused_activation(self, node: Node) -> tuple[str, dict[str, Any], Node | None]:
+        """The tensor ``node`` writes and the clamps of its requantization: a fused Relu/Clip, and the
+        4-bit code range of a uint4/int4 output (:mod:`hbtool.quant.int4`), which only a clamp produces."""
+        out, extra, act = self._fused_clamp(node)
+        tq = self.plan.tensors.get(out)
+        if tq is not None and tq.code_range is not None:
+            lo, hi = tq.code_range
+            extra = dict(extra)
+            extra["lo"] = max(lo, int(extra["lo"])) if extra.get("lo") is not None else lo
+            extra["hi"] = min(hi, int(extra["hi"])) if extra.get("hi") is not None else hi
+        return out, extra, act
+
+    def weight_codes(self, wname: str, w: np.ndarray, scales: np.ndarray, axis: int) -> tuple[np.ndarray, int]:
+        """(int64 codes, weight bits) of a tensor-unit weight: int4 in [-7, 7] where the plan says so."""
+        bits = int(self.plan.weight_bits.get(wname, 8))
+        return quantize_weight(w, scales, axis, 7 if bits == 4 else WEIGHT_QMAX).astype(np.int64), bits
+
+    def _fused_clamp(self, node: Node) -> tuple[str, dict[str, Any], Node | None]:
         """A Relu/Clip(0, x) right after ``node`` that the kernel can apply as a clamp."""
         out = node.outputs[0]
         users = self.consumers.get(out, [])
@@ -260,15 +315,20 @@ class _Lowerer:
                 tq = self.plan.tensors.get(o)
                 scale = tq.scale if tq else ints[0].scale
                 bits = tq.bits if tq else ints[0].bits
-                self.ints[o] = IntTensor(o, scale, bits)
+                # moved codes keep a 4-bit range only when every moved input had it
+                codes = ints[0].code_range if all(it.code_range == ints[0].code_range for it in ints) else None
+                self.ints[o] = IntTensor(o, scale, bits, code_range=codes)
         return True
 
     def _lut(self, node: Node, fname: str, f=None) -> bool:
         x = self.int_input(node.inputs[0])
         out = node.outputs[0]
         tq = self.tq(out)
-        kernel = Lut.build(f or fname, x.scale, x.bits, tq.scale, tq.bits, rounding=self.rounding, knot_bits=LUT_KNOT_BITS)
-        self.emit_kernel(node, "HzLut", kernel, [x.name], out, {"function": fname})
+        fn = f or fname
+        if tq.code_range is not None:  # a 4-bit output: the table holds only 4-bit codes
+            fn = clamped_table_function(fn, tq.code_range[0] * tq.scale, tq.code_range[1] * tq.scale)
+        kernel = Lut.build(fn, x.scale, x.bits, tq.scale, tq.bits, rounding=self.rounding, knot_bits=LUT_KNOT_BITS)
+        self.emit_kernel(node, "HzLut", kernel, [x.name], out, {"function": fname}, codes_clamped=tq.code_range is not None)
         return True
 
     def _lower_Gelu(self, node: Node) -> bool:
@@ -313,11 +373,12 @@ class _Lowerer:
         scales, _ = self.weights.get(wname, (None, None))
         if scales is None or scales.size != w.shape[1]:
             scales = weight_scales(w, 1)
-        wq = quantize_weight(w, scales, 1).astype(np.int64)
+        wq, wbits = self.weight_codes(wname, w, scales, 1)
         bias = np.zeros(w.shape[1]) if b is None else np.asarray(b, np.float64).reshape(-1)
         bias = bias + self.bias_delta.get(node.name, 0.0)
         bq = np.round(bias / (x.scale * scales.astype(np.float64))).astype(np.int64)
-        kernel = Linear.build(wq, bq, x.scale, scales, tq.channel_scales(), in_bits=x.bits, out_bits=tq.bits, rounding=self.rounding, **extra)
+        kernel = Linear.build(wq, bq, x.scale, scales, tq.channel_scales(), in_bits=x.bits, out_bits=tq.bits, rounding=self.rounding,
+                              weight_bits=wbits, input_range=x.code_range, **extra)
         self.emit_kernel(node, "HzLinear", kernel, [x.name], out)
         if act is not None:
             self.skip.add(act.name)
@@ -370,7 +431,7 @@ class _Lowerer:
         scales, _ = self.weights.get(node.inputs[1], (None, None))
         if scales is None:
             scales = weight_scales(w, 0)
-        wq = quantize_weight(w, scales, 0).astype(np.int64)
+        wq, wbits = self.weight_codes(node.inputs[1], w, scales, 0)
         b = self.src.const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
         bias = np.zeros(w.shape[0]) if b is None else np.asarray(b, np.float64)
         bias = bias + self.bias_delta.get(node.name, 0.0)
@@ -382,7 +443,7 @@ class _Lowerer:
         kernel = Conv.build(
             wq, bq, x.scale, scales, tq.scale, strides=node.attr("strides") or [1] * nd, pads=pads,
             dilations=node.attr("dilations") or [1] * nd, group=int(node.attr("group", 1)),
-            in_bits=x.bits, out_bits=tq.bits, rounding=self.rounding, **extra,
+            in_bits=x.bits, out_bits=tq.bits, rounding=self.rounding, weight_bits=wbits, input_range=x.code_range, **extra,
         )
         self.emit_kernel(node, "HzConv", kernel, [x.name], out)
         if act is not None:
@@ -624,7 +685,7 @@ class _Lowerer:
         name = self.copy_value(out, as_int=True)
         new = self.out.add_node("HzMaxPool", [x.name], [name], {}, name=node.name, domain=HBTOOL_DOMAIN)
         new.meta.update(kernel=kernel, on="BPU", subgraph=node.meta.get("subgraph"), source_op=node.op_type)
-        self.ints[out] = IntTensor(name, x.scale, x.bits)
+        self.ints[out] = IntTensor(name, x.scale, x.bits, code_range=x.code_range)
         return True
 
     def _lower_AveragePool(self, node: Node) -> bool:
@@ -792,6 +853,7 @@ class _Lowerer:
                     "keep the HzPreprocess node and its consumers on the BPU (node_info), or set input_type_rt to the training type")
         self.out.remove_unused()
         self.report.tensors = {it.name: (float(it.scale), int(it.bits)) for it in self.ints.values() if it.name in self.out.values}
+        self.report.codes = {it.name: it.code_range for it in self.ints.values() if it.name in self.out.values and it.code_range}
         return self.out
 
     def _rename(self, old: str, new: str) -> None:

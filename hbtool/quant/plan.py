@@ -66,6 +66,16 @@ class TensorQuant:
     group: int
     #: PTF: int64 [C] power-of-two factors, channel c of the last axis has scale ``scale * 2**alpha_c``
     ptf_alpha: np.ndarray | None = None
+    #: a 4-bit tensor (:mod:`hbtool.quant.int4`): its codes are held to ``(0, 15)`` (uint4) or ``(-8, 7)``
+    #: (int4) by its producer's clamp, inside the ``bits``-bit container the kernels compute with
+    code_range: tuple[int, int] | None = None
+
+    @property
+    def dtype(self) -> str:
+        """``uint4`` / ``int4`` for a 4-bit tensor, else ``int8`` / ``int16``."""
+        if self.code_range is not None:
+            return "uint4" if self.code_range[0] == 0 else "int4"
+        return f"int{self.bits}"
 
     @property
     def is_log2(self) -> bool:
@@ -79,7 +89,7 @@ class TensorQuant:
         return self.scale * np.exp2(np.asarray(self.ptf_alpha, np.float64))
 
     def to_json(self) -> dict[str, Any]:
-        out = {"dtype": f"int{self.bits}", "scale": self.scale, "threshold": self.threshold, "method": self.method, "group": self.group}
+        out = {"dtype": self.dtype, "scale": self.scale, "threshold": self.threshold, "method": self.method, "group": self.group}
         if self.is_log2:
             out["dtype"] = f"log2_{self.bits}bit"
         if self.ptf_alpha is not None:
@@ -95,6 +105,8 @@ class QuantPlan:
     #: ``{node: per-output-channel float delta}`` added to that node's bias before it is
     #: quantized (bias correction); travels in the calibrated model's metadata
     bias_delta: dict[str, np.ndarray] = field(default_factory=dict)
+    #: ``{weight tensor: 4}`` for the int4 weights of the 4-bit path (absent: int8)
+    weight_bits: dict[str, int] = field(default_factory=dict)
 
     def bits(self, tensor: str) -> int | None:
         t = self.tensors.get(tensor)

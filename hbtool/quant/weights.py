@@ -83,10 +83,11 @@ def channel_floor(amax: np.ndarray) -> np.ndarray:
     return np.maximum(amax, top * CHANNEL_FLOOR)
 
 
-def quantize_weight(w: np.ndarray, scales: np.ndarray, axis: int) -> np.ndarray:
+def quantize_weight(w: np.ndarray, scales: np.ndarray, axis: int, qmax: int = WEIGHT_QMAX) -> np.ndarray:
+    """Symmetric weight codes in [-qmax, qmax] (127 for int8, 7 for the int4 path)."""
     shape = [1] * w.ndim
     shape[axis] = scales.size
-    return np.clip(np.round(w / scales.reshape(shape)), -WEIGHT_QMAX, WEIGHT_QMAX).astype(np.int8)
+    return np.clip(np.round(w / scales.reshape(shape)), -qmax, qmax).astype(np.int8)
 
 
 def plan_weights(graph: Graph, per_channel: bool = True, clip: str = "none") -> dict[str, tuple[np.ndarray, int]]:
