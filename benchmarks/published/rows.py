@@ -62,6 +62,29 @@ SKIPPED: dict[str, str] = {
 }
 
 
+#: Precision settings of the zoo's own config for a row, where they change what is computed (hb_mapper
+#: keeps everything int8 unless asked). (march, variant) -> (calibration_parameters keys, where it is written).
+#: Per-node ``node_info`` int16 requests (a few Softmax nodes in most X5 classifier configs) are not carried
+#: over: their node names depend on the export, and a handful of int16 Softmaxes moves no row by more than
+#: a few per cent. J5 (``bayes``) promotes LUT inputs to int16 by hbtool's own default; the zoo's Ultra
+#: YOLO bins are int8 (ultralytics_YOLO/x86/mapper.py: calibration_type default, Softmax int8), so the
+#: Ultra rows turn ``auto_int16`` off.
+_CFG = "demos/classification/{}/yaml/{}_config.yaml"
+ROW_CALIBRATION: dict[tuple[str, str], tuple[dict, str]] = {
+    ("bayes-e", "EfficientFormer_l1"): ({"optimization": "set_all_nodes_int16"}, _CFG.format("EfficientFormer", "EfficientFormer_l1") + "@01b43180"),
+    ("bayes-e", "EfficientFormer_l3"): ({"optimization": "set_all_nodes_int16"}, _CFG.format("EfficientFormer", "EfficientFormer_l3") + "@01b43180"),
+    ("bayes-e", "EfficientFormerv2_s0"): ({"optimization": "set_all_nodes_int16"}, _CFG.format("EfficientFormerV2", "EfficientFormerv2_s0") + "@6a2ee489"),
+}
+ULTRA_CALIBRATION = ({"auto_int16": False}, "demos/Vision/ultralytics_YOLO/x86/mapper.py@934a3486 (int8, Softmax int8)")
+
+
+def row_calibration(march: str, variant: str) -> dict:
+    """The calibration_parameters keys of the row's published build (empty: hbtool's quick-path defaults)."""
+    if march == "bayes":
+        return dict(ULTRA_CALIBRATION[0])
+    return dict(ROW_CALIBRATION.get((march, variant), ({}, ""))[0])
+
+
 @dataclass(frozen=True)
 class Row:
     model: str
@@ -82,6 +105,10 @@ class Row:
         if self.variant in ARCHITECTURES:
             return ARCHITECTURES[self.variant]
         return None
+
+    @property
+    def calibration(self) -> dict:
+        return row_calibration(self.march, self.variant)
 
     @property
     def onnx(self) -> Path | None:
