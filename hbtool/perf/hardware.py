@@ -41,7 +41,6 @@ _PARAMS: tuple[tuple[str, str], ...] = (
     ("sram_access_bytes", "memory.sram_access_bytes"),
     ("ddr_bytes_per_s", "memory.ddr_bytes_per_s"),
     ("ddr_efficiency", "memory.ddr_efficiency"),
-    ("ddr_port_share", "memory.ddr_port_share"),
     ("ddr_burst_bytes", "memory.ddr_burst_bytes"),
     ("per_op_cycles", "overheads.per_op_cycles"),
     ("per_frame_us", "overheads.per_frame_us"),
@@ -88,7 +87,6 @@ class Hardware:
     sram_access_bytes: int
     ddr_bytes_per_s: float
     ddr_efficiency: float
-    ddr_port_share: float
     ddr_burst_bytes: int
     per_op_cycles: float
     per_frame_us: float
@@ -102,12 +100,11 @@ class Hardware:
 
     @property
     def ddr_bytes_per_cycle(self) -> float:
-        """Sustained DDR bytes per BPU cycle one core's port draws (peak x efficiency x port share): an op's DDR time."""
-        return self.ddr_bytes_per_s * self.ddr_efficiency * self.ddr_port_share / self.clock_hz
+        """Sustained DDR bytes per BPU cycle (peak x efficiency)."""
+        return self.ddr_bytes_per_s * self.ddr_efficiency / self.clock_hz
 
     @property
     def ddr_sustained_bytes_per_s(self) -> float:
-        """The chip's sustained DDR bandwidth, shared by all cores: the throughput limit."""
         return self.ddr_bytes_per_s * self.ddr_efficiency
 
     def tensor_rate(self, *bits: int) -> float:
