@@ -222,7 +222,7 @@ def main() -> None:
             skipped.append((r.variant, r.march, SKIPPED.get(r.variant, "export failed")))
             continue
         if args.cached_only and not cache_path(r.onnx, r.march, r.calibration).exists():
-            skipped.append((r.variant, r.march, "not compiled in this run (the quick-path compile did not finish in the time box)"))
+            skipped.append((r.variant, r.march, "not compiled in this run (a quick-path compile of a 640x640 YOLO of this size takes over 10 min and about 9 GB on the shared 2-core machine; rerun without --cached-only where there is room)"))
             continue
         try:
             o = estimate_row(r, args.recompile)
