@@ -160,6 +160,9 @@ def class_errors(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+MARKERS = {"fit": "o", "holdout": "x", "fresh": "^"}
+
+
 def plot(results: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -173,7 +176,7 @@ def plot(results: list[dict], path: Path) -> None:
             if o[f"{metric}_err"] is None:
                 continue
             ax.scatter(o[pub], 100 * o[f"{metric}_err"], c=colours.get(o["march"], "k"),
-                       marker="o" if o["split"] == "fit" else "x", s=28)
+                       marker=MARKERS.get(o["split"], "x"), s=28)
         ax.axhspan(-25, 25, color="0.92", zorder=-2)
         ax.axhspan(-15, 15, color="0.85", zorder=-1)
         ax.axhline(0, color="k", lw=0.6)
@@ -183,7 +186,8 @@ def plot(results: list[dict], path: Path) -> None:
     axes[0].set_ylabel("error (%)")
     handles = [plt.Line2D([], [], ls="", marker="o", c=c, label=m) for m, c in colours.items()]
     handles += [plt.Line2D([], [], ls="", marker="o", c="k", label="fit (calibration csv)"),
-                plt.Line2D([], [], ls="", marker="x", c="k", label="held out")]
+                plt.Line2D([], [], ls="", marker="x", c="k", label="hold-out of the last round (seen)"),
+                plt.Line2D([], [], ls="", marker="^", c="k", label="fresh hold-out (evaluated once)")]
     axes[1].legend(handles=handles, fontsize=8, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
