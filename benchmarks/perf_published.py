@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "published"))
 
-from rows import CACHE, ROOT, SKIPPED, Row, calibration_rows, holdout_rows  # noqa: E402
+from rows import CACHE, ROOT, SKIPPED, Row, calibration_rows, fresh_rows, holdout_rows  # noqa: E402
 
 EXPORT_PYTHON = Path("/work/zoo-export-venv/bin/python")
 EXPORT_SCRIPT = ROOT / "benchmarks" / "published" / "export_models.py"
@@ -52,28 +52,37 @@ def export_missing(rows: list[Row]) -> None:
     subprocess.run([str(EXPORT_PYTHON), str(EXPORT_SCRIPT), fh.name], check=False)
 
 
-def compiled_program(onnx: Path, march: str, recompile: bool = False):
-    """(header, program) of the quick path's O3 compile, cached beside the ONNX per march."""
+def cache_path(onnx: Path, march: str, calibration: dict | None = None) -> Path:
+    """The cached compile of ``onnx`` for ``march``; a precision setting (``calibration``) gets its own file."""
+    tag = "".join(f".{k}-{v}" for k, v in sorted((calibration or {}).items())).replace("_", "").lower()
+    return onnx.with_suffix(f".{march}{tag}.pkl")
+
+
+def compiled_program(onnx: Path, march: str, recompile: bool = False, calibration: dict | None = None):
+    """(header, program) of the quick path's O3 compile, cached beside the ONNX per march and precision."""
     import shutil
 
     from hbtool.compiler.compile import compile_model
     from hbtool.perf.run import calibrate_to, fast_config
 
-    cached = onnx.with_suffix(f".{march}.pkl")
+    cached = cache_path(onnx, march, calibration)
     if cached.exists() and not recompile:
         with open(cached, "rb") as fh:
             return pickle.load(fh)
     work = Path(tempfile.mkdtemp(prefix="hbtool_pub_"))
     try:
-        cfg = fast_config(onnx, {}, march, work)
+        cfg = fast_config(onnx, {}, march, work, calibration)
         calibrated = calibrate_to(cfg, work / "calibrated.onnx")
         compiled = compile_model(cfg, optimize_level="O3", calibrated=calibrated)
         header = {k: v for k, v in compiled.header.items() if k != "program"}
         out = (header, compiled.program)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    with open(cached, "wb") as fh:
+    # written beside and renamed: a cache file hard-linked from another checkout is replaced, never rewritten
+    partial = cached.with_suffix(cached.suffix + ".partial")
+    with open(partial, "wb") as fh:
         pickle.dump(out, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    partial.replace(cached)
     return out
 
 
@@ -82,7 +91,7 @@ def estimate_row(r: Row, recompile: bool = False) -> dict:
     from hbtool.perf.hardware import hardware_for
     from hbtool.perf.schedule import estimate_program
 
-    header, program = compiled_program(r.onnx, r.march, recompile)
+    header, program = compiled_program(r.onnx, r.march, recompile, r.calibration)
     res = estimate_program(program, header.get("tensors", {}), hardware_for(r.march), 1, r.variant, "O3",
                            runtime_input_types={i["name"]: "nv12" for i in header.get("inputs", [])})
     threads = r.threads or 1
@@ -151,6 +160,9 @@ def class_errors(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+MARKERS = {"fit": "o", "holdout": "x", "fresh": "^"}
+
+
 def plot(results: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -164,7 +176,7 @@ def plot(results: list[dict], path: Path) -> None:
             if o[f"{metric}_err"] is None:
                 continue
             ax.scatter(o[pub], 100 * o[f"{metric}_err"], c=colours.get(o["march"], "k"),
-                       marker="o" if o["split"] == "fit" else "x", s=28)
+                       marker=MARKERS.get(o["split"], "x"), s=28)
         ax.axhspan(-25, 25, color="0.92", zorder=-2)
         ax.axhspan(-15, 15, color="0.85", zorder=-1)
         ax.axhline(0, color="k", lw=0.6)
@@ -174,7 +186,8 @@ def plot(results: list[dict], path: Path) -> None:
     axes[0].set_ylabel("error (%)")
     handles = [plt.Line2D([], [], ls="", marker="o", c=c, label=m) for m, c in colours.items()]
     handles += [plt.Line2D([], [], ls="", marker="o", c="k", label="fit (calibration csv)"),
-                plt.Line2D([], [], ls="", marker="x", c="k", label="held out")]
+                plt.Line2D([], [], ls="", marker="x", c="k", label="hold-out of the last round (seen)"),
+                plt.Line2D([], [], ls="", marker="^", c="k", label="fresh hold-out (evaluated once)")]
     axes[1].legend(handles=handles, fontsize=8, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -184,6 +197,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--march", action="append", help="only these marches (repeatable)")
     ap.add_argument("--holdout", action="store_true", help="also the held-out rows")
+    ap.add_argument("--fresh", action="store_true", help="also the fresh hold-out (HOLDOUT_FRESH)")
+    ap.add_argument("--compile-only", action="store_true",
+                    help="export and compile the selected rows into the cache, print no estimate (to prepare a hold-out unseen)")
     ap.add_argument("--only", action="append", help="only these variants")
     ap.add_argument("--recompile", action="store_true")
     ap.add_argument("--cached-only", action="store_true", help="skip rows whose compiled program is not cached yet")
@@ -192,19 +208,25 @@ def main() -> None:
     ap.add_argument("--plot", type=Path)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    rows = calibration_rows() + (holdout_rows() if args.holdout else [])
+    rows = calibration_rows() + (holdout_rows() if args.holdout else []) + (fresh_rows() if args.fresh else [])
     if args.march:
         rows = [r for r in rows if r.march in args.march]
     if args.only:
         rows = [r for r in rows if r.variant in args.only]
     export_missing(rows)
+    if args.compile_only:
+        for r in rows:
+            if r.onnx is not None and r.onnx.exists():
+                print(f"compiling {r.variant} ({r.march})", flush=True)
+                compiled_program(r.onnx, r.march, args.recompile, r.calibration)
+        return
     results, skipped = [], []
     for r in rows:
         if r.onnx is None or not r.onnx.exists():
             skipped.append((r.variant, r.march, SKIPPED.get(r.variant, "export failed")))
             continue
-        if args.cached_only and not r.onnx.with_suffix(f".{r.march}.pkl").exists():
-            skipped.append((r.variant, r.march, "not compiled in this run (the quick-path compile did not finish in the time box)"))
+        if args.cached_only and not cache_path(r.onnx, r.march, r.calibration).exists():
+            skipped.append((r.variant, r.march, "not compiled in this run (a quick-path compile of a 640x640 YOLO of this size takes over 10 min and about 9 GB on the shared 2-core machine; rerun without --cached-only where there is room)"))
             continue
         try:
             o = estimate_row(r, args.recompile)

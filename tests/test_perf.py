@@ -192,10 +192,12 @@ def test_latency_sums_the_schedule_with_dispatch_and_frame_overheads():
     sram = 3 * 64 * 16 * 16 / HW.sram_bytes_per_cycle     # two reads and a write, all in SRAM
     busy = max(vector, sram)
     per_frame = HW.per_frame_us * 1e-6 * HW.clock_hz
+    host = HW.host_per_frame_us * 1e-6 * HW.clock_hz      # the host's part of a frame: latency, not BPU time
     assert all(op.bound_by == OVERHEAD for op in r.ops)   # tiny ops: the dispatch dominates
-    assert r.latency_cycles == pytest.approx(2 * (busy + HW.per_op_cycles) + per_frame)
+    assert r.latency_cycles == pytest.approx(2 * (busy + HW.per_op_cycles) + per_frame + host)
     assert r.fps_1core == pytest.approx(HW.clock_hz / r.latency_cycles)
-    assert r.fps == pytest.approx(HW.cores * r.fps_1core)    # no DDR traffic, no CPU: both cores in throughput mode
+    # no DDR traffic, no CPU: both cores in throughput mode, each busy for the BPU part of the frame
+    assert r.fps == pytest.approx(HW.cores * HW.clock_hz / (r.latency_cycles - host))
     assert r.fps_bound == "bpu cores"
     assert r.time_share[VECTOR] + r.time_share["runtime"] == pytest.approx(1.0)
     two = estimate_program(g, t, HW, core_num=2)

@@ -102,3 +102,52 @@ def test_cli_prints_the_measurement_class_and_fps_by_threads(tmp_path):
     assert doc["fps_threads"]["1"] == pytest.approx(doc["fps_1core"], rel=1e-3)
     bad = CliRunner().invoke(main, ["perf", "--model", str(p), "--fast", "--march", "bayes-x"])
     assert bad.exit_code == 2 and "bernoulli2" in bad.output and "Traceback" not in bad.output
+
+
+def _transpose_on(march: str, where: str):
+    from hbtool.perf.cost import DATA_MOVEMENT, SRAM
+
+    shapes = {"x": (1, 256, 64), "y": (1, 64, 256)}           # int8; every output row reads a column: runs of 1 element
+    n = node("Transpose", ["x"], ["y"], DATA_MOVEMENT, attrs={"perm": [0, 2, 1]})
+    g, t = tiny_program(shapes, [n], where={"x": where, "y": where})
+    hw = hardware_for(march)
+    return cost_op(g.nodes[0], CostContext(g, t, hw)), hw, DATA_MOVEMENT, SRAM
+
+
+def test_x5_transpose_buffer_moves_each_sram_line_once_per_tile_but_not_ddr_bursts():
+    """X5's data-movement unit buffers ``transpose_lines`` SRAM lines: an element-granular transpose in SRAM
+    moves about its own bytes; J5 (no buffer) moves a line per element; in DDR both move a burst per element."""
+    elements = 256 * 64
+    x5, hw5, DM, SRAM = _transpose_on("bayes-e", "sram")
+    j5, hw, _, _ = _transpose_on("bayes", "sram")
+    assert hw5.dm_transpose_lines > 1 and hw.dm_transpose_lines == 1
+    assert j5.components[DM] == pytest.approx(elements * hw.sram_access_bytes / hw.dm_bytes_per_cycle)
+    line_waste = elements * hw5.sram_access_bytes
+    assert x5.sram_bytes <= line_waste // hw5.dm_transpose_lines + 2 * elements      # strided side / buffer + in-order side
+    assert x5.sram_bytes >= 2 * elements                                              # never below the bytes it moves
+    assert x5.components[DM] < elements * hw5.sram_access_bytes / hw5.dm_bytes_per_cycle / 8
+    x5_ddr, _, _, _ = _transpose_on("bayes-e", "ddr")
+    assert x5_ddr.ddr_bytes == elements * hw5.ddr_burst_bytes + elements             # a burst per element read, in-order write
+
+
+def test_published_build_precision_goes_through_the_quick_path(tmp_path):
+    """``fast_config(..., calibration=...)`` compiles at the precision a published config asked for:
+    ``set_all_nodes_int16`` makes every BPU op 16-bit on X5 and costs more than the int8 default."""
+    from hbtool.compiler.compile import compile_model
+    from hbtool.perf.run import calibrate_to, fast_config
+    from hbtool.perf.schedule import estimate_program
+
+    p = tmp_path / "m.onnx"
+    p.write_bytes(small_conv_model().SerializeToString())
+    results = {}
+    for tag, calib in (("int8", None), ("int16", {"optimization": "set_all_nodes_int16"})):
+        work = tmp_path / tag
+        work.mkdir()
+        cfg = fast_config(p, {}, "bayes-e", work, calib)
+        compiled = compile_model(cfg, optimize_level="O3", calibrated=calibrate_to(cfg, work / "cal.onnx"))
+        results[tag] = estimate_program(compiled.program, compiled.header.get("tensors", {}), hardware_for("bayes-e"))
+    int8, int16 = results["int8"], results["int16"]
+    assert all(o.bits == 8 for o in int8.ops if o.unit != CPU)
+    bpu16 = [o for o in int16.ops if o.unit in (TENSOR, VECTOR)]
+    assert bpu16 and all(o.bits == 16 for o in bpu16)
+    assert int16.bpu_cycles > int8.bpu_cycles

@@ -397,6 +397,18 @@ def vector_cost(node: Node, ctx: CostContext) -> OpCost:
 # --------------------------------------------------------------------------- data movement
 
 
+def _buffered(strided: int, in_order: int, location: str, hw: Hardware) -> int:
+    """Bytes the strided side of a walk moves when the unit has a transpose buffer (``transpose_lines``).
+
+    The buffer holds that many SRAM lines, so a tiled walk fetches each line once per tile instead of once
+    per run: the line waste shrinks by that factor, down to the bytes of one pass in order. DDR-side walks
+    get no such help: bursts go through the controller one by one."""
+    lines = max(1, int(hw.dm_transpose_lines))
+    if location != SRAM or lines == 1:
+        return strided
+    return max(int(in_order), -(-int(strided) // lines))
+
+
 def movement_cost(node: Node, ctx: CostContext) -> OpCost:
     hw = ctx.hw
     op = OpCost(node.name, node.op_type, DATA_MOVEMENT)
@@ -420,9 +432,10 @@ def movement_cost(node: Node, ctx: CostContext) -> OpCost:
         note = "sequential copy"
     else:
         op.elements = w.elements
+        out_seq = access.sequential_bytes(w.out_elements_padded * eb, g[loc_out])
         strategies = {
-            "gather": (w.gather_read[g[loc_in]], access.sequential_bytes(w.out_elements_padded * eb, g[loc_out])),
-            "scatter": (w.seq_read[g[loc_in]], w.scatter_write[g[loc_out]]),
+            "gather": (_buffered(w.gather_read[g[loc_in]], w.seq_read[g[loc_in]], loc_in, hw), out_seq),
+            "scatter": (w.seq_read[g[loc_in]], _buffered(w.scatter_write[g[loc_out]], out_seq, loc_out, hw)),
         }
         useful = (w.in_elements + w.elements) * eb
         note = f"runs of {w.mean_run:.0f} elements"

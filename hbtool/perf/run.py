@@ -45,8 +45,13 @@ def perf_artifact(path: Path, core_num: int | None = None, input_type_rt: str | 
     return PerfRun(estimate(art.header, core_num, runtime_input_types=runtime_types(art.header, input_type_rt)))
 
 
-def fast_config(model: Path, shapes: dict[str, tuple[int, ...]], march: str, work_dir: Path) -> HbConfig:
-    """The temporary config of the quick path (random calibration, everything it can on the BPU)."""
+def fast_config(model: Path, shapes: dict[str, tuple[int, ...]], march: str, work_dir: Path,
+                calibration: dict[str, Any] | None = None) -> HbConfig:
+    """The temporary config of the quick path (random calibration, everything it can on the BPU).
+
+    ``calibration`` adds ``calibration_parameters`` keys that decide precision, not data (``optimization:
+    set_all_nodes_int16``, ``auto_int16``): an estimate of a deployed model must be of the precision it
+    was built with, since int16 doubles bytes and halves unit rates."""
     from hbtool.config.loader import config_from_dict
 
     model = Path(model)
@@ -55,7 +60,7 @@ def fast_config(model: Path, shapes: dict[str, tuple[int, ...]], march: str, wor
     data: dict[str, Any] = {
         "model_parameters": {"onnx_model": str(model.resolve()), "march": march, "working_dir": str(work_dir),
                              "output_model_file_prefix": model.stem},
-        "calibration_parameters": {"calibration_type": "skip", "num_samples": FAST_SAMPLES},
+        "calibration_parameters": {"calibration_type": "skip", "num_samples": FAST_SAMPLES, **(calibration or {})},
         "compiler_parameters": {"optimize_level": "O3"},
     }
     inputs = model_inputs(model)
