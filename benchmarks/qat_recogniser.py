@@ -102,6 +102,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=1e-5)
+    ap.add_argument("--loss", default="kl", choices=("distill", "kl"))
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--schedule", default="cosine", choices=("constant", "cosine"))
+    ap.add_argument("--train-scales", action="store_true")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--time-steps", type=int, default=0, help="only time this many training steps")
@@ -124,7 +128,9 @@ def main() -> None:
     render_s = time.perf_counter() - t0
     raw = _config(spec, work, [work / "train"], "default", 32)
     raw["qat_parameters"] = {"train_data_dir": str(work / "train"), "steps": args.time_steps or args.steps, "lr": args.lr,
-                             "batch_size": args.batch, "optimizer": "adam", "val_samples": 8, "device": args.device}
+                             "batch_size": args.batch, "optimizer": "adam", "val_samples": 8, "device": args.device,
+                             "loss": args.loss, "temperature": args.temperature, "lr_schedule": args.schedule,
+                             "train_scales": args.train_scales}
     cfg = config_from_dict(raw, base_dir=work)
     t1 = time.perf_counter()
     calibration = run_calibration(cfg)
@@ -132,6 +138,7 @@ def main() -> None:
     chars = charset(spec)
     val_ids = [VAL_OFFSET + k for k in range(args.val)]
     row: dict = {"model": args.model, "train_lines": args.train, "val_lines": args.val, "batch": args.batch, "lr": args.lr,
+                 "loss": args.loss, "temperature": args.temperature, "schedule": args.schedule, "train_scales": args.train_scales,
                  "threads": args.threads, "device": args.device, "render_s": round(render_s, 1), "calibrate_s": round(cal_s, 1),
                  "calibration": calibration.method}
     if not args.time_steps:

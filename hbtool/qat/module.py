@@ -67,6 +67,20 @@ def _np_int(x: torch.Tensor) -> np.ndarray:
     return x.detach().cpu().numpy().astype(np.int64)
 
 
+def _needed_nodes(graph: Graph, tensors: Sequence[str]) -> set[str]:
+    """Names of the nodes ``tensors`` depend on."""
+    producers = graph.producer_map()
+    needed: set[str] = set()
+    todo = [t for t in tensors]
+    while todo:
+        node = producers.get(todo.pop())
+        if node is None or node.name in needed:
+            continue
+        needed.add(node.name)
+        todo.extend(i for i in node.inputs if i)
+    return needed
+
+
 class FloatGraphModule(nn.Module):
     """The float graph in torch (the distillation teacher): no quantization, constants frozen."""
 
@@ -86,10 +100,10 @@ class FloatGraphModule(nn.Module):
             self._consts[name] = _t(np.array(self.graph.const(name))).to(self.device)
         return self._consts[name]
 
-    def forward(self, *inputs: torch.Tensor, tensors: Sequence[str] = ()) -> tuple[torch.Tensor, ...]:
+    def forward(self, *inputs: torch.Tensor, tensors: Sequence[str] = (), outputs: bool = True) -> tuple[torch.Tensor, ...]:
         env = dict(zip(self.graph.inputs, inputs))
-        run_graph(self.graph, env, self.const)
-        return tuple(env[o] for o in list(self.graph.outputs) + list(tensors))
+        run_graph(self.graph, env, self.const, None if outputs else _needed_nodes(self.graph, tensors))
+        return tuple(env[o] for o in (list(self.graph.outputs) if outputs else []) + list(tensors))
 
 
 class QatModel(nn.Module):
@@ -216,6 +230,8 @@ class QatModel(nn.Module):
         self._ctx = OpContext(self.program)
         # integer names the lowering gave planned tensors (boundary quantizers, renamed model outputs)
         self._float_of: dict[str, str] = {}
+        self._cpu_outputs = {o for n in self.program.nodes if n.meta.get("on") != "BPU" and n.meta.get("kernel") is None
+                             for o in n.outputs if o}
         for n in self.program.nodes:
             if n.op_type == "HzQuantize":
                 self._float_of[n.outputs[0]] = n.inputs[0]
@@ -232,12 +248,18 @@ class QatModel(nn.Module):
             self._program_consts[name] = _t(data).to(self.device)
         return self._program_consts[name]
 
-    def forward(self, *inputs: torch.Tensor, tensors: Sequence[str] = ()) -> tuple[torch.Tensor, ...]:
-        """Model outputs (float, dequantized), then the dequantized ``tensors`` asked for (distillation)."""
+    def forward(self, *inputs: torch.Tensor, tensors: Sequence[str] = (), outputs: bool = True) -> tuple[torch.Tensor, ...]:
+        """Model outputs (float, dequantized), then the dequantized ``tensors`` asked for (distillation).
+
+        ``outputs=False`` returns the ``tensors`` only and runs only the nodes they depend on
+        (a KL loss on the logits needs no final Softmax)."""
         self.sync()
         prog = self.program
         env: dict[str, torch.Tensor] = {name: x for name, x in zip(prog.inputs, inputs)}
+        needed = None if outputs else _needed_nodes(prog, tensors)
         for node in prog.nodes:
+            if needed is not None and node.name not in needed:
+                continue
             xs = [None if not i else (env[i] if i in env else self._const(i)) for i in node.inputs]
             outs = self._run(node, xs)
             for o, v in zip(node.outputs, outs):
@@ -249,10 +271,12 @@ class QatModel(nn.Module):
                 extra.append(env[t])
             elif t in env and t in self.plan.tensors:
                 extra.append(env[t] * self.scale(t))
+            elif t in env and t in self._cpu_outputs:
+                extra.append(env[t])  # a CPU node's float output
             else:
                 raise InputError(f"QAT: distillation tensor '{t}' is not an integer tensor of the program",
                                  "name a BPU activation tensor of the optimized float model (see the calibrated model)")
-        return tuple(env[o] for o in prog.outputs) + tuple(extra)
+        return (tuple(env[o] for o in prog.outputs) if outputs else ()) + tuple(extra)
 
     def _run(self, node: Node, xs: list) -> list[torch.Tensor]:
         kernel = node.meta.get("kernel")
