@@ -12,7 +12,8 @@ compounds through depth. So this module takes the other route:
 * The **forward value** of every node is the kernel's integer result: weighted kernels (Conv,
   Linear from Conv/Gemm/MatMul/Linear) accumulate the integer codes in torch, exactly
   (float32 while the accumulator bound is at most 2**24; int16 inputs split into two bytes,
-  each product exact in float32, joined in int64) and requantize with the kernel's own :class:`~hbtool.kernels.requantize.Requantize`;
+  each product exact in float32, joined in int64) and requantize with the kernel's own
+  :class:`~hbtool.kernels.requantize.Requantize` in torch int64 (:mod:`hbtool.qat.int_ops`);
   every other kernel (tables, Softmax, LayerNorm, Add, Mul, pools...) runs its numpy form.
   Data movement runs in torch on the codes; CPU nodes run in torch in float.
 * The **gradient** comes from a float surrogate of each node (:mod:`hbtool.qat.fake_quant`):
@@ -44,6 +45,7 @@ from hbtool.kernels.conv import Conv
 from hbtool.kernels.fixedpoint import int_range
 from hbtool.kernels.linear import F32_EXACT, Linear
 from hbtool.qat.fake_quant import fake_quant_codes, lsq_grad_scale, straight_through
+from hbtool.qat.int_ops import requantize
 from hbtool.qat.torch_ops import OpContext, run_graph, run_node, supported
 from hbtool.quant.lower import lower_to_integer
 from hbtool.quant.plan import QMAX, QuantPlan
@@ -361,21 +363,26 @@ class QatModel(nn.Module):
             acc = x @ w_codes
             if b_codes is not None:
                 acc = acc + b_codes
-        xmax = float(x.detach().abs().max()) if x.numel() else 0.0
         bmax = int(np.abs(kernel.bias).max(initial=0)) if kernel.bias is not None else 0
+        in_tensor = self._float_of.get(src.inputs[0], src.inputs[0])
+        bits = self.plan.tensors[in_tensor].bits if in_tensor in self.plan.tensors else None
+        # the input's integer range bounds the accumulator without a pass over the data (int8 inputs)
+        xmax = float(2 ** (bits - 1)) if bits is not None else None
+        if xmax is None or xmax * kernel.wsum + bmax > F32_EXACT:
+            xmax = float(x.detach().abs().max()) if x.numel() else 0.0
         if xmax * kernel.wsum + bmax <= F32_EXACT:
-            acc_int = _np_int(torch.round(acc.detach()))
+            acc_int = torch.round(acc.detach()).to(torch.int64)
         else:  # int16 inputs: the same product, exact, without float64 convolutions (module docstring)
             with torch.no_grad():
                 acc_int = self._exact_accumulate(src, kernel, x.detach())
-        exact = self._dev(kernel.requant.apply_trusted(acc_int))
+        exact = requantize(kernel.requant, acc_int).to(torch.float32)
         axis_shape = (1, -1) + (1,) * (acc.dim() - 2) if isinstance(kernel, Conv) else (-1,)
         ratio = (s_in * s_w / s_out).reshape(axis_shape)
         surrogate = torch.clamp(acc * ratio, kernel.requant.lo, kernel.requant.hi)
         return straight_through(exact, surrogate)
 
-    def _exact_accumulate(self, src: Node, kernel: Any, x: torch.Tensor) -> np.ndarray:
-        """The integer accumulator of a weighted kernel whose float32 product could round (int16 inputs).
+    def _exact_accumulate(self, src: Node, kernel: Any, x: torch.Tensor) -> torch.Tensor:
+        """The int64 integer accumulator of a weighted kernel whose float32 product could round (int16 inputs).
 
         Why not one float64 product: torch has no fast float64 convolution on CPU, and this path
         ran for most layers of an int16-heavy recogniser (half of a training step). Instead the
@@ -399,11 +406,11 @@ class QatModel(nn.Module):
                 y = conv(xs, w, None, src)
             else:
                 y = xs @ w
-            y = _np_int(torch.round(y)) * factor
+            y = torch.round(y).to(torch.int64) * factor
             acc = y if acc is None else acc + y
         if kernel.bias is not None:
-            b = np.asarray(kernel.bias, np.int64)
-            acc = acc + (b.reshape((1, -1) + (1,) * (acc.ndim - 2)) if isinstance(kernel, Conv) else b)
+            b = torch.from_numpy(np.asarray(kernel.bias, np.int64)).to(acc.device)
+            acc = acc + (b.reshape((1, -1) + (1,) * (acc.dim() - 2)) if isinstance(kernel, Conv) else b)
         return acc
 
     def _dev(self, a: np.ndarray, keep_dtype: bool = False) -> torch.Tensor:
