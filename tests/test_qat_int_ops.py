@@ -8,7 +8,8 @@ import torch
 
 from hbtool.kernels.fixedpoint import rounding_shift_numpy
 from hbtool.kernels.requantize import Requantize
-from hbtool.qat.int_ops import requantize, rounding_shift
+from hbtool.kernels.lut import Lut
+from hbtool.qat.int_ops import lut, requantize, rounding_shift
 
 MODES = ("half_up", "half_even", "half_away", "floor")
 
@@ -44,3 +45,13 @@ def test_requantize_of_a_relu_output_range():
     rq = Requantize.build(np.float64(0.01), out_bits=16, relu=True)
     acc = np.arange(-5000, 5000, 7, dtype=np.int64)
     assert np.array_equal(requantize(rq, torch.from_numpy(acc)).numpy(), rq.apply_trusted(acc))
+
+
+@pytest.mark.parametrize("in_bits,out_bits,fn", [(8, 8, "sigmoid"), (16, 16, "gelu"), (16, 8, "tanh")])
+def test_lut_matches_apply_numpy_on_every_code(in_bits, out_bits, fn):
+    kernel = Lut.build(fn, 0.05 if in_bits == 8 else 2e-4, in_bits, 1.0 / (2 ** (out_bits - 1) - 1), out_bits)
+    lo, hi = -(2 ** (in_bits - 1)), 2 ** (in_bits - 1)
+    q = np.arange(lo, hi, dtype=np.int64).reshape(-1, 8)
+    ref = kernel.apply_numpy(q)
+    assert np.array_equal(lut(kernel, torch.from_numpy(q)).numpy(), ref)
+    assert len(np.unique(ref)) > 50

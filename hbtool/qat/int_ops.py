@@ -6,7 +6,8 @@ a whole batch; in numpy that is a device-to-host copy, single-threaded int64 ari
 copy back, a tenth of a recogniser's step. torch's int64 arithmetic (add, multiply, arithmetic
 shifts, comparisons) is exact like numpy's, so these functions are the numpy forms
 (:func:`hbtool.kernels.fixedpoint.rounding_shift_numpy`,
-:meth:`hbtool.kernels.requantize.Requantize.apply_trusted`) written again, term for term;
+:meth:`hbtool.kernels.requantize.Requantize.apply_trusted`, :meth:`hbtool.kernels.lut.Lut.apply_numpy`)
+written again, term for term;
 tests/test_qat_int_ops.py checks them against the numpy forms on random and tie inputs.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from hbtool.kernels.lut import Lut
 from hbtool.kernels.requantize import Requantize
 
 
@@ -53,3 +55,20 @@ def requantize(rq: Requantize, acc: torch.Tensor) -> torch.Tensor:
         n = n - pre
     y = rounding_shift(acc * _long(rq.M, device), n, rq.rounding)
     return torch.clamp(y, rq.lo, rq.hi)
+
+
+def lut(kernel: Lut, q: torch.Tensor) -> torch.Tensor:
+    """:meth:`Lut.apply_numpy` (8-bit: a table look-up; 16-bit: knots and a rounded linear step) of int64 codes."""
+    table = _long(kernel.table, q.device)
+    if kernel.in_bits == 8:
+        return table[q + 128]
+    kb = kernel.knot_bits
+    u = q + 32768
+    i = torch.bitwise_right_shift(u, kb)
+    t0 = table[i]
+    shift = torch.tensor(kb, dtype=torch.int64, device=q.device)
+    return t0 + rounding_shift((table[i + 1] - t0) * (u & ((1 << kb) - 1)), shift, kernel.rounding)
+
+
+#: kernels whose numpy form has a torch int64 twin here: ``kernel class -> f(kernel, *int64 inputs)``
+TORCH_FORMS = {Lut: lut}

@@ -45,7 +45,7 @@ from hbtool.kernels.conv import Conv
 from hbtool.kernels.fixedpoint import int_range
 from hbtool.kernels.linear import F32_EXACT, Linear
 from hbtool.qat.fake_quant import fake_quant_codes, lsq_grad_scale, straight_through
-from hbtool.qat.int_ops import requantize
+from hbtool.qat.int_ops import TORCH_FORMS, requantize
 from hbtool.qat.torch_ops import OpContext, run_graph, run_node, supported
 from hbtool.quant.lower import lower_to_integer
 from hbtool.quant.plan import QMAX, QuantPlan
@@ -301,7 +301,11 @@ class QatModel(nn.Module):
         trained = weight_input_and_axis(src, self.graph) if src is not None and isinstance(kernel, (Conv, Linear)) else None
         if trained is not None and trained[0] in self._param_index:
             return self._weighted(src, node, kernel, xs[0], s_out)
-        exact = self._dev(kernel.apply_numpy(*[_np_int(x) for x in xs]))
+        torch_form = TORCH_FORMS.get(type(kernel))
+        if torch_form is not None:
+            exact = torch_form(kernel, *[x.detach().to(torch.int64) for x in xs]).to(torch.float32)
+        else:
+            exact = self._dev(kernel.apply_numpy(*[_np_int(x) for x in xs]))
         if src is None:  # a node the lowering made up has no float form to differentiate
             return exact
         surrogate = self._surrogate(src, node, xs) / s_out
