@@ -234,8 +234,8 @@ def run_qat(cfg: HbConfig, progress: Progress | None = None, resume: bool = Fals
     sampler = ShardSampler(train_ids.size, q.batch_size, info, q.seed)
     total = q.steps or q.epochs * sampler.steps_per_epoch
     image_inputs = {spec.name or names[0]: spec.layout_train or "NCHW" for spec in cfg.inputs if spec.is_image}
-    logits = logit_tensors(calibration.graph) if q.loss == "kl" else []
-    tensors = logits + list(q.distill_tensors)
+    logit_names = logit_tensors(calibration.graph) if q.loss == "kl" else []
+    tensors = logit_names + list(q.distill_tensors)
 
     val_batch = _stack(data, val_ids)
     chunk = max(1, q.batch_size // info.world)
@@ -247,7 +247,7 @@ def run_qat(cfg: HbConfig, progress: Progress | None = None, resume: bool = Fals
     with torch.no_grad():
         first = {k: v[:chunk] for k, v in val_batch.items()}
         reference = teacher(*_to_torch(first, names, device), tensors=tensors)
-    loss_fn = KlDistillLoss(q.temperature, len(logits), reference[len(calibration.graph.outputs) + len(logits):]) \
+    loss_fn = KlDistillLoss(q.temperature, len(logit_names), reference[len(calibration.graph.outputs) + len(logit_names):]) \
         if q.loss == "kl" else DistillLoss(reference)
     cached_teacher = TeacherCache(teacher) if not q.augment else None
     opt = _optimizer(cfg, model)
