@@ -9,6 +9,9 @@ Metrics on held-out rendered lines (CTC greedy decode, benchmarks/zoo/metrics.py
 * agreement: exact transcription equality with the float model;
 * char accuracy: 1 - edit distance / length against the rendered text (the ground truth).
 
+Scored on the validation lines whose text no training line carries (``val_lines_scored``), with
+95% bootstrap intervals over those lines (for char accuracy, of the paired difference to float).
+
     PYTHONPATH=. python benchmarks/qat_recogniser.py --model ppocrv6_tiny_rec --train 4096 --val 200 --steps 200
 
 ``--time-steps N --device cuda`` only times N training steps (the GPU vs CPU step time).
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -86,12 +90,38 @@ def outputs(module, images: np.ndarray, device: str, chunk: int = 32) -> np.ndar
     return np.concatenate(outs)
 
 
-def scores(spec, out: np.ndarray, ref: np.ndarray, chars: list[str], indices) -> dict[str, float]:
-    got = [zoo_metrics.ctc_greedy(o, chars) for o in out]
-    flt = [zoo_metrics.ctc_greedy(o, chars) for o in ref]
-    gt = [truth(spec, i) for i in indices]
-    acc = [1 - zoo_metrics._edit_distance(a, b) / max(len(b), 1) for a, b in zip(got, gt)]
-    return {"agreement": float(np.mean([a == b for a, b in zip(got, flt)])), "char_acc": float(np.mean(acc))}
+def transcripts(out: np.ndarray, chars: list[str]) -> list[str]:
+    return [zoo_metrics.ctc_greedy(o, chars) for o in out]
+
+
+def line_accuracy(got: list[str], gt: list[str]) -> np.ndarray:
+    """Per line: 1 - edit distance / length against the ground truth."""
+    return np.array([1 - zoo_metrics._edit_distance(a, b) / max(len(b), 1) for a, b in zip(got, gt)])
+
+
+def scores(got: list[str], flt: list[str], gt: list[str], boot: int = 10_000) -> dict[str, float]:
+    """Agreement and char accuracy, with 95% bootstrap intervals over the lines; for a model other
+    than float also the paired interval of its char accuracy minus float's (the same lines resampled)."""
+    rng = np.random.default_rng(0)
+    agree = np.array([a == b for a, b in zip(got, flt)], np.float64)
+    acc, acc_f = line_accuracy(got, gt), line_accuracy(flt, gt)
+    picks = rng.integers(0, len(got), (boot, len(got)))
+    row = {"agreement": float(agree.mean()), "char_acc": float(acc.mean())}
+    row["agreement_ci95"] = [float(v) for v in np.percentile(agree[picks].mean(axis=1), [2.5, 97.5])]
+    diff = acc - acc_f
+    if np.any(diff != 0) or np.any(agree != 1):
+        row["char_acc_minus_float"] = float(diff.mean())
+        row["char_acc_minus_float_ci95"] = [float(v) for v in np.percentile(diff[picks].mean(axis=1), [2.5, 97.5])]
+    return row
+
+
+def cached_transcripts(path: Path, compute) -> list[str]:
+    """Transcripts of the float / PTQ model on the validation lines, computed once per work folder."""
+    if path.exists():
+        return json.loads(path.read_text())
+    texts = compute()
+    path.write_text(json.dumps(texts))
+    return texts
 
 
 def main() -> None:
@@ -102,11 +132,16 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=1e-5)
+    ap.add_argument("--loss", default="kl", choices=("distill", "kl"))
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--schedule", default="cosine", choices=("constant", "cosine"))
+    ap.add_argument("--train-scales", action="store_true")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--time-steps", type=int, default=0, help="only time this many training steps")
     ap.add_argument("--work", default="/tmp/qat_recogniser")
     ap.add_argument("--out", default=None, help="write the numbers as JSON here")
+    ap.add_argument("--eval-checkpoint", default=None, help="only evaluate the weights of this qat checkpoint")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from run import _config
@@ -124,7 +159,9 @@ def main() -> None:
     render_s = time.perf_counter() - t0
     raw = _config(spec, work, [work / "train"], "default", 32)
     raw["qat_parameters"] = {"train_data_dir": str(work / "train"), "steps": args.time_steps or args.steps, "lr": args.lr,
-                             "batch_size": args.batch, "optimizer": "adam", "val_samples": 8, "device": args.device}
+                             "batch_size": args.batch, "optimizer": "adam", "val_samples": 8, "device": args.device,
+                             "loss": args.loss, "temperature": args.temperature, "lr_schedule": args.schedule,
+                             "train_scales": args.train_scales}
     cfg = config_from_dict(raw, base_dir=work)
     t1 = time.perf_counter()
     calibration = run_calibration(cfg)
@@ -132,29 +169,60 @@ def main() -> None:
     chars = charset(spec)
     val_ids = [VAL_OFFSET + k for k in range(args.val)]
     row: dict = {"model": args.model, "train_lines": args.train, "val_lines": args.val, "batch": args.batch, "lr": args.lr,
+                 "loss": args.loss, "temperature": args.temperature, "schedule": args.schedule, "train_scales": args.train_scales,
                  "threads": args.threads, "device": args.device, "render_s": round(render_s, 1), "calibrate_s": round(cal_s, 1),
                  "calibration": calibration.method}
     if not args.time_steps:
-        ref = outputs(FloatGraphModule(calibration.graph).to_device(args.device), val, args.device)
-        ptq = outputs(build_model(cfg, calibration).to_device(args.device), val, args.device)
-        row["float"] = scores(spec, ref, ref, chars, val_ids)
-        row["ptq"] = scores(spec, ptq, ref, chars, val_ids)
+        gt = [truth(spec, i) for i in val_ids]
+        train_texts = {truth(spec, TRAIN_OFFSET + k) for k in range(args.train)}
+        row["val_texts_seen_in_training"] = sum(t in train_texts for t in gt)
+        tag = f"{args.val}_{calibration.method}"
+        ref = cached_transcripts(work / f"float_{tag}.json", lambda: transcripts(
+            outputs(FloatGraphModule(calibration.graph).to_device(args.device), val, args.device), chars))
+        ptq = cached_transcripts(work / f"ptq_{tag}.json", lambda: transcripts(
+            outputs(build_model(cfg, calibration).to_device(args.device), val, args.device), chars))
+        # scored on the lines whose text no training line carries (the held-out set proper)
+        keep = [k for k, t in enumerate(gt) if t not in train_texts]
+        row["val_lines_scored"] = len(keep)
+
+        def held_out(texts: list[str]) -> dict[str, float]:
+            return scores([texts[k] for k in keep], [ref[k] for k in keep], [gt[k] for k in keep])
+
+        row["float"] = held_out(ref)
+        row["ptq"] = held_out(ptq)
         print(json.dumps(row), flush=True)
+    if args.eval_checkpoint:
+        model = build_model(cfg, calibration).to_device(args.device)
+        model.load_state_dict(torch.load(args.eval_checkpoint, map_location=args.device, weights_only=False)["model"])
+        texts = transcripts(outputs(model, val, args.device), chars)
+        Path(args.eval_checkpoint).with_suffix(".transcripts.json").write_text(json.dumps(texts))
+        row["qat"] = held_out(texts)
+        print(json.dumps(row), flush=True)
+        return
     stamps = []
 
     def progress(step, total, loss):
         stamps.append(time.perf_counter())
+        loads.append(os.getloadavg()[0])
         if step % 4 == 0 or step == total:
             print(f"step {step}/{total} loss {loss:.5f} {stamps[-1] - t2:.0f}s", flush=True)
 
-    t2 = time.perf_counter()
+    loads = [os.getloadavg()[0]]
+
+    t2, c2 = time.perf_counter(), time.process_time()
     result = run_qat(cfg, progress=progress, calibration=calibration, export=not args.time_steps)
     row["qat_s"] = round(time.perf_counter() - t2, 1)
+    row["qat_cpu_s"] = round(time.process_time() - c2, 1)  # CPU seconds of this process (both threads)
+    row["hbtool_qat_s"] = round(row["calibrate_s"] + row["qat_s"], 1)  # what `hbtool qat` does: calibrate, train, export
+    loads.append(os.getloadavg()[0])
+    row["load_avg_1min"] = [round(min(loads), 1), round(max(loads), 1)]
     if len(stamps) > 2:
         row["step_s"] = round(float(np.median(np.diff(stamps))), 3)
     if not args.time_steps:
         qat = outputs(result.model, val, args.device)
-        row["qat"] = scores(spec, qat, ref, chars, val_ids)
+        texts = transcripts(qat, chars)
+        (work / "qat_transcripts.json").write_text(json.dumps(texts))
+        row["qat"] = held_out(texts)
         # the exported model, compiled and simulated, is the module
         import shutil
 

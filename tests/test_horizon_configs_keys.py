@@ -242,7 +242,8 @@ def test_every_qat_key_is_read_by_hbtool_qat(tmp_path):
         np.save(cal / f"{k}.npy", rng.uniform(0, 1, (1, 3, 16, 16)).astype(np.float32))
     (tmp_path / "labels.txt").write_text("0\n1\n0\n1\n")
     qat = {"epochs": 2, "lr": 1e-5, "batch_size": 2, "optimizer": "sgd", "weight_decay": 0.1,
-           "train_data_dir": str(cal), "labels": str(tmp_path / "labels.txt"), "loss": "distill",
+           "train_data_dir": str(cal), "labels": str(tmp_path / "labels.txt"), "loss": "kl", "temperature": 2.0,
+           "lr_schedule": "cosine",
            "distill_tensors": "r1", "train_scales": True, "augment": "flip", "val_samples": 1, "checkpoint_every": 1,
            "seed": 3, "device": "cpu"}
     # steps (unset here: it overrides epochs) is read when deciding between them

@@ -372,8 +372,16 @@ QAT = _g(
     Key("labels", "path", "Integer labels, one per training sample in sorted-file order (`.npy` "
         "or one per line); needed by `loss: ce`.", default=None, origin=HBTOOL, default_doc="none"),
     Key("loss", "enum", "`distill`: match the float model's outputs (and `distill_tensors`), no "
-        "labels needed; `ce`: cross entropy of the first output against `labels`.",
-        default="distill", allowed=("distill", "ce"), origin=HBTOOL),
+        "labels needed; `kl`: distill by the KL divergence of the softmax over the last axis, "
+        "per position, of each output (of its logits where the output is a Softmax: classifiers, "
+        "CTC recognisers); `ce`: cross entropy of the first output against `labels`.",
+        default="distill", allowed=("distill", "kl", "ce"), origin=HBTOOL),
+    Key("temperature", "float", "`loss: kl`: the softmax temperature of the per-position KL "
+        "divergence (above 1 weighs the runners-up more).", default=1.0, min=0.0,
+        min_exclusive=True, origin=HBTOOL),
+    Key("lr_schedule", "enum", "`constant`, or `cosine`: linear warm-up over the first 5% of "
+        "the steps, then cosine decay to 0.", default="constant", allowed=("constant", "cosine"),
+        origin=HBTOOL),
     Key("distill_tensors", "names", "Intermediate tensors of the optimized float model whose "
         "float values the quantized ones also match (`loss: distill`).", default=[],
         origin=HBTOOL, default_doc="none"),

@@ -131,6 +131,8 @@ class QatParams:
     checkpoint_every: int
     seed: int
     device: str
+    temperature: float = 1.0
+    lr_schedule: str = "constant"
 
 
 @dataclass

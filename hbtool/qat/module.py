@@ -12,7 +12,8 @@ compounds through depth. So this module takes the other route:
 * The **forward value** of every node is the kernel's integer result: weighted kernels (Conv,
   Linear from Conv/Gemm/MatMul/Linear) accumulate the integer codes in torch, exactly
   (float32 while the accumulator bound is at most 2**24; int16 inputs split into two bytes,
-  each product exact in float32, joined in int64) and requantize with the kernel's own :class:`~hbtool.kernels.requantize.Requantize`;
+  each product exact in float32, joined in int64) and requantize with the kernel's own
+  :class:`~hbtool.kernels.requantize.Requantize` in torch int64 (:mod:`hbtool.qat.int_ops`);
   every other kernel (tables, Softmax, LayerNorm, Add, Mul, pools...) runs its numpy form.
   Data movement runs in torch on the codes; CPU nodes run in torch in float.
 * The **gradient** comes from a float surrogate of each node (:mod:`hbtool.qat.fake_quant`):
@@ -44,6 +45,7 @@ from hbtool.kernels.conv import Conv
 from hbtool.kernels.fixedpoint import int_range
 from hbtool.kernels.linear import F32_EXACT, Linear
 from hbtool.qat.fake_quant import fake_quant_codes, lsq_grad_scale, straight_through
+from hbtool.qat.int_ops import TORCH_FORMS, requantize
 from hbtool.qat.torch_ops import OpContext, run_graph, run_node, supported
 from hbtool.quant.lower import lower_to_integer
 from hbtool.quant.plan import QMAX, QuantPlan
@@ -67,6 +69,20 @@ def _np_int(x: torch.Tensor) -> np.ndarray:
     return x.detach().cpu().numpy().astype(np.int64)
 
 
+def _needed_nodes(graph: Graph, tensors: Sequence[str]) -> set[str]:
+    """Names of the nodes ``tensors`` depend on."""
+    producers = graph.producer_map()
+    needed: set[str] = set()
+    todo = [t for t in tensors]
+    while todo:
+        node = producers.get(todo.pop())
+        if node is None or node.name in needed:
+            continue
+        needed.add(node.name)
+        todo.extend(i for i in node.inputs if i)
+    return needed
+
+
 class FloatGraphModule(nn.Module):
     """The float graph in torch (the distillation teacher): no quantization, constants frozen."""
 
@@ -86,10 +102,10 @@ class FloatGraphModule(nn.Module):
             self._consts[name] = _t(np.array(self.graph.const(name))).to(self.device)
         return self._consts[name]
 
-    def forward(self, *inputs: torch.Tensor, tensors: Sequence[str] = ()) -> tuple[torch.Tensor, ...]:
+    def forward(self, *inputs: torch.Tensor, tensors: Sequence[str] = (), outputs: bool = True) -> tuple[torch.Tensor, ...]:
         env = dict(zip(self.graph.inputs, inputs))
-        run_graph(self.graph, env, self.const)
-        return tuple(env[o] for o in list(self.graph.outputs) + list(tensors))
+        run_graph(self.graph, env, self.const, None if outputs else _needed_nodes(self.graph, tensors))
+        return tuple(env[o] for o in (list(self.graph.outputs) if outputs else []) + list(tensors))
 
 
 class QatModel(nn.Module):
@@ -216,6 +232,8 @@ class QatModel(nn.Module):
         self._ctx = OpContext(self.program)
         # integer names the lowering gave planned tensors (boundary quantizers, renamed model outputs)
         self._float_of: dict[str, str] = {}
+        self._cpu_outputs = {o for n in self.program.nodes if n.meta.get("on") != "BPU" and n.meta.get("kernel") is None
+                             for o in n.outputs if o}
         for n in self.program.nodes:
             if n.op_type == "HzQuantize":
                 self._float_of[n.outputs[0]] = n.inputs[0]
@@ -240,12 +258,18 @@ class QatModel(nn.Module):
             self._program_consts[name] = _t(data).to(self.device)
         return self._program_consts[name]
 
-    def forward(self, *inputs: torch.Tensor, tensors: Sequence[str] = ()) -> tuple[torch.Tensor, ...]:
-        """Model outputs (float, dequantized), then the dequantized ``tensors`` asked for (distillation)."""
+    def forward(self, *inputs: torch.Tensor, tensors: Sequence[str] = (), outputs: bool = True) -> tuple[torch.Tensor, ...]:
+        """Model outputs (float, dequantized), then the dequantized ``tensors`` asked for (distillation).
+
+        ``outputs=False`` returns the ``tensors`` only and runs only the nodes they depend on
+        (a KL loss on the logits needs no final Softmax)."""
         self.sync()
         prog = self.program
         env: dict[str, torch.Tensor] = {name: x for name, x in zip(prog.inputs, inputs)}
+        needed = None if outputs else _needed_nodes(prog, tensors)
         for node in prog.nodes:
+            if needed is not None and node.name not in needed:
+                continue
             xs = [None if not i else (env[i] if i in env else self._const(i)) for i in node.inputs]
             outs = self._run(node, xs)
             for o, v in zip(node.outputs, outs):
@@ -257,10 +281,12 @@ class QatModel(nn.Module):
                 extra.append(env[t])
             elif t in env and t in self.plan.tensors:
                 extra.append(env[t] * self.scale(t))
+            elif t in env and t in self._cpu_outputs:
+                extra.append(env[t])  # a CPU node's float output
             else:
                 raise InputError(f"QAT: distillation tensor '{t}' is not an integer tensor of the program",
                                  "name a BPU activation tensor of the optimized float model (see the calibrated model)")
-        return tuple(env[o] for o in prog.outputs) + tuple(extra)
+        return (tuple(env[o] for o in prog.outputs) if outputs else ()) + tuple(extra)
 
     def _run(self, node: Node, xs: list) -> list[torch.Tensor]:
         kernel = node.meta.get("kernel")
@@ -283,7 +309,11 @@ class QatModel(nn.Module):
         trained = weight_input_and_axis(src, self.graph) if src is not None and isinstance(kernel, (Conv, Linear)) else None
         if trained is not None and trained[0] in self._param_index:
             return self._weighted(src, node, kernel, xs[0], s_out)
-        exact = self._dev(kernel.apply_numpy(*[_np_int(x) for x in xs]))
+        torch_form = TORCH_FORMS.get(type(kernel))
+        if torch_form is not None:
+            exact = torch_form(kernel, *[x.detach().to(torch.int64) for x in xs]).to(torch.float32)
+        else:
+            exact = self._dev(kernel.apply_numpy(*[_np_int(x) for x in xs]))
         if src is None:  # a node the lowering made up has no float form to differentiate
             return exact
         surrogate = self._surrogate(src, node, xs) / s_out
@@ -345,21 +375,26 @@ class QatModel(nn.Module):
             acc = x @ w_codes
             if b_codes is not None:
                 acc = acc + b_codes
-        xmax = float(x.detach().abs().max()) if x.numel() else 0.0
         bmax = int(np.abs(kernel.bias).max(initial=0)) if kernel.bias is not None else 0
+        in_tensor = self._float_of.get(src.inputs[0], src.inputs[0])
+        bits = self.plan.tensors[in_tensor].bits if in_tensor in self.plan.tensors else None
+        # the input's integer range bounds the accumulator without a pass over the data (int8 inputs)
+        xmax = float(2 ** (bits - 1)) if bits is not None else None
+        if xmax is None or xmax * kernel.wsum + bmax > F32_EXACT:
+            xmax = float(x.detach().abs().max()) if x.numel() else 0.0
         if xmax * kernel.wsum + bmax <= F32_EXACT:
-            acc_int = _np_int(torch.round(acc.detach()))
+            acc_int = torch.round(acc.detach()).to(torch.int64)
         else:  # int16 inputs: the same product, exact, without float64 convolutions (module docstring)
             with torch.no_grad():
                 acc_int = self._exact_accumulate(src, kernel, x.detach())
-        exact = self._dev(kernel.requant.apply_trusted(acc_int))
+        exact = requantize(kernel.requant, acc_int).to(torch.float32)
         axis_shape = (1, -1) + (1,) * (acc.dim() - 2) if isinstance(kernel, Conv) else (-1,)
         ratio = (s_in * s_w / s_out).reshape(axis_shape)
         surrogate = torch.clamp(acc * ratio, kernel.requant.lo, kernel.requant.hi)
         return straight_through(exact, surrogate)
 
-    def _exact_accumulate(self, src: Node, kernel: Any, x: torch.Tensor) -> np.ndarray:
-        """The integer accumulator of a weighted kernel whose float32 product could round (int16 inputs).
+    def _exact_accumulate(self, src: Node, kernel: Any, x: torch.Tensor) -> torch.Tensor:
+        """The int64 integer accumulator of a weighted kernel whose float32 product could round (int16 inputs).
 
         Why not one float64 product: torch has no fast float64 convolution on CPU, and this path
         ran for most layers of an int16-heavy recogniser (half of a training step). Instead the
@@ -383,11 +418,11 @@ class QatModel(nn.Module):
                 y = conv(xs, w, None, src)
             else:
                 y = xs @ w
-            y = _np_int(torch.round(y)) * factor
+            y = torch.round(y).to(torch.int64) * factor
             acc = y if acc is None else acc + y
         if kernel.bias is not None:
-            b = np.asarray(kernel.bias, np.int64)
-            acc = acc + (b.reshape((1, -1) + (1,) * (acc.ndim - 2)) if isinstance(kernel, Conv) else b)
+            b = torch.from_numpy(np.asarray(kernel.bias, np.int64)).to(acc.device)
+            acc = acc + (b.reshape((1, -1) + (1,) * (acc.dim() - 2)) if isinstance(kernel, Conv) else b)
         return acc
 
     def _dev(self, a: np.ndarray, keep_dtype: bool = False) -> torch.Tensor:

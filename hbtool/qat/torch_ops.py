@@ -431,10 +431,12 @@ OPS: dict[str, Callable[[OpContext, Node, list], list[Tensor]]] = {
 }
 
 
-def run_graph(graph: Graph, env: dict[str, Tensor], const: Callable[[str], Tensor]) -> dict[str, Tensor]:
-    """Run every node of ``graph`` (a body, or a float graph) on ``env``; returns ``env`` filled in."""
+def run_graph(graph: Graph, env: dict[str, Tensor], const: Callable[[str], Tensor], only: set[str] | None = None) -> dict[str, Tensor]:
+    """Run every node of ``graph`` (a body, or a float graph; ``only`` these names when given) on ``env``; returns ``env`` filled in."""
     ctx = OpContext(graph)
     for node in graph.nodes:
+        if only is not None and node.name not in only:
+            continue
         xs = [None if not i else (env[i] if i in env else const(i)) for i in node.inputs]
         outs = run_node(ctx, node, xs)
         for o, v in zip(node.outputs, outs):

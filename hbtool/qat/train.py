@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,6 +115,92 @@ class DistillLoss:
         return total
 
 
+class KlDistillLoss:
+    """Per-position KL divergence ``KL(softmax(f/T) || softmax(q/T)) * T**2`` over the last axis.
+
+    Why, for classifiers and CTC recognisers: their decision is the argmax of each position's
+    softmax, and a mean squared error on probabilities that are almost all 0 or 1 says little
+    about the runner-up classes that flip a transcription; the KL divergence of the logits does
+    (Hinton et al. 2015; ``T > 1`` weighs the runners-up more). Inputs are logits (the inputs of
+    the model's final Softmax, see :func:`logit_tensors`). Averaged over the positions of a
+    sample, summed over the global batch like :class:`DistillLoss`, so a shard's loss is its
+    exact share. ``mse`` (normalised as :class:`DistillLoss`) is added for the extra tensors."""
+
+    def __init__(self, temperature: float, n_logits: int, mse_reference: Sequence[torch.Tensor] = ()):
+        self.t = float(temperature)
+        self.n_logits = n_logits
+        self.mse = DistillLoss(mse_reference)
+
+    def __call__(self, student: Sequence[torch.Tensor], teacher: Sequence[torch.Tensor], global_batch: int) -> torch.Tensor:
+        total = 0.0
+        for s, f in zip(student[:self.n_logits], teacher[:self.n_logits]):
+            log_q = torch.log_softmax(s / self.t, dim=-1)
+            log_p = torch.log_softmax(f / self.t, dim=-1)
+            kl = (log_p.exp() * (log_p - log_q)).sum(dim=-1).reshape(s.shape[0], -1).mean(dim=1)
+            total = total + kl.sum() * (self.t ** 2) / global_batch
+        if len(student) > self.n_logits:
+            total = total + self.mse(student[self.n_logits:], teacher[self.n_logits:], global_batch)
+        return total
+
+
+def logit_tensors(graph) -> list[str]:
+    """Per model output, the tensor whose softmax over the last axis it is: the input of a final
+    Softmax over the last axis, else the output itself (already logits)."""
+    producers = graph.producer_map()
+    names = []
+    for out in graph.outputs:
+        node = producers.get(out)
+        rank = len(graph.shape(out) or ())
+        if node is not None and node.op_type == "Softmax" and rank and int(node.attr("axis", -1)) in (-1, rank - 1):
+            names.append(node.inputs[0])
+        else:
+            names.append(out)
+    return names
+
+
+def lr_factor(schedule: str, step: int, total: int) -> float:
+    """The learning rate multiplier of ``step`` (0-based): 1, or a 5% linear warm-up and cosine decay.
+    A function of the step alone, so ``--resume`` and every process agree without scheduler state."""
+    if schedule != "cosine" or total <= 1:
+        return 1.0
+    warm = max(1, round(0.05 * total))
+    if step < warm:
+        return (step + 1) / warm
+    return 0.5 * (1.0 + math.cos(math.pi * (step - warm) / max(1, total - warm)))
+
+
+class TeacherCache:
+    """The float teacher's outputs per training sample, computed once (``budget`` bytes at most).
+
+    Only without augmentation (the teacher's input is then a function of the sample index).
+    Samples are seen again from the second epoch on; the teacher is then not run for them."""
+
+    def __init__(self, teacher, budget: int = 1 << 30):
+        self.teacher = teacher
+        self.budget = budget
+        self.used = 0
+        self.store: dict[int, tuple[torch.Tensor, ...]] = {}
+
+    def __call__(self, xs: Sequence[torch.Tensor], indices: Sequence[int], tensors: Sequence[str],
+                 outputs: bool = True) -> tuple[torch.Tensor, ...]:
+        keys = [int(i) for i in indices]
+        missing = [k for k, i in enumerate(keys) if i not in self.store]
+        if missing:
+            with torch.no_grad():
+                sel = torch.tensor(missing, dtype=torch.long, device=xs[0].device)
+                ys = self.teacher(*[x.index_select(0, sel) for x in xs], tensors=tensors, outputs=outputs)
+            fresh = {keys[k]: tuple(y[j:j + 1] for y in ys) for j, k in enumerate(missing)}
+        else:
+            fresh = {}
+        for i, ys in fresh.items():
+            size = sum(y.numel() * y.element_size() for y in ys)
+            if self.used + size <= self.budget:
+                self.store[i] = tuple(y.clone() for y in ys)
+                self.used += size
+        rows = [self.store.get(i) or fresh[i] for i in keys]
+        return tuple(torch.cat([r[k] for r in rows], dim=0) for k in range(len(rows[0])))
+
+
 def build_model(cfg: HbConfig, calibration) -> QatModel:
     return QatModel(calibration.graph, calibration.plan, calibration.weight_scales, rounding=cfg.compiler.rounding,
                     per_channel=cfg.calibration.per_channel, train_scales=cfg.qat.train_scales)
@@ -147,7 +234,8 @@ def run_qat(cfg: HbConfig, progress: Progress | None = None, resume: bool = Fals
     sampler = ShardSampler(train_ids.size, q.batch_size, info, q.seed)
     total = q.steps or q.epochs * sampler.steps_per_epoch
     image_inputs = {spec.name or names[0]: spec.layout_train or "NCHW" for spec in cfg.inputs if spec.is_image}
-    tensors = list(q.distill_tensors)
+    logit_names = logit_tensors(calibration.graph) if q.loss == "kl" else []
+    tensors = logit_names + list(q.distill_tensors)
 
     val_batch = _stack(data, val_ids)
     chunk = max(1, q.batch_size // info.world)
@@ -159,7 +247,9 @@ def run_qat(cfg: HbConfig, progress: Progress | None = None, resume: bool = Fals
     with torch.no_grad():
         first = {k: v[:chunk] for k, v in val_batch.items()}
         reference = teacher(*_to_torch(first, names, device), tensors=tensors)
-    loss_fn = DistillLoss(reference)
+    loss_fn = KlDistillLoss(q.temperature, len(logit_names), reference[len(calibration.graph.outputs) + len(logit_names):]) \
+        if q.loss == "kl" else DistillLoss(reference)
+    cached_teacher = TeacherCache(teacher) if not q.augment else None
     opt = _optimizer(cfg, model)
     start = 0
     ckpt = checkpoint_path(cfg)
@@ -176,18 +266,23 @@ def run_qat(cfg: HbConfig, progress: Progress | None = None, resume: bool = Fals
         local = train_ids[sampler.local_indices(step)]
         batch = augment(_stack(data, local), image_inputs, q.augment, q.seed, step, local)
         xs = _to_torch(batch, names, device)
-        student = model(*xs, tensors=tensors)
+        student = model(*xs, tensors=tensors, outputs=q.loss != "kl")  # kl: the logits (and distill tensors) only
         if q.loss == "ce":
             target = torch.from_numpy(labels[local]).to(device)
             logits = student[0].reshape(student[0].shape[0], -1)
             loss = torch.nn.functional.cross_entropy(logits, target, reduction="sum") / q.batch_size
         else:
-            with torch.no_grad():
-                expected = teacher(*xs, tensors=tensors)
+            if cached_teacher is not None:
+                expected = cached_teacher(xs, local, tensors, q.loss != "kl")
+            else:
+                with torch.no_grad():
+                    expected = teacher(*xs, tensors=tensors, outputs=q.loss != "kl")
             loss = loss_fn(student, expected, q.batch_size)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         all_reduce_gradients(model.parameters(), info)
+        for group in opt.param_groups:
+            group["lr"] = q.lr * lr_factor(q.lr_schedule, step, total)
         opt.step()
         value = float(loss.detach())
         if info.active:
