@@ -20,7 +20,7 @@ import yaml
 from hbtool.config import HbConfig
 from hbtool.debug.analysis.graph_errors import NodeErrors, graph_errors
 from hbtool.debug.analysis.ranges import RangeFlag, RangeObserver, activation_flags, weight_flags
-from hbtool.debug.auto import AutoResult, run_auto
+from hbtool.debug.auto import WEIGHT_CANDIDATES, AutoResult, run_auto
 from hbtool.debug.masked import MaskedModel
 from hbtool.debug.metrics import DIRECTION
 from hbtool.debug.metrics_hook import resolve_metric
@@ -68,7 +68,7 @@ def parse_fps_loss(text: str | float) -> float:
 
 def run_debug(cfg: HbConfig, auto: bool = False, target_cosine: float = 0.99, max_fps_loss: float = 0.10,
               samples: int | None = None, progress: Progress | None = None, sensitivity_samples: int | None = None,
-              candidates: int | None = None, weight_samples: int | None = None) -> DebugResult:
+              candidates: int | None = None, weight_samples: int | None = None, weight_candidates: int | None = None) -> DebugResult:
     """Analyse (and with ``auto`` fix) the config's quantized model; writes nothing (see :func:`write_debug`)."""
     if not 0 < target_cosine <= 1:
         raise InputError(f"--target-cosine {target_cosine}: must be in (0, 1]", "write it like 0.99")
@@ -105,7 +105,8 @@ def run_debug(cfg: HbConfig, auto: bool = False, target_cosine: float = 0.99, ma
     if auto:
         ideal = metric.value(session.float_outputs, session.float_outputs)
         result.auto = run_auto(session, ranking, target_cosine, max_fps_loss, ideal, candidates, progress=progress,
-                               weight_ranking=result.weight_ranking)
+                               weight_ranking=result.weight_ranking,
+                               weight_candidates=WEIGHT_CANDIDATES if weight_candidates is None else weight_candidates)
         t["auto"] = time.perf_counter()
     keys = list(t)
     result.seconds = {b: t[b] - t[a] for a, b in zip(keys, keys[1:])}
