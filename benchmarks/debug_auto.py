@@ -40,6 +40,24 @@ def _printer():
     return tick
 
 
+def check_on_unseen(r, folders: list[Path], count: int) -> dict:
+    """PTQ and the ``--auto`` result on the check set: the greedy chose on the debug set, this set is unseen."""
+    import copy
+    import dataclasses
+
+    from hbtool.debug.session import debug_samples, run_outputs
+
+    s = r.session
+    cfg = copy.copy(s.cfg)
+    cfg.debug = copy.copy(s.cfg.debug)
+    cfg.debug.data_dir = folders[0] if len(folders) == 1 else folders[0].parent
+    feeds = debug_samples(cfg, s.base.graph, count)
+    check = dataclasses.replace(s, samples=feeds, float_outputs=run_outputs(s.base.graph, feeds, s.output_names))
+    ptq, final = check.measure(s.base, {}), check.measure(r.auto.final.result, r.auto.node_info)
+    return {"check_samples": len(feeds), "check_ptq_metric": ptq.metric, "check_final_metric": final.metric,
+            "check_ptq_cosine": ptq.cosine, "check_final_cosine": final.cosine}
+
+
 def main() -> None:
     from corpus import select  # noqa: E402
     from data import samples  # noqa: E402
@@ -56,8 +74,11 @@ def main() -> None:
     ap.add_argument("--sensitivity-samples", type=int, default=None)
     ap.add_argument("--candidates", type=int, default=None, help="--auto tries the top N of the ranking (default: a quarter, at least 5)")
     ap.add_argument("--weight-samples", type=int, default=None, help="samples of the weight-only ranking (task metric)")
+    ap.add_argument("--weight-candidates", type=int, default=None, help="single nodes of the weight ranking tried after the groups")
     ap.add_argument("--no-auto", action="store_true")
     ap.add_argument("--max-fps-loss", type=float, default=0.10)
+    ap.add_argument("--check-samples", type=int, default=0,
+                    help="a second held-out set (offset 200): PTQ and the --auto result measured on lines the greedy never saw")
     args = ap.parse_args()
     import logging
 
@@ -68,7 +89,8 @@ def main() -> None:
         case.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         dirs = {}
-        for tag, count, offset in (("cal", args.cal_samples, 0), ("debug", args.samples, 100)):
+        sets = [("cal", args.cal_samples, 0), ("debug", args.samples, 100)] + ([("check", args.check_samples, 200)] if args.check_samples else [])
+        for tag, count, offset in sets:
             done = case / tag / f".{count}_samples"
             feeds = None if done.exists() else samples(spec, count, offset)   # rendering is slow: kept between runs
             names = sorted(p.name for p in (case / tag).iterdir() if p.is_dir()) if feeds is None else [re.sub(r"[^A-Za-z0-9_.-]", "_", n) for n in feeds[0]]
@@ -88,17 +110,22 @@ def main() -> None:
         path = case / "config.yaml"
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))
         (case / "debug_metrics.py").write_text((HERE / "debug_metrics.py").read_text())
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         r = run_debug(load_config(path), auto=not args.no_auto, samples=args.samples, max_fps_loss=args.max_fps_loss,
-                      sensitivity_samples=args.sensitivity_samples, candidates=args.candidates, weight_samples=args.weight_samples, progress=_printer())
+                      sensitivity_samples=args.sensitivity_samples, candidates=args.candidates, weight_samples=args.weight_samples,
+                      weight_candidates=args.weight_candidates, progress=_printer())
         write_debug(r, case / "debug")
         row = {"model": spec.name, "quantized_nodes": len(r.model.nodes), "seconds": r.seconds, "data_seconds": t1 - t0,
-               "ptq_cosine": min(m["cosine"] for m in r.session.measure(r.session.base, r.session.cfg.model.node_info).outputs.values())}
+               # CPU seconds of the process (all threads): on a shared machine, wall time / load is no measure
+               "cpu_seconds": time.process_time() - c1,
+               "ptq_cosine": min(m["cosine"] for m in r.data["outputs"].values())}   # measured once, by write_debug
         if r.auto is not None:
             a = r.auto
             row.update(ptq_metric=a.steps[0].metric, final_metric=a.final.metric, final_cosine=a.final.cosine,
                        base_fps=a.base_fps, final_fps=a.final.fps, changed=a.changed, node_info=a.node_info, reached=a.reached,
                        weight_top=[(g.name, round(g.metric_gain, 4), round(g.cosine_gain, 5)) for g in r.weight_ranking[:8]])
+            if args.check_samples:
+                row.update(check_on_unseen(r, dirs["check"], args.check_samples))
         print(json.dumps(row, default=str), flush=True)
 
 

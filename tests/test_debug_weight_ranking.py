@@ -81,3 +81,20 @@ def test_weight_pool_skips_taken_and_flat_nodes():
              WeightGain("d", "Conv", 0.0, 0.001)]
     pool = weight_pool(gains, {"a"}, 2)
     assert [n for n, _ in pool] == ["c", "d"] and all(r == [WEIGHT_REMEDIES[-1]] for _, r in pool)
+
+
+def test_groups_of_the_weight_ranking_are_tried_together(debugged):
+    groups = [st for st in debugged.auto.steps if st.remedy.startswith("group_")]
+    # both weighted nodes in one group (every size of GROUP_SIZES covers them): one try per group remedy
+    assert {st.remedy for st in groups} == {"group_adaround", "group_mse"}
+    assert all(st.node == "top 2 of the weight ranking" and set(st.note.split(", ")) == {"mix", "spread"} for st in groups)
+    assert all(np.isfinite(st.metric) and np.isfinite(st.cosine) for st in groups)
+
+
+def test_weight_groups_are_the_distinct_top_k():
+    from hbtool.debug.auto import weight_groups
+
+    gains = [WeightGain(f"n{k}", "Conv", 0.0, 0.1 - k * 0.001) for k in range(12)]
+    assert weight_groups(gains) == [[f"n{k}" for k in range(5)], [f"n{k}" for k in range(10)], [f"n{k}" for k in range(12)]]
+    assert weight_groups(gains[:3]) == [["n0", "n1", "n2"]]
+    assert weight_groups([]) == []

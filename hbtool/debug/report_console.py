@@ -24,6 +24,9 @@ def print_debug(data: dict, console: Console | None = None, top: int = 10) -> No
         f = lambda d, k: f"{d[k]:.4g}" if k in d else "-"  # noqa: E731
         t.add_row(s["name"], s["op_type"], s["kind"], f"{s['sensitivity']:.4g}", f(s["quant_only"], "weights"), f(s["quant_only"], "activations"),
                   f(s["dequant_only"], "weights"), f(s["dequant_only"], "activations"))
+    skipped = sum(1 for s in data["sensitivity"] if not s.get("evaluated", True))
+    if skipped:
+        t.caption = f"{skipped} nodes with the smallest op error and error jump not evaluated (sensitivity budget of a large model)"
     console.print(t)
     jumps = [n for n in data["nodes"] if n["marked"]]
     if jumps:

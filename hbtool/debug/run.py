@@ -20,7 +20,7 @@ import yaml
 from hbtool.config import HbConfig
 from hbtool.debug.analysis.graph_errors import NodeErrors, graph_errors
 from hbtool.debug.analysis.ranges import RangeFlag, RangeObserver, activation_flags, weight_flags
-from hbtool.debug.auto import AutoResult, run_auto
+from hbtool.debug.auto import WEIGHT_CANDIDATES, AutoResult, run_auto
 from hbtool.debug.masked import MaskedModel
 from hbtool.debug.metrics import DIRECTION
 from hbtool.debug.metrics_hook import resolve_metric
@@ -36,6 +36,10 @@ SENSITIVITY_SAMPLES = 4
 #: samples of the weight-only ranking under a task metric (one evaluation per weighted node: it can afford more)
 WEIGHT_SAMPLES = 8
 LARGE_MACS = 1e9
+#: multiply-accumulates the sensitivity loops may spend (model MACs x samples x evaluations): about two
+#: minutes on 2 cores. Over it a large model gets 1 sample, and then the four-way evaluation of the
+#: nodes whose op error or error jump (one run for all, already measured) is largest, as many as fit
+SENSITIVITY_MAC_BUDGET = 1.5e12
 
 
 @dataclass
@@ -68,7 +72,8 @@ def parse_fps_loss(text: str | float) -> float:
 
 def run_debug(cfg: HbConfig, auto: bool = False, target_cosine: float = 0.99, max_fps_loss: float = 0.10,
               samples: int | None = None, progress: Progress | None = None, sensitivity_samples: int | None = None,
-              candidates: int | None = None, weight_samples: int | None = None) -> DebugResult:
+              candidates: int | None = None, weight_samples: int | None = None, weight_candidates: int | None = None,
+              sensitivity_budget: float | None = None) -> DebugResult:
     """Analyse (and with ``auto`` fix) the config's quantized model; writes nothing (see :func:`write_debug`)."""
     if not 0 < target_cosine <= 1:
         raise InputError(f"--target-cosine {target_cosine}: must be in (0, 1]", "write it like 0.99")
@@ -82,10 +87,13 @@ def run_debug(cfg: HbConfig, auto: bool = False, target_cosine: float = 0.99, ma
     lnin = {nd.inputs[0] for nd in session.base.graph.nodes if nd.op_type in ("LayerNormalization", "ChannelLayerNorm")}
     watched = [nd.outputs[0] for nd in model.nodes] + sorted(lnin)
     observer = RangeObserver(list(dict.fromkeys(watched)), lnin)
-    if sensitivity_samples is None:
-        from hbtool.quant.calibrate import _total_macs
+    from hbtool.quant.calibrate import _total_macs
 
-        sensitivity_samples = SENSITIVITY_SAMPLES // 2 if _total_macs(session.base.graph) >= LARGE_MACS else SENSITIVITY_SAMPLES
+    macs = max(float(_total_macs(session.base.graph)), 1.0)
+    budget = SENSITIVITY_MAC_BUDGET if sensitivity_budget is None else float(sensitivity_budget)
+    if sensitivity_samples is None:
+        sensitivity_samples = SENSITIVITY_SAMPLES // 2 if macs >= LARGE_MACS else SENSITIVITY_SAMPLES
+        sensitivity_samples = max(1, min(sensitivity_samples, int(budget // (macs * max(_evaluations(model.nodes), 1)))))
     k = min(sensitivity_samples, len(session.samples))
     errs = graph_errors(model, session.base.graph, session.samples, k, progress, observer)
     owners = {nd.outputs[0]: nd.name for nd in model.nodes}
@@ -93,7 +101,8 @@ def run_debug(cfg: HbConfig, auto: bool = False, target_cosine: float = 0.99, ma
     t["analysis"] = time.perf_counter()
     sub = session.samples[:k]
     sub_float = {o: v[: k * (v.shape[0] // max(len(session.samples), 1))] for o, v in session.float_outputs.items()}
-    ranking, reference = rank(model, sub, session.output_names, sub_float, metric, progress)
+    ranking, reference = rank(model, sub, session.output_names, sub_float, metric, progress,
+                              only=_within_budget(model.nodes, errs, budget / (macs * max(k, 1))))
     t["sensitivity"] = time.perf_counter()
     result = DebugResult(session, model, errs, flags, ranking, reference, observer)
     if auto and metric.is_hook:
@@ -105,12 +114,37 @@ def run_debug(cfg: HbConfig, auto: bool = False, target_cosine: float = 0.99, ma
     if auto:
         ideal = metric.value(session.float_outputs, session.float_outputs)
         result.auto = run_auto(session, ranking, target_cosine, max_fps_loss, ideal, candidates, progress=progress,
-                               weight_ranking=result.weight_ranking)
+                               weight_ranking=result.weight_ranking,
+                               weight_candidates=WEIGHT_CANDIDATES if weight_candidates is None else weight_candidates)
         t["auto"] = time.perf_counter()
     keys = list(t)
     result.seconds = {b: t[b] - t[a] for a, b in zip(keys, keys[1:])}
     result.seconds["total"] = t[keys[-1]] - t["start"]
     return result
+
+
+def _evaluations(nodes) -> int:
+    """Masked evaluations of the four-way sensitivity of ``nodes`` (two per part, weights and activations)."""
+    return sum(2 * (bool(n.weights) + bool(n.acts)) for n in nodes)
+
+
+def _within_budget(nodes, errs: list[NodeErrors], evaluations: float) -> set[str] | None:
+    """The nodes whose sensitivity fits ``evaluations`` (``None``: all fit), the worst op error or error jump first.
+
+    A node quantized alone that loses little, and adds little to the error along the graph,
+    rarely tops the ranking; the ones skipped are listed in the ranking as not evaluated.
+    """
+    if _evaluations(nodes) + 2 <= evaluations:
+        return None
+    proxy = {e.name: max(1.0 - e.isolated.get("cosine", 1.0), e.jump, 0.0) for e in errs}
+    chosen, spent = set(), 2
+    for n in sorted(nodes, key=lambda n: -proxy.get(n.name, 0.0)):
+        cost = _evaluations([n])
+        if spent + cost > evaluations:
+            break
+        chosen.add(n.name)
+        spent += cost
+    return chosen
 
 
 def fragment(node_info: dict[str, dict[str, Any]]) -> dict[str, Any]:

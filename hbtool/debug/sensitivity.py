@@ -35,6 +35,8 @@ class Sensitivity:
     cosine_dequant_only: dict[str, float]
     #: "weights"/"activations" -> the same effects in worst-output cosine (breaks ties of a coarse task metric)
     cosine_effect: dict[str, float] = field(default_factory=dict)
+    #: False for a node left out by the evaluation budget of a large model (its effects unknown, ranked last)
+    evaluated: bool = True
 
     @property
     def sensitivity(self) -> float:
@@ -62,13 +64,16 @@ def evaluate(model: MaskedModel, samples, mask: np.ndarray, outputs: list[str], 
 
 
 def rank(model: MaskedModel, samples, outputs: list[str], float_out: dict[str, np.ndarray], metric: Metric,
-         progress: Callable[[str, int, int], None] | None = None) -> tuple[list[Sensitivity], dict[str, float]]:
-    """Every node's sensitivity, most sensitive first, and the reference points (float, fully quantized)."""
+         progress: Callable[[str, int, int], None] | None = None, only: set[str] | None = None) -> tuple[list[Sensitivity], dict[str, float]]:
+    """Every node's sensitivity (of ``only``'s nodes, when given), most sensitive first, and the reference points."""
     ideal, _ = evaluate(model, samples, model.mask(on=[]), outputs, float_out, metric)
     full, full_cos = evaluate(model, samples, model.mask(off=[]), outputs, float_out, metric)
     out = []
     total = len(model.nodes)
     for k, n in enumerate(model.nodes):
+        if only is not None and n.name not in only:
+            out.append(Sensitivity(n.name, n.op_type, bool(n.weights), {}, {}, {}, {}, {}, evaluated=False))
+            continue
         qo, do, cq, cd = {}, {}, {}, {}
         for kind, idx in (("weights", n.weights), ("activations", n.acts)):
             if not idx:
@@ -81,7 +86,7 @@ def rank(model: MaskedModel, samples, outputs: list[str], float_out: dict[str, n
         out.append(Sensitivity(n.name, n.op_type, bool(n.weights), qo, do, cq, cd, ce))
         if progress:
             progress("sensitivity", k + 1, total)
-    out.sort(key=lambda s: tuple(-v for v in s.order))
+    out.sort(key=lambda s: (not s.evaluated, *(-v for v in s.order)))
     return out, {"float": ideal, "quantized": full, "quantized_cosine": full_cos}
 
 

@@ -300,7 +300,8 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
         from hbtool.quant.adaround import adaround
 
         learn = weights if cal.adaround else adaround_subset(graph, weights, round_nodes)
-        learned = adaround(graph, learn, data.iter_batches(1), progress=(lambda d, t: progress("adaround", d, t)) if progress else None)
+        learned = adaround(graph, learn, data.iter_batches(1), progress=(lambda d, t: progress("adaround", d, t)) if progress else None,
+                           context=weights)
         qsrc = graph.copy()
         for name, value in learned.items():
             qsrc.values[name].data = value
