@@ -337,7 +337,8 @@ def test_an_activation_table_writes_4bit_codes(tmp_path):
              helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
              helper.make_node("Conv", ["r1", "w2"], ["y"], name="conv2", pads=[1, 1, 1, 1])]
     onnx.save(make_model(nodes, [vinfo("x", [1, 3, 8, 8])], [vinfo("y", [1, 8, 8, 8])], inits), tmp_path / "m.onnx")
-    cal, _, art = _compile(_featuremap_cfg(tmp_path, "int4", [1, 3, 8, 8]))
+    # forced: random calibration data puts this layer under the sensitivity floor, and the table is what is tested
+    cal, _, art = _compile(_featuremap_cfg(tmp_path, "int4", [1, 3, 8, 8], node_info={"conv1": {"InputType": "int4", "WeightType": "int4"}}))
     k = _kernels(art)
     assert k["conv1"].input_range == (-8, 7) and k["conv1"].weight_bits == 4, cal.options["int4"]
     (table,) = [kk.table for kk in k.values() if type(kk).__name__ == "Lut"]
@@ -347,3 +348,36 @@ def test_an_activation_table_writes_4bit_codes(tmp_path):
     for _ in range(3):
         x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
         assert np.array_equal(ex.run({"x": x})["y"], sess.run(None, {"x": x})[0])
+
+
+def _outlier_chain(tmp: Path) -> None:
+    """conv0 -> relu -> conv1 (each channel's weights: one value 40x the rest) -> relu -> conv2 -> relu -> conv3 -> y."""
+    rng = np.random.default_rng(11)
+    ws = [(rng.standard_normal((16, 16 if k else 3, 3, 3)) * 0.1).astype(np.float32) for k in range(4)]
+    ws[1][:, 0, 1, 1] = 4.0 * np.sign(rng.standard_normal(16)).astype(np.float32)
+    inits = [tensor(f"w{k}", w) for k, w in enumerate(ws)]
+    nodes = []
+    t = "x"
+    for k in range(4):
+        nodes.append(helper.make_node("Conv", [t, f"w{k}"], [f"c{k}"], name=f"conv{k}", pads=[1, 1, 1, 1]))
+        t = f"c{k}"
+        if k < 3:
+            nodes.append(helper.make_node("Relu", [t], [f"r{k}"], name=f"relu{k}"))
+            t = f"r{k}"
+    nodes[-1].output[0] = "y"
+    onnx.save(make_model(nodes, [vinfo("x", [1, 3, 8, 8])], [vinfo("y", [1, 16, 8, 8])], inits), tmp / "m.onnx")
+
+
+def test_a_layer_too_noisy_at_4_bits_stays_int8_unless_forced(tmp_path):
+    """default_precision int4 keeps a layer whose estimated 4-bit SQNR is under the floor at int8, with the reason;
+    a well-behaved neighbour goes to 4 bits; node_info forces the noisy one."""
+    from hbtool.quant.calibrate import run_calibration
+    from hbtool.quant.int4 import INT4_MIN_SQNR_DB
+
+    _outlier_chain(tmp_path)
+    o = run_calibration(_featuremap_cfg(tmp_path, "int4", [1, 3, 8, 8])).options["int4"]
+    assert o["sqnr_db"]["conv1"] < INT4_MIN_SQNR_DB <= o["sqnr_db"]["conv2"], o
+    assert o["kept_int8"]["conv1"].startswith("sensitive at 4 bits") and "conv1" not in o["applied"], o
+    assert o["applied"]["conv2"] == "uint4 x int4", o
+    forced = run_calibration(_featuremap_cfg(tmp_path, "int4", [1, 3, 8, 8], node_info={"conv1": {"InputType": "uint4", "WeightType": "int4"}}))
+    assert forced.options["int4"]["applied"]["conv1"] == "uint4 x int4", forced.options["int4"]
