@@ -11,6 +11,8 @@ from typing import Mapping
 
 import numpy as np
 
+from hbtool.quant.metrics import RunningErrors
+
 #: metric -> "higher" or "lower" (which way is better); the order of the table columns
 DIRECTION = {"cosine": "higher", "mse": "lower", "sqnr_db": "higher", "l1": "lower", "chebyshev": "lower"}
 
@@ -18,38 +20,24 @@ DIRECTION = {"cosine": "higher", "mse": "lower", "sqnr_db": "higher", "l1": "low
 BUILTIN = {"cosine": "cosine", "mse": "mse", "sqnr": "sqnr_db", "chebyshev": "chebyshev", "mre": "mre"}
 
 
-class Accumulator:
-    """Running float-vs-quantized errors of one tensor over many samples (nothing kept)."""
+class Accumulator(RunningErrors):
+    """:class:`~hbtool.quant.metrics.RunningErrors` (what calibrate and simulate report) plus the
+    debug tables' MSE, SQNR and mean relative error, over many samples with nothing kept."""
 
     def __init__(self) -> None:
-        self.dot = self.nf = self.nq = self.sq = self.abs = self.ref_abs = 0.0
-        self.cheb = 0.0
-        self.n = 0
+        super().__init__()
+        self.ref_abs = 0.0
 
     def update(self, ref: np.ndarray, got: np.ndarray) -> None:
-        r = np.ascontiguousarray(ref, np.float32).reshape(-1)
-        g = np.ascontiguousarray(got, np.float32).reshape(-1)
-        d = r - g
-        self.dot += float(np.dot(r, g))
-        self.nf += float(np.dot(r, r))
-        self.nq += float(np.dot(g, g))
-        self.sq += float(np.dot(d, d))
-        self.abs += float(np.abs(d).sum(dtype=np.float64))
-        self.ref_abs += float(np.abs(r).sum(dtype=np.float64))
-        self.cheb = max(self.cheb, float(np.abs(d).max()) if d.size else 0.0)
-        self.n += d.size
+        super().update(ref, got)
+        self.ref_abs += float(np.abs(np.asarray(ref, np.float32)).sum(dtype=np.float64))
 
     def result(self) -> dict[str, float]:
         n = max(self.n, 1)
-        if self.nf == 0 and self.nq == 0:
-            cos = 1.0
-        elif self.nf == 0 or self.nq == 0:
-            cos = 0.0
-        else:
-            cos = self.dot / np.sqrt(self.nf * self.nq)
-        sqnr = 10 * np.log10(self.nf / self.sq) if self.sq > 0 else (200.0 if self.nf > 0 else 0.0)
-        return {"cosine": float(min(cos, 1.0)), "mse": self.sq / n, "sqnr_db": float(min(sqnr, 200.0)), "l1": self.abs / n,
-                "chebyshev": self.cheb, "mre": self.abs / max(self.ref_abs, 1e-30)}
+        signal, noise = self.cos.na, self.sq_sum
+        sqnr = 10 * np.log10(signal / noise) if noise > 0 else (200.0 if signal > 0 else 0.0)
+        return {"cosine": float(min(self.cos.value, 1.0)), "mse": noise / n, "sqnr_db": float(min(sqnr, 200.0)),
+                "l1": self.abs_sum / n, "chebyshev": self.cheb, "mre": self.abs_sum / max(self.ref_abs, 1e-30)}
 
 
 def errors(ref: np.ndarray, got: np.ndarray) -> dict[str, float]:
