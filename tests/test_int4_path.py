@@ -381,3 +381,21 @@ def test_a_layer_too_noisy_at_4_bits_stays_int8_unless_forced(tmp_path):
     assert o["applied"]["conv2"] == "uint4 x int4", o
     forced = run_calibration(_featuremap_cfg(tmp_path, "int4", [1, 3, 8, 8], node_info={"conv1": {"InputType": "uint4", "WeightType": "int4"}}))
     assert forced.options["int4"]["applied"]["conv1"] == "uint4 x int4", forced.options["int4"]
+
+
+def test_debug_auto_moves_a_4bit_node_back_to_int8_first(tmp_path):
+    """On an int4 model, --auto's cheapest remedy for a 4-bit node is int8 (before int16 or CPU): tried on
+    a node of the 4-bit path, it raises the worst output cosine and is priced in FPS."""
+    from hbtool.debug.run import run_debug
+
+    cfg = _tiny_cfg(tmp_path, "int4")
+    result = run_debug(cfg, auto=True, target_cosine=0.999, max_fps_loss=0.10, samples=8)
+    a = result.auto
+    four_bit = set(result.session.base.options["int4"]["applied"])
+    tries = [s for s in a.steps if s.remedy == "int8"]
+    assert tries and four_bit, [(s.remedy, s.node) for s in a.steps]
+    assert all(s.node in four_bit for s in tries)
+    ptq = a.steps[0].cosine
+    assert max(s.cosine for s in tries) > ptq and all(s.fps and s.fps > 0 for s in tries)
+    kept = [s for s in tries if s.kept]
+    assert kept and a.node_info[kept[0].node]["InputType"] == "int8" and a.node_info[kept[0].node]["WeightType"] == "int8"

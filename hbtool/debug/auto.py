@@ -2,6 +2,8 @@
 
 For the nodes of the sensitivity ranking, in rank order, the remedies the ranking points to:
 
+0. back to int8 (``InputType`` + ``WeightType: int8``) for a node on the 4-bit path
+   (``default_precision: int4``): the cheapest step up, its MACs at the int8 rate;
 1. int16 activations (``OutputType: int16``, then ``InputType`` + ``OutputType``) where the
    node's activations matter: the tensor unit runs the node at half speed, nothing moves;
 2. weight remedies on that node only (``Weight: mse``, ``bias_correction``, ``adaround``) where
@@ -44,13 +46,14 @@ MIN_GAIN = 1e-5
 #: a kept remedy must close at least this fraction of the gap to the target (a node changed is a cost)
 RELATIVE_GAIN = 0.10
 
+INT8 = ("int8", {"InputType": "int8", "WeightType": "int8"})
 INT16_OUT = ("int16_output", {"OutputType": "int16"})
 INT16_IO = ("int16_input_output", {"InputType": "int16", "OutputType": "int16"})
 WEIGHT_REMEDIES = [(f"weight_{w}", {"Weight": w}) for w in ("mse", "bias_correction", "adaround")]
 CPU = ("cpu", {"ON": "CPU"})
 #: nodes of the weight-only ranking (see :func:`hbtool.debug.sensitivity.rank_weights`) tried besides the main ranking's
 WEIGHT_CANDIDATES = 3
-STRUCTURAL = {"int16_output", "int16_input_output", "cpu"}
+STRUCTURAL = {"int8", "int16_output", "int16_input_output", "cpu"}
 #: group sizes of the weight-only ranking's top nodes tried together (``None``: every weighted node)
 GROUP_SIZES: tuple[int | None, ...] = (5, 10, 20, None)
 GROUP_REMEDIES = [("group_adaround", {"Weight": "adaround"}), ("group_mse", {"Weight": "mse"})]
@@ -125,13 +128,13 @@ def weight_groups(gains: list[WeightGain], sizes: tuple[int | None, ...] = GROUP
     return out
 
 
-def remedies_for(s: Sensitivity) -> list[tuple[str, dict[str, str]]]:
-    """The cheap remedies the ranking points to, in cost order."""
+def remedies_for(s: Sensitivity, four_bit: set[str] | frozenset[str] = frozenset()) -> list[tuple[str, dict[str, str]]]:
+    """The cheap remedies the ranking points to, in cost order (``four_bit``: the nodes on the 4-bit path)."""
     w = s.effect("weights") if s.has_weights else (0.0, 0.0)
     a = s.effect("activations")
     col = 0 if max(w[0], a[0]) > 0 else 1   # a coarse task metric may not see one node: then cosine decides
     top = max(w[col], a[col])
-    out = []
+    out = [INT8] if s.name in four_bit else []
     if a[col] >= 0.25 * top or not s.has_weights:
         out += [INT16_OUT, INT16_IO]
     if s.has_weights and w[col] >= 0.25 * top:
@@ -202,7 +205,8 @@ def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: f
                     break
             cur = best_g[2]
             res.changed += [n for n in best_g[1] if n not in res.changed]
-    pool = [(s.name, remedies_for(s)) for s in ranking if max(s.order) > 0][: candidates or max(5, len(ranking) // 4)]
+    four_bit = set(((session.base.options or {}).get("int4") or {}).get("applied") or {})
+    pool = [(s.name, remedies_for(s, four_bit)) for s in ranking if max(s.order) > 0][: candidates or max(5, len(ranking) // 4)]
     pool += weight_pool(weight_ranking or [], {name for name, _ in pool}, weight_candidates)
     total, tick = len(pool) * 2, 0
     for phase in ("cheap", "cpu"):
