@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -96,57 +96,56 @@ def _on_bpu(node: Node, graph: Graph) -> bool:
     return node.meta.get("on") == "BPU"
 
 
+def _tensors_from(graph: Graph, start: list[str], follow: Callable[[str], list[str]]) -> Iterator[str]:
+    """Every tensor reached from ``start`` by ``follow`` (each once; constants are not entered)."""
+    frontier, seen = list(start), set()
+    while frontier:
+        t = frontier.pop()
+        if not t or t in seen or graph.is_const(t):
+            continue
+        seen.add(t)
+        yield t
+        frontier.extend(follow(t))
+
+
 def _not_first_layer(node: Node, graph: Graph) -> bool:
     """first layer: it reads the model input (8-bit pixels), which loses most at 4 bits (MegEngine keeps it int8)"""
     producers = graph.producer_map()
-    frontier, seen = [node.inputs[0]], set()
-    while frontier:
-        t = frontier.pop()
-        if t in seen or graph.is_const(t):
-            continue
-        seen.add(t)
-        if t in graph.inputs:
-            return False
+
+    def up(t: str) -> list[str]:
         p = producers.get(t)
-        if p is not None and p.op_type in _PASS_THROUGH | {"HzPreprocess"}:
-            frontier.extend(i for i in p.inputs if i)
-    return True
+        return [i for i in p.inputs if i] if p is not None and p.op_type in _PASS_THROUGH | {"HzPreprocess"} else []
+
+    return not any(t in graph.inputs for t in _tensors_from(graph, [node.inputs[0]], up))
 
 
 def _not_output_layer(node: Node, graph: Graph) -> bool:
     """output layer: its result reaches a model output through no other tensor-unit layer (the logits keep 8 bits)"""
     consumers = graph.consumer_map()
-    frontier, seen = list(node.outputs), set()
-    while frontier:
-        t = frontier.pop()
-        if not t or t in seen:
-            continue
-        seen.add(t)
-        if t in graph.outputs:
-            return False
-        for c in consumers.get(t, []):
-            if c.op_type not in TENSOR_UNIT_OPS:
-                frontier.extend(c.outputs)
-    return True
+
+    def down(t: str) -> list[str]:
+        return [o for c in consumers.get(t, []) if c.op_type not in TENSOR_UNIT_OPS for o in c.outputs]
+
+    return not any(t in graph.outputs for t in _tensors_from(graph, list(node.outputs), down))
 
 
 def _producers_clamp(node: Node, graph: Graph) -> bool:
     """its input is written by an op that cannot clamp to 4-bit codes (a requantizing Conv/Gemm/MatMul/Add or an activation table can)"""
     producers = graph.producer_map()
-    frontier, seen = [node.inputs[0]], set()
-    while frontier:
-        t = frontier.pop()
-        if t in seen or graph.is_const(t):
-            continue
-        seen.add(t)
+
+    def through(t: str) -> list[str]:
+        """The data inputs of a scale-preserving producer (all of a Concat's, the first of the others')."""
+        p = producers[t]
+        if p.op_type not in SCALE_PRESERVING:
+            return []
+        data = [i for i in p.inputs if i and not graph.is_const(i)]
+        return data if p.op_type == "Concat" else data[:1]
+
+    for t in _tensors_from(graph, [node.inputs[0]], through):
         p = producers.get(t)
         if p is None or p.meta.get("on") != "BPU":
             return False
-        if p.op_type in SCALE_PRESERVING:
-            data = [i for i in p.inputs if i and not graph.is_const(i)]
-            frontier.extend(data if p.op_type == "Concat" else data[:1])
-            continue
-        if p.op_type not in CLAMPING_PRODUCERS + TABLE_PRODUCERS:
+        if p.op_type not in SCALE_PRESERVING and p.op_type not in CLAMPING_PRODUCERS + TABLE_PRODUCERS:
             return False
     return True
 
