@@ -125,7 +125,9 @@ def test_x5_transpose_buffer_moves_each_sram_line_once_per_tile_but_not_ddr_burs
     line_waste = elements * hw5.sram_access_bytes
     assert x5.sram_bytes <= line_waste // hw5.dm_transpose_lines + 2 * elements      # strided side / buffer + in-order side
     assert x5.sram_bytes >= 2 * elements                                              # never below the bytes it moves
-    assert x5.components[DM] < elements * hw5.sram_access_bytes / hw5.dm_bytes_per_cycle / 8
+    unbuffered = line_waste / hw5.dm_bytes_per_cycle                                  # a line per element
+    assert x5.components[DM] == pytest.approx(unbuffered / hw5.dm_transpose_lines)      # the strided side, per tile
+    assert x5.components[DM] <= unbuffered / 8
     x5_ddr, _, _, _ = _transpose_on("bayes-e", "ddr")
     assert x5_ddr.ddr_bytes == elements * hw5.ddr_burst_bytes + elements             # a burst per element read, in-order write
 
