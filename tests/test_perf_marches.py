@@ -125,7 +125,9 @@ def test_x5_transpose_buffer_moves_each_sram_line_once_per_tile_but_not_ddr_burs
     line_waste = elements * hw5.sram_access_bytes
     assert x5.sram_bytes <= line_waste // hw5.dm_transpose_lines + 2 * elements      # strided side / buffer + in-order side
     assert x5.sram_bytes >= 2 * elements                                              # never below the bytes it moves
-    assert x5.components[DM] < elements * hw5.sram_access_bytes / hw5.dm_bytes_per_cycle / 8
+    unbuffered = line_waste / hw5.dm_bytes_per_cycle                                  # a line per element
+    assert x5.components[DM] == pytest.approx(unbuffered / hw5.dm_transpose_lines)      # the strided side, per tile
+    assert x5.components[DM] <= unbuffered / 8
     x5_ddr, _, _, _ = _transpose_on("bayes-e", "ddr")
     assert x5_ddr.ddr_bytes == elements * hw5.ddr_burst_bytes + elements             # a burst per element read, in-order write
 
@@ -151,3 +153,33 @@ def test_published_build_precision_goes_through_the_quick_path(tmp_path):
     bpu16 = [o for o in int16.ops if o.unit in (TENSOR, VECTOR)]
     assert bpu16 and all(o.bits == 16 for o in bpu16)
     assert int16.bpu_cycles > int8.bpu_cycles
+
+
+def _token_block(tokens: int = 49, dim: int = 32):
+    """LayerNorm over the channels of a token matrix, a linear layer, and a Softmax over the tokens' logits."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("LayerNormalization", ["x", "g", "b"], ["n"], axis=-1, epsilon=1e-5, name="ln"),
+             helper.make_node("MatMul", ["n", "w"], ["l"], name="fc"),
+             helper.make_node("Softmax", ["l"], ["y"], axis=-1, name="sm")]
+    inits = [tensor("g", rng.uniform(0.5, 1.5, dim).astype(np.float32)), tensor("b", rng.normal(0, 0.1, dim).astype(np.float32)),
+             tensor("w", rng.normal(0, 0.2, (dim, tokens)).astype(np.float32))]
+    return make_model(nodes, [vinfo("x", [1, tokens, dim])], [vinfo("y", [1, tokens, tokens])], inits)
+
+
+def test_x5_layernorm_and_softmax_pass_over_32_bit_intermediates_at_a_quarter_of_the_lanes(tmp_path):
+    """On X5 every pass of the integer LayerNorm and Softmax works on 32-bit sums, squares and reciprocals, 16 of
+    the 64 int8 lanes: 4x the cycles per element of J5's pass counts (4 and 5), through the real quick path."""
+    p = tmp_path / "tokens.onnx"
+    p.write_bytes(_token_block().SerializeToString())
+    hw5, j5 = hardware_for("bayes-e"), hardware_for("bayes")
+    assert (hw5.cpe_layernorm, hw5.cpe_softmax) == (4 * j5.cpe_layernorm, 4 * j5.cpe_softmax)
+    res = perf_fast(p, {}, "bayes-e", None, None, False).result
+    by_kernel = {o.kernel: o for o in res.ops if o.unit == VECTOR}
+    assert {"LayerNorm", "Softmax"} <= set(by_kernel)
+    assert not [o for o in res.ops if o.unit == CPU and o.kernel not in ("Quantize", "Dequantize")]   # all on the BPU
+    for kernel, cpe in (("LayerNorm", hw5.cpe_layernorm), ("Softmax", hw5.cpe_softmax)):
+        op = by_kernel[kernel]
+        assert op.bits == 8 and op.elements >= 49 * 32
+        assert op.components[VECTOR] == pytest.approx(op.elements * cpe / hw5.vector_lanes)
+        # a requantizing elementwise pass over the same elements costs a sixteenth to a twentieth of it
+        assert op.components[VECTOR] >= 16 * op.elements * hw5.cpe_elementwise / hw5.vector_lanes
