@@ -9,7 +9,9 @@ import torch
 from hbtool.kernels.fixedpoint import rounding_shift_numpy
 from hbtool.kernels.requantize import Requantize
 from hbtool.kernels.lut import Lut
-from hbtool.qat.int_ops import lut, requantize, rounding_shift
+from hbtool.kernels.eltwise import Add, Mul
+from hbtool.kernels.softmax import Softmax
+from hbtool.qat.int_ops import add, lut, lut_of_codes, mul, requantize, rounding_shift, softmax
 
 MODES = ("half_up", "half_even", "half_away", "floor")
 
@@ -54,4 +56,39 @@ def test_lut_matches_apply_numpy_on_every_code(in_bits, out_bits, fn):
     q = np.arange(lo, hi, dtype=np.int64).reshape(-1, 8)
     ref = kernel.apply_numpy(q)
     assert np.array_equal(lut(kernel, torch.from_numpy(q)).numpy(), ref)
+    float_codes = lut_of_codes(kernel, torch.from_numpy(q).to(torch.float32))
+    assert float_codes.dtype == torch.float32 and np.array_equal(float_codes.numpy(), ref)
     assert len(np.unique(ref)) > 50
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("bits", [(8, 8, 8), (16, 8, 16), (16, 16, 8)])
+def test_add_and_mul_match_apply_numpy_on_full_range_codes(mode, bits):
+    a_bits, b_bits, out_bits = bits
+    rng = np.random.default_rng(2)
+    a = rng.integers(-(2 ** (a_bits - 1)), 2 ** (a_bits - 1), (4, 6, 5), dtype=np.int64)
+    b = rng.integers(-(2 ** (b_bits - 1)), 2 ** (b_bits - 1), (4, 6, 5), dtype=np.int64)
+    sa, sb = 0.02 / 2 ** (a_bits - 8), 0.013 / 2 ** (b_bits - 8)
+    kernels = [Add.build(sa, sb, 0.03 / 2 ** (out_bits - 8), a_bits, b_bits, out_bits, rounding=mode),
+               Add.build(sa, sb, 0.03 / 2 ** (out_bits - 8), a_bits, b_bits, out_bits, sub=True, relu=True, rounding=mode),
+               Add.build(sa, np.full(5, sb) * rng.uniform(0.5, 2, 5), np.full(5, 0.03 / 2 ** (out_bits - 8)),
+                         a_bits, b_bits, out_bits, rounding=mode),  # per channel of the last axis
+               Mul.build(sa, sb, sa * sb * 2 ** (a_bits + b_bits - out_bits - 2), a_bits, b_bits, out_bits, rounding=mode)]
+    for kernel in kernels:
+        ref = kernel.apply_numpy(a, b)
+        ours = (add if isinstance(kernel, Add) else mul)(kernel, torch.from_numpy(a), torch.from_numpy(b)).numpy()
+        assert np.array_equal(ours, ref), type(kernel).__name__
+        assert len(np.unique(ref)) > 30  # not saturated: the comparison sees the rounding
+
+
+@pytest.mark.parametrize("in_bits,out_bits,log2_bits,axis", [(8, 8, 0, -1), (16, 16, 0, -1), (16, 8, 0, -2), (16, 16, 3, -1)])
+def test_softmax_matches_apply_numpy(in_bits, out_bits, log2_bits, axis):
+    rng = np.random.default_rng(3)
+    lo, hi = -(2 ** (in_bits - 1)), 2 ** (in_bits - 1)
+    q = rng.integers(lo, hi, (3, 7, 9), dtype=np.int64) // (1 if in_bits == 8 else 8)
+    q[0, 0, :] = lo  # a row at the masked minimum
+    q[1, :, 2] = lo
+    kernel = Softmax.build(0.05 if in_bits == 8 else 4e-4, in_bits, out_bits, log2_bits=log2_bits, axis=axis)
+    ref = kernel.apply_numpy(q)
+    assert np.array_equal(softmax(kernel, torch.from_numpy(q)).numpy(), ref)
+    assert len(np.unique(ref)) > (4 if log2_bits else 40)

@@ -13,8 +13,10 @@ compounds through depth. So this module takes the other route:
   Linear from Conv/Gemm/MatMul/Linear) accumulate the integer codes in torch, exactly
   (float32 while the accumulator bound is at most 2**24; int16 inputs split into two bytes,
   each product exact in float32, joined in int64) and requantize with the kernel's own
-  :class:`~hbtool.kernels.requantize.Requantize` in torch int64 (:mod:`hbtool.qat.int_ops`);
-  every other kernel (tables, Softmax, LayerNorm, Add, Mul, pools...) runs its numpy form.
+  :class:`~hbtool.kernels.requantize.Requantize`; tables read every code's output with one
+  ``index_select``; every other kernel (Softmax, LayerNorm, Add, Mul, pools...) runs its numpy
+  form on the CPU, and Add, Mul, Softmax and requantization their torch int64 twins on an
+  accelerator (:mod:`hbtool.qat.int_ops` says why).
   Data movement runs in torch on the codes; CPU nodes run in torch in float.
 * The **gradient** comes from a float surrogate of each node (:mod:`hbtool.qat.fake_quant`):
   the float op of the source node on dequantized inputs, divided by the output scale and
@@ -45,7 +47,7 @@ from hbtool.kernels.conv import Conv
 from hbtool.kernels.fixedpoint import int_range
 from hbtool.kernels.linear import F32_EXACT, Linear
 from hbtool.qat.fake_quant import fake_quant_codes, lsq_grad_scale, straight_through
-from hbtool.qat.int_ops import TORCH_FORMS, requantize
+from hbtool.qat.int_ops import kernel_codes, requantize_codes
 from hbtool.qat.torch_ops import OpContext, run_graph, run_node, supported
 from hbtool.quant.lower import lower_to_integer
 from hbtool.quant.plan import QMAX, QuantPlan
@@ -62,11 +64,6 @@ def _t(a: np.ndarray) -> torch.Tensor:
 
 def _float_t(a: np.ndarray) -> torch.Tensor:
     return _t(np.array(a, np.float32))
-
-
-def _np_int(x: torch.Tensor) -> np.ndarray:
-    """Integer codes (held in a float tensor, any device) as int64 numpy for a kernel."""
-    return x.detach().cpu().numpy().astype(np.int64)
 
 
 def _needed_nodes(graph: Graph, tensors: Sequence[str]) -> set[str]:
@@ -309,11 +306,7 @@ class QatModel(nn.Module):
         trained = weight_input_and_axis(src, self.graph) if src is not None and isinstance(kernel, (Conv, Linear)) else None
         if trained is not None and trained[0] in self._param_index:
             return self._weighted(src, node, kernel, xs[0], s_out)
-        torch_form = TORCH_FORMS.get(type(kernel))
-        if torch_form is not None:
-            exact = torch_form(kernel, *[x.detach().to(torch.int64) for x in xs]).to(torch.float32)
-        else:
-            exact = self._dev(kernel.apply_numpy(*[_np_int(x) for x in xs]))
+        exact = kernel_codes(kernel, [x.detach() for x in xs])
         if src is None:  # a node the lowering made up has no float form to differentiate
             return exact
         surrogate = self._surrogate(src, node, xs) / s_out
@@ -387,7 +380,7 @@ class QatModel(nn.Module):
         else:  # int16 inputs: the same product, exact, without float64 convolutions (module docstring)
             with torch.no_grad():
                 acc_int = self._exact_accumulate(src, kernel, x.detach())
-        exact = requantize(kernel.requant, acc_int).to(torch.float32)
+        exact = requantize_codes(kernel.requant, acc_int)
         axis_shape = (1, -1) + (1,) * (acc.dim() - 2) if isinstance(kernel, Conv) else (-1,)
         ratio = (s_in * s_w / s_out).reshape(axis_shape)
         surrogate = torch.clamp(acc * ratio, kernel.requant.lo, kernel.requant.hi)
