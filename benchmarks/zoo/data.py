@@ -2,7 +2,10 @@
 
 Images are rendered with Pillow, deterministic per index: random gradients with filled shapes
 (classifiers, detectors) or dark text lines on a light background (recognisers, DB detectors),
-the text taken from ``benchmarks/_text.py``'s sentences. Text models get the same sentences
+the text taken from ``benchmarks/_text.py``'s sentences; a model trained on something else gets
+its own kind (``extra["images"]``: seal stamps, layout pages, turned text, captcha lines for
+ddddocr's recogniser, letters on a scene for its click-captcha detector). ``truth`` gives a
+recogniser line's text and ``orientation_label`` a turned image's class. Text models get the same sentences
 through a deterministic word-hash tokenizer (``[CLS] w1 w2 ... [SEP]``, ids from a CRC of the
 lower-cased word, padded to 64 with mask 0), except MiniLM, which uses its own tokenizer from
 the package folder. Samples come in the deployed model's convention (raw 0-255 pixels; int64
@@ -146,6 +149,24 @@ def _captcha_image(width: int, height: int, seed: int) -> Image.Image:
     return img
 
 
+def _click_captcha(width: int, height: int, seed: int) -> Image.Image:
+    """A click-captcha-like picture (what ddddocr's YOLOX detector finds targets in): 3-6 large
+    letters in random colours and tilts pasted on an object scene. On the plain scene the float
+    detector finds nothing, so there would be no detections to compare."""
+    img = _scene(width, height, seed)
+    rng = np.random.default_rng(seed + 1)
+    for _ in range(int(rng.integers(3, 7))):
+        size = int(rng.uniform(0.08, 0.16) * height)
+        ch = string.ascii_letters[int(rng.integers(0, len(string.ascii_letters)))]
+        font = ImageFont.load_default(size=size)
+        glyph = Image.new("L", (size * 2, size * 2), 0)
+        ImageDraw.Draw(glyph).text((size // 2, size // 4), ch, fill=255, font=font, stroke_width=max(1, size // 20), stroke_fill=255)
+        glyph = glyph.rotate(rng.uniform(-30, 30), resample=Image.BILINEAR)
+        x, y = int(rng.uniform(0, width - 2 * size)), int(rng.uniform(0, height - 2 * size))
+        img.paste(Image.new("RGB", glyph.size, tuple(int(v) for v in rng.integers(0, 256, 3))), (x, y), glyph)
+    return img
+
+
 def truth(spec: ModelSpec, index: int) -> str:
     """The text a recogniser should read from sample ``index`` (``image_sample(spec, index)``).
 
@@ -253,6 +274,8 @@ def _image(spec: ModelSpec, width: int, height: int, index: int) -> Image.Image:
         return _rotated_text(width, height, 5000 + index, 8, index % 4)
     if kind == "captcha":
         return _captcha_image(width, height, 1000 + index)
+    if kind == "click_captcha":
+        return _click_captcha(width, height, 6000 + index)
     if spec.metric in _TEXTLINE_METRICS:
         return _text_image(width, height, 1000 + index, lines=1 if spec.metric == "ctc" else 6)
     return _scene(width, height, 2000 + index)
