@@ -101,6 +101,11 @@ def score(spec: ModelSpec, deployed: dict[str, list], ref: dict[str, list], held
                    difference=float((acc_d - acc_f).mean()), difference_ci95=_interval(metrics.bootstrap_ci(acc_d - acc_f)),
                    bar=f">= float - 0.3 pt", met=bool((acc_d - acc_f).mean() >= CHAR_ACC_BAR),
                    agreement=float(agree.mean()), agreement_ci95=_interval(metrics.bootstrap_ci(agree)),
+                   # how much of the gap is a space added or dropped at a line's ends (the blank / space classes
+                   # are near-tied on the empty margin): the same scores with both transcriptions stripped
+                   agreement_stripped=float(np.mean([a.strip() == b.strip() for a, b in zip(dep, flt)])),
+                   difference_stripped=float((metrics.line_accuracy([t.strip() for t in dep], gt)
+                                              - metrics.line_accuracy([t.strip() for t in flt], gt)).mean()),
                    disagreements=[{"truth": g, "float": f, "deployed": d} for g, f, d in zip(gt, flt, dep) if f != d][:20])
     elif spec.metric == "top1":
         agree = np.array([int(np.argmax(d)) == int(np.argmax(r)) for d, r in zip(deployed[first], ref[first])], np.float64)
