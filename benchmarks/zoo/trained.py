@@ -218,6 +218,9 @@ def markdown(rows: list[dict]) -> str:
         elif "agreement" in r:
             agreement = (f"same text as float: {_pct(r['agreement'])}% [{_pct(r['agreement_ci95'][0])}, "
                          f"{_pct(r['agreement_ci95'][1])}]")
+            if r.get("agreement_stripped", r["agreement"]) != r["agreement"]:
+                agreement += (f"; line-end spaces stripped: {_pct(r['agreement_stripped'])}%, "
+                              f"difference {100 * r['difference_stripped']:+.2f} pt")
         elif "matched" in r:
             agreement = f"{r['matched']} of {r['float_detections']} float dets matched ({r['deployed_detections']} deployed)"
         met = "-" if r["met"] is None else ("yes" if r["met"] else "**no**")
@@ -250,9 +253,14 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per model for the hbtool stages")
     ap.add_argument("--out", type=Path, default=OUT_DIR.parent / "trained")
     ap.add_argument("--update", action="store_true", help="keep the other models' rows of an earlier trained.json in --out")
+    ap.add_argument("--rewrite", action="store_true", help="only rewrite trained.md from --out's trained.json")
     args = ap.parse_args()
     args.out = args.out.resolve()
     os.environ.setdefault("OMP_NUM_THREADS", "2")
+    if args.rewrite:
+        write_tables(json.loads((args.out / "trained.json").read_text())["rows"], args.out)
+        print((args.out / "trained.md").read_text())
+        return
 
     specs = trained_specs(args.models)
     console = Console(stderr=True)
