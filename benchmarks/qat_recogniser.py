@@ -40,6 +40,7 @@ import _text  # noqa: E402
 import data as zoo_data  # noqa: E402
 import metrics as zoo_metrics  # noqa: E402
 from corpus import CORPUS  # noqa: E402
+from data import truth  # noqa: E402  (the ground truth of a rendered line)
 
 TRAIN_OFFSET, VAL_OFFSET = 100_000, 50_000
 # the corpus renderer re-parses the standard library for every line; once is enough here
@@ -54,25 +55,6 @@ def render(spec, count: int, offset: int, path: Path) -> np.ndarray:
     path.parent.mkdir(parents=True, exist_ok=True)
     np.save(path, arr)
     return arr
-
-
-def truth(spec, index: int) -> str:
-    """The part of the rendered sentence of line ``index`` that fits in the image (the renderer's own layout)."""
-    from PIL import ImageFont
-
-    _, _, height, width = spec.shape
-    seed = 1000 + index
-    rng = np.random.default_rng(seed)
-    rng.integers(200, 256, 3)                       # page colour
-    text = zoo_data._sentences(1, offset=seed * 13)[0]
-    size = int(height * 0.7)
-    font = ImageFont.load_default(size=max(size, 8))
-    rng.integers(0, 70, 3)                          # ink colour
-    x = int(rng.integers(2, max(3, width // 10)))
-    k = len(text)  # a character counts when at least half of it is inside the image
-    while k and x + font.getlength(text[:k - 1]) + font.getlength(text[k - 1]) / 2 > width:
-        k -= 1
-    return text[:k].rstrip()
 
 
 def charset(spec) -> list[str]:

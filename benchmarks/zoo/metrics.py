@@ -80,13 +80,13 @@ def _nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, thr: float 
     return keep
 
 
-def match_f1(sim: list[tuple], ref: list[tuple], iou: float = 0.5) -> float:
-    """Detections (boxes, classes) of each sample matched to the float ones; F1 over all samples."""
-    tp = n_sim = n_ref = 0
+def match_counts(sim: list[tuple], ref: list[tuple], iou: float = 0.5) -> np.ndarray:
+    """Per sample: (matched, detections, float detections), the detections (boxes, classes)
+    matched to the float ones greedily in the order given (same class, IoU >= ``iou``)."""
+    rows = []
     for (sb, sc), (rb, rc) in zip(sim, ref):
-        n_sim += len(sb)
-        n_ref += len(rb)
         used: set[int] = set()
+        tp = 0
         for b, c in zip(sb, sc):
             best, best_j = iou, -1
             for j, (b2, c2) in enumerate(zip(rb, rc)):
@@ -95,9 +95,35 @@ def match_f1(sim: list[tuple], ref: list[tuple], iou: float = 0.5) -> float:
             if best_j >= 0:
                 used.add(best_j)
                 tp += 1
-    if n_sim == 0 and n_ref == 0:
-        return 1.0
-    return float(2 * tp / (n_sim + n_ref))
+        rows.append((tp, len(sb), len(rb)))
+    return np.asarray(rows, np.int64).reshape(-1, 3)
+
+
+def f1_of_counts(counts: np.ndarray) -> float:
+    """F1 over all samples of ``match_counts`` rows (1 when neither model detects anything)."""
+    tp, n_sim, n_ref = np.asarray(counts).reshape(-1, 3).sum(axis=0)
+    return 1.0 if n_sim + n_ref == 0 else float(2 * tp / (n_sim + n_ref))
+
+
+def match_f1(sim: list[tuple], ref: list[tuple], iou: float = 0.5) -> float:
+    """Detections (boxes, classes) of each sample matched to the float ones; F1 over all samples."""
+    return f1_of_counts(match_counts(sim, ref, iou))
+
+
+def line_accuracy(got: list[str], truth: list[str]) -> np.ndarray:
+    """Per line: character accuracy ``1 - edit distance / length`` against the ground truth."""
+    return np.array([1.0 - _edit_distance(a, b) / max(len(b), 1) for a, b in zip(got, truth)])
+
+
+def bootstrap_ci(per_sample: np.ndarray, statistic=np.mean, boot: int = 10_000, seed: int = 0) -> list[float]:
+    """95% percentile bootstrap interval of ``statistic`` over the samples (axis 0 resampled).
+
+    For a paired difference pass the per-sample differences: both models are then resampled on
+    the same samples, which is what makes the interval narrow where they agree."""
+    per_sample = np.asarray(per_sample)
+    picks = np.random.default_rng(seed).integers(0, len(per_sample), (boot, len(per_sample)))
+    stats = np.array([statistic(per_sample[p]) for p in picks]) if statistic is not np.mean else per_sample[picks].mean(axis=1)
+    return [float(v) for v in np.percentile(stats, [2.5, 97.5])]
 
 
 def yolox_boxes(out: np.ndarray, size: tuple[int, int], score_thr: float = 0.3) -> tuple:

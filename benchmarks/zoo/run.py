@@ -70,6 +70,56 @@ def _config(spec: ModelSpec, case: Path, cal_dirs: list[Path], calibration_type:
     }
 
 
+HELD_OUT_OFFSET = 100    # held-out samples are data.samples(spec, n, HELD_OUT_OFFSET): never a calibration index
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+def write_case(spec: ModelSpec, case: Path, cal: list[dict], calibration_type: str) -> Path:
+    """The calibration samples as one .npy folder per input, and the YAML config that points at them."""
+    import numpy as np
+    import yaml
+
+    cal_dirs = []
+    for name in cal[0]:
+        d = case / "cal" / _safe(name)
+        d.mkdir(parents=True)
+        for k, s in enumerate(cal):
+            np.save(d / f"cal_{k:02d}.npy", s[name])
+        cal_dirs.append(d)
+    cfg = case / "config.yaml"
+    cfg.write_text(yaml.safe_dump(_config(spec, case, cal_dirs, calibration_type, len(cal)), sort_keys=False))
+    return cfg
+
+
+def eval_inputs(case: Path, held: list[dict]) -> list[str]:
+    """The held-out samples stacked per input, as ``hbtool simulate``'s ``-i name=file.npy`` arguments."""
+    import numpy as np
+
+    args = []
+    for name in held[0]:
+        p = case / f"eval_{_safe(name)}.npy"
+        np.save(p, np.concatenate([s[name] for s in held], axis=0))
+        args += ["-i", f"{name}={p}"]
+    return args
+
+
+def simulated_outputs(sim_dir: Path, ref: dict[str, list]) -> dict[str, list]:
+    """``hbtool simulate -o``'s outputs, split back per sample (it stacks them along axis 0) and
+    shaped like the reference outputs ``ref`` (output name -> one array per sample)."""
+    import numpy as np
+
+    from hbtool.simulator.simulate import safe_file_name
+
+    out = {}
+    for n, parts in ref.items():
+        stacked = np.load(sim_dir / f"{safe_file_name(n)}.npy")
+        out[n] = [part.reshape(parts[i].shape) for i, part in enumerate(np.split(stacked, len(parts)))]
+    return out
+
+
 def _stage(name: str, args: list[str], case: Path, deadline: float) -> dict:
     """One CLI call; its exit code, seconds, the last stderr lines, and whether it was an internal error."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="300", NO_COLOR="1")
@@ -131,26 +181,31 @@ def _task_metric(spec: ModelSpec, sim: dict[str, list], ref: dict[str, list], fe
         return "char acc", acc, "; ".join(texts[:1])
     if spec.metric == "embedding":
         return "emb cos", metrics.embedding_cosine(sim[first], ref[first], [f["attention_mask"] for f in feeds]), ""
-    size = spec.shape[2:]
-    if spec.metric == "yolox":
-        dets = lambda outs: [metrics.yolox_boxes(o, size) for o in outs]  # noqa: E731
-        s, r = dets(sim[first]), dets(ref[first])
-    elif spec.metric == "db":
-        s, r = [metrics.db_boxes(o) for o in sim[first]], [metrics.db_boxes(o) for o in ref[first]]
-    elif spec.metric == "picodet":
-        per = lambda d: [metrics.picodet_boxes({k: v[i] for k, v in d.items()}, size) for i in range(len(feeds))]  # noqa: E731
-        s, r = per(sim), per(ref)
-    else:
-        raise ValueError(spec.metric)
+    s, r = detections(spec, sim), detections(spec, ref)
     n_ref = sum(len(b) for b, _ in r)
     return "det F1", metrics.match_f1(s, r), f"{n_ref} float dets"
+
+
+def detections(spec: ModelSpec, outputs: dict[str, list]) -> list[tuple]:
+    """(boxes, classes) per sample, decoded the package's way (``metrics.py``) from a detector's
+    outputs (output name -> one array per sample)."""
+    import metrics
+
+    size = spec.shape[2:]
+    first = next(iter(outputs))
+    if spec.metric == "yolox":
+        return [metrics.yolox_boxes(o, size) for o in outputs[first]]
+    if spec.metric == "db":
+        return [metrics.db_boxes(o) for o in outputs[first]]
+    if spec.metric == "picodet":
+        return [metrics.picodet_boxes({k: v[i] for k, v in outputs.items()}, size) for i in range(len(outputs[first]))]
+    raise ValueError(spec.metric)
 
 
 def work(spec: ModelSpec, args: argparse.Namespace, row: dict) -> dict:
     """Fill ``row`` stage by stage (the caller keeps what is there if a later step raises)."""
     import numpy as np
     import onnx
-    import yaml
 
     from data import float_samples, samples
 
@@ -164,22 +219,9 @@ def work(spec: ModelSpec, args: argparse.Namespace, row: dict) -> dict:
     row["opset"] = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
 
     cal = samples(spec, args.cal_samples, 0)
-    held = samples(spec, args.eval_samples, 100)
-    names = list(cal[0])
-    cal_dirs = []
-    for name in names:
-        d = case / "cal" / re.sub(r"[^A-Za-z0-9_.-]", "_", name)
-        d.mkdir(parents=True)
-        for k, s in enumerate(cal):
-            np.save(d / f"cal_{k:02d}.npy", s[name])
-        cal_dirs.append(d)
-    eval_args = []
-    for name in names:
-        p = case / f"eval_{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}.npy"
-        np.save(p, np.concatenate([s[name] for s in held], axis=0))
-        eval_args += ["-i", f"{name}={p}"]
-    cfg = case / "config.yaml"
-    cfg.write_text(yaml.safe_dump(_config(spec, case, cal_dirs, args.calibration_type, args.cal_samples), sort_keys=False))
+    held = samples(spec, args.eval_samples, HELD_OUT_OFFSET)
+    cfg = write_case(spec, case, cal, args.calibration_type)
+    eval_args = eval_inputs(case, held)
     work_dir = case / "model_output"
 
     st = row["stages"]
@@ -213,16 +255,11 @@ def work(spec: ModelSpec, args: argparse.Namespace, row: dict) -> dict:
         st["simulate"] = _stage("simulate", [str(hbm), *eval_args, "--compare", str(work_dir / f"{spec.name}_quantized_model.onnx"),
                                              "-o", str(case / "sim"), "--threads", "2"], case, deadline)
     if st.get("simulate", {}).get("rc") == 0:
-        from hbtool.simulator.simulate import safe_file_name
-
         lsb = _simulate_table(st["simulate"]["stdout"])
         row["max_lsb"] = max((v for v in lsb.values() if v is not None), default=None)
         out_names, float_runs = _float_outputs(spec, float_samples(spec, held))
         ref = {n: [run[i] for run in float_runs] for i, n in enumerate(out_names)}
-        sim = {}   # simulate stacks the samples' outputs along axis 0: split them back, shaped like the float ones
-        for n in out_names:
-            stacked = np.load(case / "sim" / f"{safe_file_name(n)}.npy")
-            sim[n] = [part.reshape(ref[n][i].shape) for i, part in enumerate(np.split(stacked, len(held)))]
+        sim = simulated_outputs(case / "sim", ref)
         row["cosine"] = min(float(np.mean([__import__("metrics").cosine(a, b) for a, b in zip(sim[n], ref[n])])) for n in out_names)
         if spec.metric:
             try:

@@ -1,0 +1,75 @@
+"""The ground truth of the corpus' rendered recogniser lines (``benchmarks/zoo/data.py``'s ``truth``).
+
+The trained-model benchmark (``benchmarks/zoo/trained.py``) scores recognisers' character
+accuracy against this text, so it must be what the image shows: the prefix of the sentence the
+renderer drew that lies inside the image, cut where the renderer's own layout leaves it, and the
+whole sentence when it fits; a captcha line's text is its whole text. Checked on the renderer's
+pixels; no model file is needed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks" / "zoo"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import data  # noqa: E402
+from corpus import BY_NAME  # noqa: E402
+
+REC = BY_NAME["ppocrv5_rec"]          # 48 x 320 BGR text lines
+
+
+def _ink_columns(spec, index: int) -> np.ndarray:
+    """Indices of the image columns where the renderer drew ink (darker than the page)."""
+    img = data.image_sample(spec, index)[0].mean(axis=0)       # (H, W) grey
+    return np.flatnonzero((img < img.max() - 60).any(axis=0))
+
+
+@pytest.mark.parametrize("index", [100, 101, 150])
+def test_truth_is_a_prefix_of_the_rendered_sentence_cut_at_the_image_edge(index):
+    _, _, height, width = REC.shape
+    line = data.text_line_layout(width, height, 1000 + index)
+    gt = data.truth(REC, index)
+    assert len(gt) >= 5 and line.text.startswith(gt) and len(gt) < len(line.text)
+    # the renderer's line runs off the image
+    assert line.x + line.font.getlength(line.text) > width
+    # the cut: the last kept character's centre is inside the image, the next drawn one's is not
+    inside = line.x + line.font.getlength(gt[:-1]) + line.font.getlength(gt[-1]) / 2
+    nxt = len(gt)
+    while line.text[nxt] == " ":                                  # trailing spaces were dropped: skip them
+        nxt += 1
+    outside = line.x + line.font.getlength(line.text[:nxt]) + line.font.getlength(line.text[nxt]) / 2
+    assert inside <= width < outside
+    # and the pixels agree: there is ink at the kept text's last character
+    assert _ink_columns(REC, index).max() >= inside - 2
+
+def test_a_sentence_that_fits_comes_back_whole():
+    wide = dataclasses.replace(REC, shape=(1, 3, 48, 20000))
+    _, _, height, width = wide.shape
+    line = data.text_line_layout(width, height, 1000 + 100)
+    assert data.truth(wide, 100) == line.text.rstrip()
+    ink = _ink_columns(wide, 100)
+    assert ink.max() < width - 100                               # drawn inside the image, with room to spare
+    # the same cut rule on a short text at the recogniser's width: nothing dropped
+    rec_line = data.text_line_layout(REC.shape[3], height, 1000 + 100)
+    assert data.fitted_text("Hello world.  ", rec_line.font, rec_line.x, REC.shape[3]) == "Hello world."
+
+
+def test_captcha_truth_is_the_drawn_text():
+    spec = BY_NAME["ddddocr_crnn_rec"]
+    assert spec.extra.get("images") == "captcha"
+    texts = [data.truth(spec, i) for i in range(100, 120)]
+    assert all(4 <= len(t) <= 8 and set(t) <= set(data.CAPTCHA_ALPHABET) for t in texts)
+    assert len(set(texts)) == len(texts)                         # different lines, not one text
+    assert texts == [data.truth(spec, i) for i in range(100, 120)]   # deterministic
+    img = data.image_sample(spec, 100)
+    assert img.shape == (1, 1, 64, 256)
+    # the captcha image of the same index is deterministic, and other indices differ
+    assert np.array_equal(img, data.image_sample(spec, 100)) and not np.array_equal(img, data.image_sample(spec, 101))
