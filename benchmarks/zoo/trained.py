@@ -106,6 +106,10 @@ def score(spec: ModelSpec, deployed: dict[str, list], ref: dict[str, list], held
                    agreement_stripped=float(np.mean([a.strip() == b.strip() for a, b in zip(dep, flt)])),
                    difference_stripped=float((metrics.line_accuracy([t.strip() for t in dep], gt)
                                               - metrics.line_accuracy([t.strip() for t in flt], gt)).mean()),
+                   # PaddleOCR's own recogniser metric (ppocr RecMetric, ignore_space=True by default) drops
+                   # every space from both strings before the edit distance
+                   difference_ignore_space=float((metrics.line_accuracy([t.replace(" ", "") for t in dep], [g.replace(" ", "") for g in gt])
+                                                  - metrics.line_accuracy([t.replace(" ", "") for t in flt], [g.replace(" ", "") for g in gt])).mean()),
                    disagreements=[{"truth": g, "float": f, "deployed": d} for g, f, d in zip(gt, flt, dep) if f != d][:20])
     elif spec.metric == "top1":
         agree = np.array([int(np.argmax(d)) == int(np.argmax(r)) for d, r in zip(deployed[first], ref[first])], np.float64)
@@ -221,6 +225,8 @@ def markdown(rows: list[dict]) -> str:
             if r.get("agreement_stripped", r["agreement"]) != r["agreement"]:
                 agreement += (f"; line-end spaces stripped: {_pct(r['agreement_stripped'])}%, "
                               f"difference {100 * r['difference_stripped']:+.2f} pt")
+            if "difference_ignore_space" in r:
+                agreement += f"; spaces ignored (PaddleOCR's RecMetric): difference {100 * r['difference_ignore_space']:+.2f} pt"
         elif "matched" in r:
             agreement = f"{r['matched']} of {r['float_detections']} float dets matched ({r['deployed_detections']} deployed)"
         met = "-" if r["met"] is None else ("yes" if r["met"] else "**no**")
