@@ -21,6 +21,7 @@ TAIL_RATIO = 20.0
 CHANNEL_RATIO = 20.0
 WEIGHT_OUTLIER_RATIO = 20.0
 WEIGHT_UNEVEN_RATIO = 100.0
+DEAD_CHANNEL_FRACTION = 1e-6  # channels below this fraction of the largest channel are dead, not uneven
 KEEP_VALUES = 4096
 
 
@@ -93,7 +94,9 @@ def weight_flags(graph: Graph) -> list[RangeFlag]:
             flags.append(RangeFlag(wa[0], node.name, "weight", ratio,
                                    f"weight channel with outliers: max |w| is {ratio:.0f}x the channel's mean |w| (try Weight: mse)"))
         cm = channel_absmax(w, wa[1])
-        live = cm[cm > 0]
+        # a channel a million times below the largest is dead (trained to ~0, or a denormal): its
+        # own per-channel scale handles it, and it would make the ratio a 39-digit number
+        live = cm[cm > cm.max(initial=0.0) * DEAD_CHANNEL_FRACTION]
         if live.size > 1 and live.max() / live.min() > WEIGHT_UNEVEN_RATIO:
             flags.append(RangeFlag(wa[0], node.name, "weight", float(live.max() / live.min()),
                                    f"uneven channel ranges: {live.max() / live.min():.0f}x between channels (per-channel scales needed)"))
