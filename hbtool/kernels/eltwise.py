@@ -2,12 +2,17 @@
 
 ``Add`` (and Sub): both operands are brought to one shift,
 ``y = clamp(rshift(a * A +- b * B, n), lo, hi)`` with ``A ~ (s_a / s_out) 2**n`` and
-``B ~ (s_b / s_out) 2**n``. ``n`` comes from :func:`quantize_multiplier` of the larger ratio,
-so the larger of A, B lies in [2**14, 2**15) and the smaller one keeps the same absolute
-precision. ``|a A + b B| <= 2 * 2**15 * 2**15 = 2**31``: exact everywhere. A ratio of
-``2**14`` or more (one input's LSB spans that many output LSB: the shift would be 0 or 1, or
-negative past ``2**15``) takes wider multipliers instead: the largest ``n >= 0`` with ``|a A| + |b B| < 2**50``,
-still exact in int64 and in the ONNX form's doubles.
+``B ~ (s_b / s_out) 2**n``. Each multiplier is rounded to an integer, so the operand ``b``
+carries an error of up to ``|b| 2**-(n+1)`` output LSB: a shift sized for the larger ratio
+alone (the larger multiplier in [2**14, 2**15)) leaves the smaller one a few bits, and an
+int16 operand of small ratio then moves by hundreds of LSB (a learnable-affine bias
+``x + c`` with an int8 ``x`` of wide range, ``c`` an int16 constant: 255 LSB, a constant
+offset in every such Add of PP-OCRv4's backbone). ``n`` is therefore the shift that gives
+the *smaller* ratio a 15-bit multiplier too (the larger then takes ``ratio_a / ratio_b``
+times more bits), as far as ``|a A| + |b B| < 2**50`` allows: exact in int64 and in the
+ONNX form's doubles. Equal ratios keep ``|a A + b B| <= 2**31``. A ratio of ``2**14`` or
+more (one input's LSB spans that many output LSB: a 15-bit shift would be 0 or 1, or
+negative past ``2**15``) likewise takes the largest ``n >= 0`` within that budget.
 
 Per-channel scales (power-of-two factors, FQ-ViT's PTF): any of ``s_a``, ``s_b``, ``s_out`` may
 be a 1-D array over the last axis (channel ``c``). Then ``A``, ``B`` and ``n`` are int64
@@ -46,23 +51,27 @@ WIDE_LIMIT = 2**50  # bound on |a A| + |b B| when a ratio needs a multiplier pas
 
 
 def _common_shift(ra: np.ndarray, rb: np.ndarray, a_bits: int, b_bits: int) -> np.ndarray:
-    """The shift ``n`` of an Add: :func:`quantize_multiplier`'s for the larger ratio (15-bit
-    multiplier) while that is below ``2**14``. From ``2**14`` on (an input LSB spanning that
-    many output LSB, e.g. a wide-range int8 operand added into a fine int16 output) that shift
-    is 0 or 1, which rounds the smaller ratio to an integer (a wrong or vanished smaller
-    operand), and past ``2**15`` it does not exist; there the largest ``n >= 0`` keeping
-    ``|a A| + |b B|`` below ``2**50`` is taken instead: both multipliers carry as many bits as
-    the int64 budget allows."""
+    """The shift ``n`` of an Add: the one that gives the smaller ratio a 15-bit multiplier
+    (:func:`quantize_multiplier`'s shift for it), capped by the budget ``|a A| + |b B| < 2**50``,
+    and never below the larger ratio's own shift.
+
+    Why the smaller ratio: a multiplier rounded to an integer is off by up to 1/2, i.e. by
+    ``2**-(n+1)`` output LSB per unit of its operand. The larger ratio's shift alone leaves
+    the smaller multiplier a few bits: ratios 266 (an int8 operand of wide range) and 0.07
+    (an int16 constant) into an int16 output gave n = 6, B = round(4.5) = 5, and the constant
+    term ``32767 * 5 >> 6`` 255 LSB off. From a larger ratio of ``2**14`` on (its own
+    shift 0 or 1, none past ``2**15``) the budget decides alone, as before."""
     ra, rb = np.broadcast_arrays(np.asarray(ra, np.float64), np.asarray(rb, np.float64))
     r = np.maximum(ra, rb)
+    small = np.minimum(ra, rb)
     wide = r >= 2.0**14
-    _, n = quantize_multiplier(np.where(wide, 1.0, r))
-    n = np.asarray(n, np.int64)
-    if np.any(wide):
-        top = np.ldexp(ra, a_bits - 1) + np.ldexp(rb, b_bits - 1)
-        _, e = np.frexp(np.where(wide, top, 1.0))  # top < 2**e
-        n = np.where(wide, np.clip(50 - e, 0, MAX_SHIFT), n)
-    return n
+    _, n_large = quantize_multiplier(np.where(wide, 1.0, r))
+    _, n_small = quantize_multiplier(np.where((small > 0) & (small < 2.0**14), small, 1.0))
+    top = np.ldexp(ra, a_bits - 1) + np.ldexp(rb, b_bits - 1)
+    _, e = np.frexp(np.where(top > 0, top, 1.0))  # top < 2**e
+    budget = np.clip(50 - e, 0, MAX_SHIFT)
+    n = np.where(wide, budget, np.maximum(np.asarray(n_large, np.int64), np.minimum(np.asarray(n_small, np.int64), budget)))
+    return np.asarray(n, np.int64)
 
 
 def _check_add_bound(A, B, a_bits: int, b_bits: int) -> None:
