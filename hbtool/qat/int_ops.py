@@ -6,7 +6,7 @@ a whole batch; in numpy that is a device-to-host copy, single-threaded int64 ari
 copy back, a tenth of a recogniser's step. torch's int64 arithmetic (add, multiply, arithmetic
 shifts, comparisons) is exact like numpy's, so these functions are the numpy forms
 (:func:`hbtool.kernels.fixedpoint.rounding_shift_numpy`,
-:meth:`hbtool.kernels.requantize.Requantize.apply_trusted`, :meth:`hbtool.kernels.lut.Lut.apply_numpy`)
+:meth:`hbtool.kernels.requantize.Requantize.apply_trusted`, and Add, Mul and Softmax's ``apply_numpy``)
 written again, term for term;
 tests/test_qat_int_ops.py checks them against the numpy forms on random and tie inputs.
 
@@ -66,24 +66,11 @@ def requantize(rq: Requantize, acc: torch.Tensor) -> torch.Tensor:
     return torch.clamp(y, rq.lo, rq.hi)
 
 
-def lut(kernel: Lut, q: torch.Tensor) -> torch.Tensor:
-    """:meth:`Lut.apply_numpy` (8-bit: a table look-up; 16-bit: knots and a rounded linear step) of int64 codes."""
-    table = _long(kernel.table, q.device)
-    if kernel.in_bits == 8:
-        return table[q + 128]
-    kb = kernel.knot_bits
-    u = q + 32768
-    i = torch.bitwise_right_shift(u, kb)
-    t0 = table[i]
-    shift = torch.tensor(kb, dtype=torch.int64, device=q.device)
-    return t0 + rounding_shift((table[i + 1] - t0) * (u & ((1 << kb) - 1)), shift, kernel.rounding)
-
-
 def lut_of_codes(kernel: Lut, x: torch.Tensor) -> torch.Tensor:
     """:meth:`Lut.apply_numpy` of integer codes held in a float32 tensor, as float32 codes.
 
-    Why a second form: a 16-bit table is knots plus a rounded linear step, two int64 gathers
-    and a shift over the whole tensor (a quarter of a recogniser's QAT step). The kernel's
+    Why not the knots-and-step algorithm in torch int64: that is two int64 gathers and a shift
+    over the whole tensor (a quarter of a recogniser's QAT step). Instead the kernel's
     output for every one of its ``2**in_bits`` input codes is one small numpy call; a single
     ``index_select`` with int32 indices then reads them, about 15x faster, and the values are
     the numpy form's by construction (outputs of at most 16 bits are exact in float32)."""
@@ -138,9 +125,8 @@ def requantize_codes(rq: Requantize, acc: torch.Tensor) -> torch.Tensor:
 
 def kernel_codes(kernel, xs: list[torch.Tensor]) -> torch.Tensor:
     """A kernel's integer result on float32 code tensors, as float32 codes, by the fastest exact form for the device."""
-    float_form = FLOAT_CODE_FORMS.get(type(kernel))
-    if float_form is not None:
-        return float_form(kernel, *xs)
+    if isinstance(kernel, Lut):  # one index_select on any device
+        return lut_of_codes(kernel, *xs)
     torch_form = TORCH_FORMS.get(type(kernel))
     if torch_form is not None and xs and xs[0].device.type != "cpu":
         return torch_form(kernel, *[x.to(torch.int64) for x in xs]).to(torch.float32)
@@ -149,8 +135,5 @@ def kernel_codes(kernel, xs: list[torch.Tensor]) -> torch.Tensor:
     return torch.from_numpy(np.asarray(out, np.float32)).to(device)
 
 
-#: kernels with a form on float32 code tensors (the QAT forward's own) that skips the int64 round trip
-FLOAT_CODE_FORMS = {Lut: lut_of_codes}
-
 #: kernels whose numpy form has a torch int64 twin here: ``kernel class -> f(kernel, *int64 inputs)``
-TORCH_FORMS = {Lut: lut, Add: add, Mul: mul, Softmax: softmax}
+TORCH_FORMS = {Add: add, Mul: mul, Softmax: softmax}
