@@ -82,6 +82,10 @@ def _interval(values: list[float]) -> list[float]:
     return [round(v, 5) for v in values]
 
 
+def _no_spaces(texts: list[str]) -> list[str]:
+    return [t.replace(" ", "") for t in texts]
+
+
 def score(spec: ModelSpec, deployed: dict[str, list], ref: dict[str, list], held: list[dict]) -> dict:
     """The task metric of float and deployed, the difference with its 95% interval, and the bar."""
     first = next(iter(ref))
@@ -108,8 +112,8 @@ def score(spec: ModelSpec, deployed: dict[str, list], ref: dict[str, list], held
                                               - metrics.line_accuracy([t.strip() for t in flt], gt)).mean()),
                    # PaddleOCR's own recogniser metric (ppocr RecMetric, ignore_space=True by default) drops
                    # every space from both strings before the edit distance
-                   difference_ignore_space=float((metrics.line_accuracy([t.replace(" ", "") for t in dep], [g.replace(" ", "") for g in gt])
-                                                  - metrics.line_accuracy([t.replace(" ", "") for t in flt], [g.replace(" ", "") for g in gt])).mean()),
+                   difference_ignore_space=float((metrics.line_accuracy(_no_spaces(dep), _no_spaces(gt))
+                                                  - metrics.line_accuracy(_no_spaces(flt), _no_spaces(gt))).mean()),
                    disagreements=[{"truth": g, "float": f, "deployed": d} for g, f, d in zip(gt, flt, dep) if f != d][:20])
     elif spec.metric == "top1":
         agree = np.array([int(np.argmax(d)) == int(np.argmax(r)) for d, r in zip(deployed[first], ref[first])], np.float64)
