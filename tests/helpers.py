@@ -66,8 +66,10 @@ def small_conv_model(channels: int = 8, opset: int = 17, extra_nodes=(), tail: s
     return make_model(nodes, [vinfo("x", [1, 3, 16, 16])], [vinfo(tail, [1, channels, 16, 16])], [tensor("w", w), tensor("b", b)], opset)
 
 
-def run_pipeline(model: onnx.ModelProto, tmp: Path, input_shape, seed: int = 0, samples: int = 8, node_info: dict | None = None):
-    """calibrate -> compile -> simulate a one-input featuremap model on random data (``node_info``: the YAML key).
+def run_pipeline(model: onnx.ModelProto, tmp: Path, input_shape, seed: int = 0, samples: int = 8, node_info: dict | None = None,
+                 calibration: dict | None = None):
+    """calibrate -> compile -> simulate a one-input featuremap model on random data (``node_info``: the YAML key;
+    ``calibration``: extra calibration_parameters keys).
 
     Returns ``(calibration, compiled, feeds, simulated, quantized_onnx_outputs, float_outputs)``
     where the three output lists are per example, each a list in output order.
@@ -87,7 +89,7 @@ def run_pipeline(model: onnx.ModelProto, tmp: Path, input_shape, seed: int = 0, 
         "model_parameters": {"onnx_model": str(tmp / "m.onnx"), "working_dir": str(tmp / "wd"), "output_model_file_prefix": "m",
                              **({"node_info": node_info} if node_info else {})},
         "input_parameters": inputs,
-        "calibration_parameters": {"calibration_type": "skip", "num_samples": samples},
+        "calibration_parameters": {"calibration_type": "skip", "num_samples": samples, **(calibration or {})},
     }, base_dir=tmp)
     calibration = run_calibration(cfg)
     write_outputs(cfg, calibration, "")

@@ -27,12 +27,12 @@ def two_convs(path):
     return path
 
 
-def calibrate(tmp, node_info):
+def calibrate(tmp, node_info, bias_correction=False):
     cfg = config_from_dict({
         "model_parameters": {"onnx_model": str(two_convs(tmp / "m.onnx")), "working_dir": str(tmp / "wd"), "node_info": node_info or {}},
         "input_parameters": {"input_name": "x", "input_shape": "1x3x12x12", "input_type_train": "featuremap",
                              "input_type_rt": "featuremap", "norm_type": "no_preprocess"},
-        "calibration_parameters": {"calibration_type": "skip", "num_samples": 4},
+        "calibration_parameters": {"calibration_type": "skip", "num_samples": 4, "bias_correction": bias_correction},
     }, base_dir=tmp)
     return run_calibration(cfg)
 
@@ -44,9 +44,21 @@ def test_mse_on_one_node(tmp_path):
     np.testing.assert_array_equal(base.weight_scales["w2"][0], got.weight_scales["w2"][0])
 
 
+def _bias(result, node):
+    n = result.quantized_source.node(node)
+    return result.quantized_source.const(n.inputs[2])
+
+
 def test_bias_correction_on_one_node(tmp_path):
     got = calibrate(tmp_path, {"conv2": {"Weight": "bias_correction"}})
-    assert set(got.plan.bias_delta) == {"conv2"} and np.abs(got.plan.bias_delta["conv2"]).max() > 0
+    # the correction is folded into conv2's bias constant (the calibrated and quantized models carry the same float32 bias)
+    assert np.abs(_bias(got, "conv2")).max() > 0 and not np.any(_bias(got, "conv1"))
+    assert not got.plan.bias_delta
+    everywhere = calibrate(tmp_path, None, bias_correction=True)
+    assert np.abs(_bias(everywhere, "conv1")).max() > 0 and np.abs(_bias(everywhere, "conv2")).max() > 0
+    np.testing.assert_array_equal(_bias(everywhere, "conv2"), _bias(got, "conv2"))
+    conv2 = got.calibrated.node("conv2")
+    np.testing.assert_array_equal(got.calibrated.const(conv2.inputs[2]), _bias(got, "conv2"))
 
 
 def test_adaround_on_one_node(tmp_path):

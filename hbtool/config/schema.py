@@ -294,8 +294,10 @@ CALIBRATION = _g(
         "Weight range: `none` uses the true max; `mse` clips to the range with the least "
         "squared error.", default="none", allowed=("none", "mse"), origin=HBTOOL),
     Key("bias_correction", "bool",
-        "Correct each layer's bias for the mean shift that weight quantization causes.",
-        default=False, origin=HBTOOL),
+        "Correct each layer's bias (depthwise and grouped convs included) for the mean shift "
+        "that weight quantization causes, from the per-channel input means of the calibration "
+        "data (on by default, as in NNCF; `false` keeps the rounded weights' biases).",
+        default=True, origin=HBTOOL),
     Key("adaround", "bool",
         "Learn the rounding direction of each weight (AdaRound) instead of rounding to "
         "nearest. Slower.", default=False, origin=HBTOOL),

@@ -194,16 +194,9 @@ class QatModel(nn.Module):
 
     def _fold_bias_delta(self) -> None:
         """Bias correction (plan.bias_delta) into the bias constants, so the exported model carries it."""
-        left = {}
-        for name, delta in self.plan.bias_delta.items():
-            node = self.graph.node(name)
-            if node is None or node.op_type not in ("Conv", "Gemm", "Linear") or len(node.inputs) < 3 or not node.inputs[2] \
-                    or not self.graph.is_const(node.inputs[2]) or node.attr("beta", 1.0) != 1.0:
-                left[name] = delta
-                continue
-            b = self.graph.values[node.inputs[2]]
-            b.data = (np.asarray(b.data, np.float64) + np.asarray(delta, np.float64)).astype(np.float32).reshape(b.data.shape)
-        self.plan.bias_delta = left
+        from hbtool.quant.weights import fold_bias_delta
+
+        self.graph, self.plan.bias_delta = fold_bias_delta(self.graph, self.plan.bias_delta)
 
     # ------------------------------------------------------------------ lowering
     def _version(self) -> tuple:

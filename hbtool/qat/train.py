@@ -202,7 +202,8 @@ class TeacherCache:
 
 
 def build_model(cfg: HbConfig, calibration) -> QatModel:
-    return QatModel(calibration.graph, calibration.plan, calibration.weight_scales, rounding=cfg.compiler.rounding,
+    source = getattr(calibration, "quantized_source", None) or calibration.graph   # bias corrections folded in
+    return QatModel(source, calibration.plan, calibration.weight_scales, rounding=cfg.compiler.rounding,
                     per_channel=cfg.calibration.per_channel, train_scales=cfg.qat.train_scales)
 
 

@@ -25,7 +25,7 @@ from hbtool.ir.graph import Graph
 from hbtool.ir.onnx_export import to_onnx
 from hbtool.ir.onnx_import import import_onnx
 from hbtool.march.description import check_int16_supported, load_march
-from hbtool.quant.calibrated_model import build_calibrated_graph
+from hbtool.quant.calibrated_model import build_calibrated_graph, loaded_bias_delta
 from hbtool.quant.collect import collect_stats, float_session
 from hbtool.quant.data import CalibrationSet, load_calibration_data
 from hbtool.quant.fqvit import apply_ptf, apply_softmax_log2, log2_decode, ptf_tensors
@@ -40,7 +40,7 @@ from hbtool.quant.preprocess import find_preprocess, insert_preprocess
 from hbtool.quant.thresholds import sqnr_db, threshold
 from hbtool.quant.quantized_model import build_quantized_graph
 from hbtool.quant.smooth_quant import apply_smooth_quant, smooth_sites
-from hbtool.quant.weights import bias_corrections, plan_weights
+from hbtool.quant.weights import bias_corrections, fold_bias_delta, plan_weights
 from hbtool.utils.atomic import atomic_write_files
 
 log = logging.getLogger(__name__)
@@ -84,6 +84,8 @@ class CalibrationResult:
     num_samples: int = 0
     original: Graph | None = None   # float graph with preprocessing, before optimizations
     calibrated: Graph | None = None  # float graph with HzCalibration nodes
+    # the float graph that was quantized: learned-rounding weights and folded bias corrections (QAT starts from it)
+    quantized_source: Graph | None = None
     program: Graph | None = None     # the integer program (kernels in node.meta)
     quantized: Graph | None = None   # the program with ONNX bodies
     # what the ptf / softmax_log2 / smooth_quant options did: {option: {"applied": [...], "skipped": {...}}}
@@ -245,8 +247,9 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
 
     switches = optimization_switches(cal.optimization)
     # bias correction everywhere (the key or Horizon's optimization switch), or on node_info's nodes only
-    everywhere = bool(cal.bias_correction or switches.bias_correction)
-    bias_nodes = nodes_asking(node_info, "bias_correction")
+    # (not for a loaded model: its biases are its own, and an hbtool calibrated model already carries its correction)
+    everywhere = bool(cal.bias_correction or switches.bias_correction) and loaded is None
+    bias_nodes = nodes_asking(node_info, "bias_correction") if loaded is None else set()
     mean_axes: dict[str, int] = mean_inputs(graph, None if everywhere else bias_nodes) if (everywhere or bias_nodes) else {}
     root_stats = _cached_stats(stats_cache, graph, observed, data, tick, mean_axes, ptf_axes, cal.batch_size)
     stats = {t: root_stats[reps[t]] for t in tensors}
@@ -292,6 +295,8 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     bias_delta = bias_corrections(graph, weights, {t: root_stats[t].channel_mean for t in mean_axes}) if mean_axes else None
     if bias_delta and not everywhere:  # node_info Weight: bias_correction on some nodes only
         bias_delta = {k: v for k, v in bias_delta.items() if k in bias_nodes}
+    if loaded is not None:   # an older hbtool calibrated model kept its correction beside the graph
+        bias_delta = loaded_bias_delta(graph) or None
     # the graph that gets quantized: the float graph, with learned-rounding weights when asked for;
     # ``graph`` itself stays the float reference
     qsrc = graph
@@ -305,6 +310,8 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
         qsrc = graph.copy()
         for name, value in learned.items():
             qsrc.values[name].data = value
+    if bias_delta:   # into the bias constants, so calibrated model, quantized model and compile agree (fold_bias_delta)
+        qsrc, bias_delta = fold_bias_delta(qsrc, bias_delta)
 
     def quantized(plan: QuantPlan) -> tuple[Graph, Graph]:
         program, _ = lower_to_integer(qsrc, plan, weights, rounding=cfg.compiler.rounding, inputs=cfg.inputs)
@@ -362,6 +369,7 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     result.seconds = time.perf_counter() - t0
     result.original = original
     result.calibrated = cgraph
+    result.quantized_source = qsrc
     result.program = program
     result.quantized = qgraph
     result.options = _options_summary(options, plan)

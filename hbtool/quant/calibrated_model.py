@@ -129,6 +129,13 @@ def build_calibrated_graph(graph: Graph, plan: QuantPlan, weight_scales: dict[st
     return g, names
 
 
+def loaded_bias_delta(graph: Graph) -> dict[str, np.ndarray]:
+    """The bias correction an hbtool calibrated model of an earlier version kept in its metadata
+    (taken out of ``graph.metadata``, so no model written from it carries it twice); {} if none."""
+    raw = graph.metadata.pop(BIAS_DELTA_KEY, None)
+    return {} if raw is None else {k: np.asarray(v, np.float64) for k, v in json.loads(raw).items()}
+
+
 def _tensor_quant(name: str, a: dict[str, Any]) -> TensorQuant:
     alpha = a.get("ptf_alpha")
     code = a.get("code_range")

@@ -113,12 +113,26 @@ def input_channel_axis(node: Node, graph: Graph) -> tuple[str, int] | None:
     return None
 
 
+def _grouped_conv_delta(err: np.ndarray, means: np.ndarray, groups: int) -> np.ndarray | None:
+    """``(W - W_q) m`` of a Conv with ``groups`` groups: output channel o of group g sums its
+    kernel's error against the means of group g's input channels; None when the shapes disagree."""
+    c_out, c_per_group = err.shape[0], err.shape[1]
+    if groups < 1 or c_out % groups or c_per_group * groups != means.size:
+        return None
+    summed = err.reshape(c_out, c_per_group, -1).sum(axis=2)                   # (C_out, C_in / groups)
+    group_means = means.reshape(groups, c_per_group)[np.arange(c_out) // (c_out // groups)]
+    return (summed * group_means).sum(axis=1)
+
+
 def bias_corrections(graph: Graph, weights: dict[str, tuple[np.ndarray, int]], means: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Per-output-channel bias deltas that cancel the mean error of weight rounding.
 
     For an input with per-channel mean m, rounding W to W_q shifts the layer's output mean by
     (W - W_q) m; adding that to the bias removes the shift (bias correction, Nagel et al. 2019).
-    ``{node name: delta}``; only groups of 1 (no grouped convolutions).
+    ``{node name: delta}``. A grouped or depthwise convolution reads only its group's input
+    channels, so each output channel's error meets the means of those channels alone; a
+    depthwise kernel's rounding shifts its whole response to a flat region (a page margin) by
+    ``m_c * sum_k (w - w_q)``, which no later layer can tell from signal.
     """
     out: dict[str, np.ndarray] = {}
     for node in graph.nodes:
@@ -136,9 +150,7 @@ def bias_corrections(graph: Graph, weights: dict[str, tuple[np.ndarray, int]], m
         err = w - wq * scales.reshape(shape).astype(np.float64)
         m = np.asarray(means[ia[0]], np.float64)
         if node.op_type == "Conv":
-            if int(node.attr("group", 1)) != 1 or err.shape[1] != m.size:
-                continue
-            delta = (err.reshape(err.shape[0], err.shape[1], -1).sum(axis=2)) @ m
+            delta = _grouped_conv_delta(err, m, int(node.attr("group", 1) or 1))
         elif node.op_type == "Gemm" and node.attr("transB", 0):
             delta = err @ m if err.shape[1] == m.size else None
         elif node.op_type in ("MatMul", "Linear", "Gemm"):
@@ -148,3 +160,39 @@ def bias_corrections(graph: Graph, weights: dict[str, tuple[np.ndarray, int]], m
         if delta is not None:
             out[node.name] = delta
     return out
+
+
+def fold_bias_delta(graph: Graph, deltas: dict[str, np.ndarray]) -> tuple[Graph, dict[str, np.ndarray]]:
+    """``graph`` (a copy, when anything folds) with each Conv/Gemm's bias correction added to its
+    float bias, and the deltas left over.
+
+    Folding the correction into the bias constant makes every model built from that graph (the
+    fake-quantized calibrated model, the integer program, a QAT module) carry the same float32
+    bias, so the calibrated model, calibrate's quantized model and compile's program agree bit for
+    bit. The node gets a bias constant of its own (optimization shares equal constants, such as
+    zero biases, between layers); a Conv without a bias gets one. A Gemm with ``beta`` != 1 and
+    layers without a bias input (MatMul, a Gemm/Linear without C) keep their delta, which lowering
+    adds.
+    """
+    left: dict[str, np.ndarray] = {}
+    out = None
+    for name, delta in deltas.items():
+        g = out or graph
+        node = g.node(name)
+        delta = np.asarray(delta, np.float64).reshape(-1)
+        if node is None or node.op_type not in ("Conv", "Gemm", "Linear") or node.attr("beta", 1.0) != 1.0:
+            left[name] = delta
+            continue
+        bias_name = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+        if (bias_name is None and node.op_type != "Conv") or bias_name is not None and (
+                not g.is_const(bias_name) or g.const(bias_name).size != delta.size):
+            left[name] = delta
+            continue
+        if out is None:
+            out = graph.copy()
+            node = out.node(name)
+        old = np.zeros(delta.size, np.float32) if bias_name is None else np.asarray(out.const(bias_name), np.float32)
+        new = (old.astype(np.float64).reshape(-1) + delta).astype(np.float32).reshape(old.shape)
+        fresh = out.add_const(new, hint=f"{name}_corrected_bias")
+        node.inputs = [*node.inputs[:2], fresh] if len(node.inputs) >= 2 else node.inputs
+    return (out or graph), left
