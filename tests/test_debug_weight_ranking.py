@@ -57,7 +57,10 @@ def cancelling_convs(path):
 def debugged(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("wrank")
     (tmp / "my_metrics.py").write_text(HOOK)
-    cfg = write_config(tmp, cancelling_convs(tmp / "m.onnx"), "1x4x8x8", debug={"metric": "my_metrics:agreement"}, samples=8)
+    # bias correction (on by default) removes most of the common part's mean leak this model is built on;
+    # the weight ranking is about the rounding itself, so it is off here
+    cfg = write_config(tmp, cancelling_convs(tmp / "m.onnx"), "1x4x8x8", debug={"metric": "my_metrics:agreement"}, samples=8,
+                       extra_cal={"bias_correction": False})
     return run_debug(load_config(cfg), auto=True, samples=8, max_fps_loss=0.9, candidates=1)
 
 
@@ -86,7 +89,8 @@ def test_weight_pool_skips_taken_and_flat_nodes():
 def test_groups_of_the_weight_ranking_are_tried_together(debugged):
     groups = [st for st in debugged.auto.steps if st.remedy.startswith("group_")]
     # both weighted nodes in one group (every size of GROUP_SIZES covers them): one try per group remedy
-    assert {st.remedy for st in groups} == {"group_adaround", "group_mse"}
+    # bias correction is off in this config, so it is a group remedy too (the first, and the cheapest)
+    assert {st.remedy for st in groups} == {"group_bias_correction", "group_adaround", "group_mse"}
     assert all(st.node == "top 2 of the weight ranking" and set(st.note.split(", ")) == {"mix", "spread"} for st in groups)
     assert all(np.isfinite(st.metric) and np.isfinite(st.cosine) for st in groups)
 
@@ -98,3 +102,23 @@ def test_weight_groups_are_the_distinct_top_k():
     assert weight_groups(gains) == [[f"n{k}" for k in range(5)], [f"n{k}" for k in range(10)], [f"n{k}" for k in range(12)]]
     assert weight_groups(gains[:3]) == [["n0", "n1", "n2"]]
     assert weight_groups([]) == []
+
+
+def test_bias_correction_is_no_remedy_when_it_is_already_on_everywhere():
+    """Bias correction is on by default: per node and per group it would change nothing, so --auto skips it;
+    with ``bias_correction: false`` it is a remedy (per node, and first of the group remedies)."""
+    from types import SimpleNamespace
+
+    from hbtool.debug.auto import GROUP_REMEDIES, bias_corrected_everywhere, remedies_for
+    from hbtool.debug.sensitivity import Sensitivity
+
+    s = Sensitivity("conv", "Conv", True, {"weights": 0.3, "activations": 0.0}, {"weights": 0.2, "activations": 0.0},
+                    {"weights": 0.9, "activations": 1.0}, {"weights": 0.95, "activations": 0.9})
+    assert "weight_bias_correction" in [r for r, _ in remedies_for(s)]
+    assert "weight_bias_correction" not in [r for r, _ in remedies_for(s, corrected=True)]
+    assert [r for r, _ in remedies_for(s, corrected=True)] == ["weight_mse", "weight_adaround"]
+    on = SimpleNamespace(calibration=SimpleNamespace(bias_correction=True, optimization=[]))
+    off = SimpleNamespace(calibration=SimpleNamespace(bias_correction=False, optimization=[]))
+    switch = SimpleNamespace(calibration=SimpleNamespace(bias_correction=False, optimization=["bias_correction"]))
+    assert bias_corrected_everywhere(on) and bias_corrected_everywhere(switch) and not bias_corrected_everywhere(off)
+    assert GROUP_REMEDIES[0][0] == "group_bias_correction"

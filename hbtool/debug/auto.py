@@ -56,7 +56,16 @@ WEIGHT_CANDIDATES = 3
 STRUCTURAL = {"int8", "int16_output", "int16_input_output", "cpu"}
 #: group sizes of the weight-only ranking's top nodes tried together (``None``: every weighted node)
 GROUP_SIZES: tuple[int | None, ...] = (5, 10, 20, None)
-GROUP_REMEDIES = [("group_adaround", {"Weight": "adaround"}), ("group_mse", {"Weight": "mse"})]
+GROUP_REMEDIES = [("group_bias_correction", {"Weight": "bias_correction"}), ("group_adaround", {"Weight": "adaround"}),
+                  ("group_mse", {"Weight": "mse"})]
+
+
+def bias_corrected_everywhere(cfg) -> bool:
+    """Bias correction already on for every layer (the default): a per-node ``Weight: bias_correction`` changes nothing."""
+    from hbtool.config.optimization import switches
+
+    cal = cfg.calibration
+    return bool(cal.bias_correction or switches(cal.optimization).bias_correction)
 
 
 @dataclass
@@ -128,8 +137,10 @@ def weight_groups(gains: list[WeightGain], sizes: tuple[int | None, ...] = GROUP
     return out
 
 
-def remedies_for(s: Sensitivity, four_bit: set[str] | frozenset[str] = frozenset()) -> list[tuple[str, dict[str, str]]]:
-    """The cheap remedies the ranking points to, in cost order (``four_bit``: the nodes on the 4-bit path)."""
+def remedies_for(s: Sensitivity, four_bit: set[str] | frozenset[str] = frozenset(),
+                 corrected: bool = False) -> list[tuple[str, dict[str, str]]]:
+    """The cheap remedies the ranking points to, in cost order (``four_bit``: the nodes on the 4-bit path;
+    ``corrected``: bias correction is already on everywhere, so it is not a remedy to try)."""
     w = s.effect("weights") if s.has_weights else (0.0, 0.0)
     a = s.effect("activations")
     col = 0 if max(w[0], a[0]) > 0 else 1   # a coarse task metric may not see one node: then cosine decides
@@ -138,7 +149,7 @@ def remedies_for(s: Sensitivity, four_bit: set[str] | frozenset[str] = frozenset
     if a[col] >= 0.25 * top or not s.has_weights:
         out += [INT16_OUT, INT16_IO]
     if s.has_weights and w[col] >= 0.25 * top:
-        out += WEIGHT_REMEDIES
+        out += [r for r in WEIGHT_REMEDIES if not (r[1]["Weight"] == "bias_correction" and corrected)]
     return out
 
 
@@ -171,9 +182,10 @@ def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: f
     tick, total = 0, 0
     if groups:
         # the group phase (module docstring, 2.): the best (remedy, k) over all tries, if it is a fix
-        total = len(groups) * len(GROUP_REMEDIES)
+        group_remedies = [r for r in GROUP_REMEDIES if not (r[1].get("Weight") == "bias_correction" and bias_corrected_everywhere(session.cfg))]
+        total = len(groups) * len(group_remedies)
         best_g: tuple[str, list[str], Measured] | None = None
-        for name, entry in GROUP_REMEDIES:
+        for name, entry in group_remedies:
             for names in groups:
                 tick += 1
                 if progress:
@@ -206,7 +218,8 @@ def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: f
             cur = best_g[2]
             res.changed += [n for n in best_g[1] if n not in res.changed]
     four_bit = set(((session.base.options or {}).get("int4") or {}).get("applied") or {})
-    pool = [(s.name, remedies_for(s, four_bit)) for s in ranking if max(s.order) > 0][: candidates or max(5, len(ranking) // 4)]
+    corrected = bias_corrected_everywhere(session.cfg)
+    pool = [(s.name, remedies_for(s, four_bit, corrected)) for s in ranking if max(s.order) > 0][: candidates or max(5, len(ranking) // 4)]
     pool += weight_pool(weight_ranking or [], {name for name, _ in pool}, weight_candidates)
     total, tick = len(pool) * 2, 0
     for phase in ("cheap", "cpu"):

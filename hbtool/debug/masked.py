@@ -63,6 +63,7 @@ class MaskedModel:
         producers = g.producer_map()
         consumers = g.consumer_map()
         self.quantizers: list[Quantizer] = []
+        masks: dict[int, str] = {}
         g.inputs.append(MASK)
         g.set_value(MASK, (max(len(cal_nodes), 1),), np.float32)
         for k, node in enumerate(cal_nodes):
@@ -89,12 +90,47 @@ class MaskedModel:
                 g.set_value(t, v.shape if v else None, np.float32)
             g.add_node("Add", [src, e], [dst], name=f"{dst}_switch")
             self.quantizers.append(Quantizer(k, "weight" if weight else "act", owner, float_name, dst, int(node.attrs.get("bits", 8)), fq))
+            masks[k] = m
+        self._corrected_bias = self._switch_corrected_biases(g, float_graph, masks)
         g.toposort()
         self.graph = g
         self.size = len(cal_nodes)
         self.nodes = self._debug_nodes(float_graph)
         self._sessions: dict[tuple[str, ...], object] = {}
         self._quant_of = {q.float_name: q.quant_name for q in self.quantizers if q.kind == "act"}
+
+    def _switch_corrected_biases(self, g: Graph, float_graph: Graph, masks: dict[int, str]) -> dict[str, str]:
+        """A layer's bias-corrected bias (calibrate folds the correction into the bias constant) switched
+        with the layer's weight quantizer: ``b_float * (1 - m) + b_corrected * m``, exact at m = 0 and 1,
+        so every mask 0 is the float model and every mask 1 the calibrated one. ``{switched: corrected}``."""
+        fnodes = {n.name: n for n in float_graph.nodes}
+        out: dict[str, str] = {}
+        for q in self.quantizers:
+            node, fnode = g.node(q.owner), fnodes.get(q.owner)
+            if q.kind != "weight" or node is None or fnode is None or len(node.inputs) < 3 or not node.inputs[2]:
+                continue
+            corrected = g.const(node.inputs[2])
+            if corrected is None:
+                continue
+            original = float_graph.const(fnode.inputs[2]) if len(fnode.inputs) > 2 and fnode.inputs[2] else None
+            original = np.zeros_like(corrected) if original is None else np.asarray(original, corrected.dtype).reshape(corrected.shape)
+            if np.array_equal(original, corrected):
+                continue
+            m = masks[q.index]
+            one = g.add_const(np.array(1.0, np.float32), hint="one")
+            keep = g.add_node("Sub", [one, m], 1, name=f"{node.name}_bias_keep").outputs[0]
+            g.set_value(keep, (), np.float32)
+            parts = []
+            for value, weight, tag in ((original, keep, "float"), (corrected, m, "corrected")):
+                const = g.add_const(value.astype(np.float32), hint=f"{node.name}_bias_{tag}")
+                t = g.add_node("Mul", [const, weight], 1, name=f"{node.name}_bias_{tag}").outputs[0]
+                g.set_value(t, corrected.shape, np.float32)
+                parts.append(t)
+            switched = g.add_node("Add", parts, 1, name=f"{node.name}_bias_switch").outputs[0]
+            g.set_value(switched, corrected.shape, np.float32)
+            out[switched] = node.inputs[2]
+            node.inputs = [*node.inputs[:2], switched, *node.inputs[3:]]
+        return out
 
     def _debug_nodes(self, float_graph: Graph) -> list[DebugNode]:
         by_owner: dict[str, list[Quantizer]] = {}
@@ -146,7 +182,7 @@ class MaskedModel:
         """
         g = self.graph.copy()
         by_name = {n.name: n for n in g.nodes}
-        fq_of = {q.quant_name: q.fq_name for q in self.quantizers}
+        fq_of = {q.quant_name: q.fq_name for q in self.quantizers} | self._corrected_bias
         quantizer_of = {n.inputs[0]: n for n in g.nodes if n.op_type == CALIBRATION_OP}
         pairs: dict[str, tuple[str, str]] = {}
         for dn in self.nodes:
