@@ -77,6 +77,13 @@ def _flat_region_error(tmp_path, bias_correction: bool | None) -> float:
         "calibration_parameters": cal,
     }, base_dir=tmp_path)
     r = run_calibration(cfg)
+    if bias_correction is not False:        # what it did is reported (quant_info.json options, the log line)
+        from hbtool.quant.calibrate import option_lines
+
+        assert r.options["bias_correction"] == {"applied": ["dw"], "grouped": ["dw"]}
+        assert any(line.startswith("bias_correction: 1 layer") for line in option_lines(r))
+    else:
+        assert "bias_correction" not in r.options
     flat = np.broadcast_to(BACKGROUND.reshape(1, 4, 1, 1), (1, 4, 16, 16)).astype(np.float32).copy()
     got = run_ort(to_onnx(r.quantized), {"x": flat})[0]
     want = run_ort(str(path), {"x": flat})[0]

@@ -311,6 +311,8 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
         for name, value in learned.items():
             qsrc.values[name].data = value
     if bias_delta:   # into the bias constants, so calibrated model, quantized model and compile agree (fold_bias_delta)
+        grouped = sorted(n for n in bias_delta if (graph.node(n) is not None and int(graph.node(n).attr("group", 1) or 1) > 1))
+        options["bias_correction"] = {"applied": sorted(bias_delta), "grouped": grouped}
         qsrc, bias_delta = fold_bias_delta(qsrc, bias_delta)
 
     def quantized(plan: QuantPlan) -> tuple[Graph, Graph]:
@@ -444,6 +446,10 @@ def option_lines(result: CalibrationResult) -> list[str]:
     if "smooth_quant" in o:
         n, k = len(o["smooth_quant"]["applied"]), len(o["smooth_quant"]["skipped"])
         lines.append(f"smooth_quant: {n} site(s) smoothed, {k} not (reasons in quant_info.json)")
+    if "bias_correction" in o:
+        n, k = len(o["bias_correction"]["applied"]), len(o["bias_correction"]["grouped"])
+        lines.append(f"bias_correction: {n} layer bias(es) corrected for the mean shift of weight rounding ({k} grouped or "
+                     "depthwise; names in quant_info.json); bias_correction: false turns it off")
     if "int4" in o:
         lines.append(f"int4: {len(o['int4']['applied'])} tensor-unit node(s) on the 4-bit path, {len(o['int4']['kept_int8'])} kept int8")
         lines += [f"int4: {n} stays int8: {why}" for n, why in o["int4"]["kept_int8"].items()]
