@@ -30,18 +30,19 @@ def transcription_agreement(quantized: dict, float_: dict) -> float:
 
 
 def _db_f1(quantized: dict, float_: dict, model: str) -> float:
-    """F1 of a DB text detector's regions (the package's own post-processing, ``zoo/metrics.py``)
-    matched to the float model's (IoU >= 0.5), over all samples; 1 when neither finds anything."""
+    """F1 of a DB text detector's regions (decoded as the corpus runner decodes ``model``'s, the
+    package's own post-processing) matched to the float model's (IoU >= 0.5), over all samples."""
     import sys
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parent / "zoo"))
     import metrics
+    import run as zoo_run
+    from corpus import BY_NAME
 
-    name = next(iter(float_))
-    post = metrics.db_postprocess(model)
-    q = [metrics.db_boxes(m, post) for m in np.asarray(quantized[name])]
-    f = [metrics.db_boxes(m, post) for m in np.asarray(float_[name])]
+    spec, name = BY_NAME[model], next(iter(float_))
+    q = zoo_run.detections(spec, {name: list(np.asarray(quantized[name]))})
+    f = zoo_run.detections(spec, {name: list(np.asarray(float_[name]))})
     return metrics.f1_of_counts(metrics.match_counts(q, f))
 
 

@@ -62,10 +62,9 @@ GROUP_REMEDIES = [("group_bias_correction", {"Weight": "bias_correction"}), ("gr
 
 def bias_corrected_everywhere(cfg) -> bool:
     """Bias correction already on for every layer (the default): a per-node ``Weight: bias_correction`` changes nothing."""
-    from hbtool.config.optimization import switches
+    from hbtool.quant.node_weights import bias_correction_everywhere
 
-    cal = cfg.calibration
-    return bool(cal.bias_correction or switches(cal.optimization).bias_correction)
+    return bias_correction_everywhere(cfg.calibration)
 
 
 @dataclass
@@ -178,11 +177,12 @@ def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: f
             return abs(a.metric - b.metric) <= MIN_GAIN and a.cosine > b.cosine + max(MIN_GAIN, RELATIVE_GAIN * (target_cosine - b.cosine))
         return a.cosine > b.cosine + max(MIN_GAIN, RELATIVE_GAIN * (target_cosine - b.cosine))
 
+    corrected = bias_corrected_everywhere(session.cfg)
     groups = weight_groups(weight_ranking or []) if hook else []
     tick, total = 0, 0
     if groups:
         # the group phase (module docstring, 2.): the best (remedy, k) over all tries, if it is a fix
-        group_remedies = [r for r in GROUP_REMEDIES if not (r[1].get("Weight") == "bias_correction" and bias_corrected_everywhere(session.cfg))]
+        group_remedies = [r for r in GROUP_REMEDIES if not (corrected and r[1]["Weight"] == "bias_correction")]
         total = len(groups) * len(group_remedies)
         best_g: tuple[str, list[str], Measured] | None = None
         for name, entry in group_remedies:
@@ -218,7 +218,6 @@ def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: f
             cur = best_g[2]
             res.changed += [n for n in best_g[1] if n not in res.changed]
     four_bit = set(((session.base.options or {}).get("int4") or {}).get("applied") or {})
-    corrected = bias_corrected_everywhere(session.cfg)
     pool = [(s.name, remedies_for(s, four_bit, corrected)) for s in ranking if max(s.order) > 0][: candidates or max(5, len(ranking) // 4)]
     pool += weight_pool(weight_ranking or [], {name for name, _ in pool}, weight_candidates)
     total, tick = len(pool) * 2, 0

@@ -30,7 +30,7 @@ from hbtool.quant.collect import collect_stats, float_session
 from hbtool.quant.data import CalibrationSet, load_calibration_data
 from hbtool.quant.fqvit import apply_ptf, apply_softmax_log2, log2_decode, ptf_tensors
 from hbtool.quant.masks import clamp_masks
-from hbtool.quant.node_weights import adaround_subset, clip_node_weights, mean_inputs, nodes_asking
+from hbtool.quant.node_weights import adaround_subset, bias_correction_everywhere, clip_node_weights, mean_inputs, nodes_asking
 from hbtool.quant.metrics import RunningErrors
 from hbtool.quant.observers import TensorStats
 from hbtool.quant.plan import INT8_MIN_SQNR_DB, QuantPlan, bpu_activation_tensors, build_plan
@@ -248,7 +248,7 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     switches = optimization_switches(cal.optimization)
     # bias correction everywhere (the key or Horizon's optimization switch), or on node_info's nodes only
     # (not for a loaded model: its biases are its own, and an hbtool calibrated model already carries its correction)
-    everywhere = bool(cal.bias_correction or switches.bias_correction) and loaded is None
+    everywhere = bias_correction_everywhere(cal) and loaded is None
     bias_nodes = nodes_asking(node_info, "bias_correction") if loaded is None else set()
     mean_axes: dict[str, int] = mean_inputs(graph, None if everywhere else bias_nodes) if (everywhere or bias_nodes) else {}
     root_stats = _cached_stats(stats_cache, graph, observed, data, tick, mean_axes, ptf_axes, cal.batch_size)
@@ -292,11 +292,12 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
             choice[t] = max(CANDIDATES, key=lambda m: sqnr_db(st, threshold(st, m, 127, cal.max_percentile), 127))
         return choice
 
-    bias_delta = bias_corrections(graph, weights, {t: root_stats[t].channel_mean for t in mean_axes}) if mean_axes else None
-    if bias_delta and not everywhere:  # node_info Weight: bias_correction on some nodes only
-        bias_delta = {k: v for k, v in bias_delta.items() if k in bias_nodes}
     if loaded is not None:   # an older hbtool calibrated model kept its correction beside the graph
         bias_delta = loaded_bias_delta(graph) or None
+    else:
+        bias_delta = bias_corrections(graph, weights, {t: root_stats[t].channel_mean for t in mean_axes}) if mean_axes else None
+        if bias_delta and not everywhere:  # node_info Weight: bias_correction on some nodes only
+            bias_delta = {k: v for k, v in bias_delta.items() if k in bias_nodes}
     # the graph that gets quantized: the float graph, with learned-rounding weights when asked for;
     # ``graph`` itself stays the float reference
     qsrc = graph
@@ -311,7 +312,7 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
         for name, value in learned.items():
             qsrc.values[name].data = value
     if bias_delta:   # into the bias constants, so calibrated model, quantized model and compile agree (fold_bias_delta)
-        grouped = sorted(n for n in bias_delta if (graph.node(n) is not None and int(graph.node(n).attr("group", 1) or 1) > 1))
+        grouped = sorted(n for n in bias_delta if (node := graph.node(n)) is not None and int(node.attr("group", 1) or 1) > 1)
         options["bias_correction"] = {"applied": sorted(bias_delta), "grouped": grouped}
         qsrc, bias_delta = fold_bias_delta(qsrc, bias_delta)
 

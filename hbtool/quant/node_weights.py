@@ -17,6 +17,14 @@ from hbtool.ir.graph import Graph
 from hbtool.quant.weights import input_channel_axis, weight_input_and_axis, weight_scales
 
 
+def bias_correction_everywhere(cal: Any) -> bool:
+    """Bias correction on for every layer: ``calibration_parameters.bias_correction`` (the default) or
+    Horizon's ``optimization: bias_correction`` switch."""
+    from hbtool.config.optimization import switches
+
+    return bool(cal.bias_correction or switches(cal.optimization).bias_correction)
+
+
 def nodes_asking(node_info: Mapping[str, Mapping[str, Any]] | None, remedy: str) -> set[str]:
     """Names of the nodes whose node_info entry has ``Weight: remedy``."""
     return {name for name, entry in (node_info or {}).items() if (entry or {}).get("Weight") == remedy}

@@ -163,7 +163,7 @@ def bias_corrections(graph: Graph, weights: dict[str, tuple[np.ndarray, int]], m
 
 
 def fold_bias_delta(graph: Graph, deltas: dict[str, np.ndarray]) -> tuple[Graph, dict[str, np.ndarray]]:
-    """``graph`` (a copy, when anything folds) with each Conv/Gemm's bias correction added to its
+    """A copy of ``graph`` with each Conv/Gemm's bias correction added to its
     float bias, and the deltas left over.
 
     Folding the correction into the bias constant makes every model built from that graph (the
@@ -175,24 +175,19 @@ def fold_bias_delta(graph: Graph, deltas: dict[str, np.ndarray]) -> tuple[Graph,
     adds.
     """
     left: dict[str, np.ndarray] = {}
-    out = None
+    out = graph.copy()     # constant arrays are shared: cheap
     for name, delta in deltas.items():
-        g = out or graph
-        node = g.node(name)
+        node = out.node(name)
         delta = np.asarray(delta, np.float64).reshape(-1)
         if node is None or node.op_type not in ("Conv", "Gemm", "Linear") or node.attr("beta", 1.0) != 1.0:
             left[name] = delta
             continue
         bias_name = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
         if (bias_name is None and node.op_type != "Conv") or bias_name is not None and (
-                not g.is_const(bias_name) or g.const(bias_name).size != delta.size):
+                not out.is_const(bias_name) or out.const(bias_name).size != delta.size):
             left[name] = delta
             continue
-        if out is None:
-            out = graph.copy()
-            node = out.node(name)
         old = np.zeros(delta.size, np.float32) if bias_name is None else np.asarray(out.const(bias_name), np.float32)
         new = (old.astype(np.float64).reshape(-1) + delta).astype(np.float32).reshape(old.shape)
-        fresh = out.add_const(new, hint=f"{name}_corrected_bias")
-        node.inputs = [*node.inputs[:2], fresh] if len(node.inputs) >= 2 else node.inputs
-    return (out or graph), left
+        node.inputs = [*node.inputs[:2], out.add_const(new, hint=f"{name}_corrected_bias")]
+    return out, left
