@@ -7,6 +7,9 @@ Prints PTQ and final cosine / metric, nodes changed, estimated FPS before/after 
 
     PYTHONPATH=. python benchmarks/debug_auto.py --models ppocrv5_rec ddddocr_crnn_rec --out /tmp/debug_bench
     PYTHONPATH=. python benchmarks/debug_auto.py --models hf_swin_t --no-auto --samples 32   # the 5-minute bar
+    PYTHONPATH=. python benchmarks/debug_auto.py --models ppocrv5_rec --set calibration_parameters.bias_correction=false \
+        --time-limit 20m --check-samples 100                                                   # the recogniser bar
+    PYTHONPATH=. python benchmarks/debug_auto.py --models ppocrv4_seal_det --metric debug_metrics:seal_detection_f1
 """
 
 from __future__ import annotations
@@ -64,7 +67,7 @@ def main() -> None:
     from run import _config  # noqa: E402
 
     from hbtool.config import load_config
-    from hbtool.debug.run import run_debug, write_debug
+    from hbtool.debug.run import parse_time_limit, run_debug, write_debug
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", nargs="+", required=True)
@@ -77,6 +80,10 @@ def main() -> None:
     ap.add_argument("--weight-candidates", type=int, default=None, help="single nodes of the weight ranking tried after the groups")
     ap.add_argument("--no-auto", action="store_true")
     ap.add_argument("--max-fps-loss", type=float, default=0.10)
+    ap.add_argument("--metric", default=None, help="debug_parameters.metric (default: transcription agreement for recognisers, else cosine)")
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                    help="a config key, e.g. calibration_parameters.bias_correction=false (repeatable)")
+    ap.add_argument("--time-limit", default="30m", help="--auto's time limit (hbtool debug --time-limit)")
     ap.add_argument("--check-samples", type=int, default=0,
                     help="a second held-out set (offset 200): PTQ and the --auto result measured on lines the greedy never saw")
     args = ap.parse_args()
@@ -105,7 +112,14 @@ def main() -> None:
             done.touch()
         cfg = _config(spec, case, dirs["cal"], "default", args.cal_samples)
         recogniser = spec.metric == "ctc"
-        cfg["debug_parameters"] = {"metric": "debug_metrics:transcription_agreement" if recogniser else "cosine",
+        for item in args.set:
+            path_, sep, value = item.partition("=")
+            section, dot, key = path_.partition(".")
+            if not sep or not dot:
+                raise SystemExit(f"--set {item!r}: write section.key=value")
+            cfg.setdefault(section, {})[key] = yaml.safe_load(value)
+        metric = args.metric or ("debug_metrics:transcription_agreement" if recogniser else "cosine")
+        cfg["debug_parameters"] = {"metric": metric,
                                    "data_dir": str(dirs["debug"][0] if len(dirs["debug"]) == 1 else dirs["debug"][0].parent)}
         path = case / "config.yaml"
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -113,7 +127,8 @@ def main() -> None:
         t1, c1 = time.perf_counter(), time.process_time()
         r = run_debug(load_config(path), auto=not args.no_auto, samples=args.samples, max_fps_loss=args.max_fps_loss,
                       sensitivity_samples=args.sensitivity_samples, candidates=args.candidates, weight_samples=args.weight_samples,
-                      weight_candidates=args.weight_candidates, progress=_printer())
+                      weight_candidates=args.weight_candidates, progress=_printer(),
+                      time_limit=parse_time_limit(args.time_limit))
         write_debug(r, case / "debug")
         row = {"model": spec.name, "quantized_nodes": len(r.model.nodes), "seconds": r.seconds, "data_seconds": t1 - t0,
                # CPU seconds of the process (all threads): on a shared machine, wall time / load is no measure
@@ -123,6 +138,7 @@ def main() -> None:
             a = r.auto
             row.update(ptq_metric=a.steps[0].metric, final_metric=a.final.metric, final_cosine=a.final.cosine,
                        base_fps=a.base_fps, final_fps=a.final.fps, changed=a.changed, node_info=a.node_info, reached=a.reached,
+                       tries=a.tries, stopped=a.stopped,
                        weight_top=[(g.name, round(g.metric_gain, 4), round(g.cosine_gain, 5)) for g in r.weight_ranking[:8]])
             if args.check_samples:
                 row.update(check_on_unseen(r, dirs["check"], args.check_samples))

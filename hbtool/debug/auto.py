@@ -15,9 +15,16 @@ For the nodes of the sensitivity ranking, in rank order, the remedies the rankin
    so no single layer's fix moves the metric while the top 20 together recover most of it;
    learned rounding of a group is sequential (each layer on the inputs of the already-rounded
    layers before it), and MSE clipping of a group is the cheaper alternative. Greedy over the
-   group size (5, 10, 20, all), each judged by the metric; no FPS cost;
+   group size (5, 10, 20, all), each judged by the metric; no FPS cost. Only when the weights
+   carry the loss: every weight float must recover a quarter of it (``weight_share``), else the
+   group phase is skipped (a model whose loss is in its int8 activations gains nothing from it);
 3. after a pass over every candidate, CPU placement (``ON: CPU``) as the last resort: exact,
    but it splits the BPU program and runs the node in float on the CPU.
+
+The search is bounded: with a ``deadline`` (``hbtool debug --time-limit``, 30 minutes by default)
+no new try starts after it; the best found so far is the result, and the report says where it
+stopped. Each phase is ordered so that a stop loses least: the groups' remedies from the cheapest
+to compute (bias correction, MSE clipping, then learned rounding), the nodes in rank order.
 
 Every try is a real calibration with that ``node_info`` (the statistics reused, so exactly what
 plain ``hbtool calibrate`` gives with the fragment), measured on its quantized model: cosine of
@@ -32,6 +39,7 @@ from __future__ import annotations
 import copy
 import logging
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -56,8 +64,12 @@ WEIGHT_CANDIDATES = 3
 STRUCTURAL = {"int8", "int16_output", "int16_input_output", "cpu"}
 #: group sizes of the weight-only ranking's top nodes tried together (``None``: every weighted node)
 GROUP_SIZES: tuple[int | None, ...] = (5, 10, 20, None)
-GROUP_REMEDIES = [("group_bias_correction", {"Weight": "bias_correction"}), ("group_adaround", {"Weight": "adaround"}),
-                  ("group_mse", {"Weight": "mse"})]
+#: the group phase runs only when every weight float recovers at least this share of the loss (the
+#: per-node rule of :func:`remedies_for`, for the model as a whole): else no weight group can fix it
+GROUP_MIN_WEIGHT_SHARE = 0.25
+#: cheapest to compute first: a correction from the cached channel means, a search per layer, then learned rounding
+GROUP_REMEDIES = [("group_bias_correction", {"Weight": "bias_correction"}), ("group_mse", {"Weight": "mse"}),
+                  ("group_adaround", {"Weight": "adaround"})]
 
 
 def bias_corrected_everywhere(cfg) -> bool:
@@ -88,6 +100,9 @@ class AutoResult:
     changed: list[str] = field(default_factory=list)
     quantized_nodes: int = 0
     reached: bool = False
+    tries: int = 0
+    stopped: str = ""      # why the search ended before its last try (the time limit), else empty
+    notes: list[str] = field(default_factory=list)   # phases skipped, and why
 
 
 def merge(node_info: dict[str, dict[str, Any]], node: str, entry: dict[str, str]) -> dict[str, dict[str, Any]]:
@@ -155,8 +170,12 @@ def remedies_for(s: Sensitivity, four_bit: set[str] | frozenset[str] = frozenset
 def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: float, max_fps_loss: float,
              ideal_metric: float, candidates: int | None = None,
              progress: Callable[[str, int, int], None] | None = None,
-             weight_ranking: list[WeightGain] | None = None, weight_candidates: int = WEIGHT_CANDIDATES) -> AutoResult:
-    """Greedy remedies (see the module docstring); ``max_fps_loss`` is a fraction (0.1 = 10 %)."""
+             weight_ranking: list[WeightGain] | None = None, weight_candidates: int = WEIGHT_CANDIDATES,
+             deadline: float | None = None, weight_share: float | None = None) -> AutoResult:
+    """Greedy remedies (see the module docstring); ``max_fps_loss`` is a fraction (0.1 = 10 %);
+    ``deadline``: a :func:`time.monotonic` value after which no new try starts; ``weight_share``:
+    the weights' share of the loss (:func:`hbtool.debug.sensitivity.weight_share`): below
+    :data:`GROUP_MIN_WEIGHT_SHARE` the group phase (weight remedies only) is skipped."""
     base_info = copy.deepcopy(session.cfg.model.node_info or {})
     cur = session.measure(session.base, base_info)
     cur.fps = estimate_fps(session, cur)
@@ -167,6 +186,15 @@ def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: f
 
     def done(m: Measured) -> bool:
         return m.cosine >= target_cosine and (not hook or m.metric >= ideal_metric - 1e-12)
+
+    def out_of_time() -> bool:
+        """No new try after the deadline; the first time, say where the search stopped."""
+        if deadline is None or time.monotonic() < deadline:
+            return False
+        if not res.stopped:
+            res.stopped = f"time limit reached after {res.tries} tries; the best found so far is kept"
+            log.warning("debug --auto: %s", res.stopped)
+        return True
 
     def better(a: Measured, b: Measured) -> bool:
         """``a`` improves on ``b`` by a step worth a node: 10 % of what is left to gain, at least MIN_GAIN."""
@@ -179,6 +207,11 @@ def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: f
 
     corrected = bias_corrected_everywhere(session.cfg)
     groups = weight_groups(weight_ranking or []) if hook else []
+    if groups and weight_share is not None and weight_share < GROUP_MIN_WEIGHT_SHARE:
+        res.notes.append(f"group weight remedies skipped: every weight float recovers {weight_share:.0%} of the loss "
+                         f"(under {GROUP_MIN_WEIGHT_SHARE:.0%}), so the loss is in the activations")
+        log.info("auto: %s", res.notes[-1])
+        groups = []
     tick, total = 0, 0
     if groups:
         # the group phase (module docstring, 2.): the best (remedy, k) over all tries, if it is a fix
@@ -190,6 +223,9 @@ def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: f
                 tick += 1
                 if progress:
                     progress("auto groups", tick, total)
+                if out_of_time():
+                    break
+                res.tries += 1
                 info = copy.deepcopy(cur.node_info)
                 for n in names:
                     if (info.get(n) or {}).get("ON") != "CPU":
@@ -207,7 +243,7 @@ def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: f
                     best_g = (name, names, m)
                 if best_g is not None and done(best_g[2]):
                     break
-            if best_g is not None and done(best_g[2]):
+            if (best_g is not None and done(best_g[2])) or res.stopped:
                 break
         if best_g is not None:
             label = f"top {len(best_g[1])} of the weight ranking"
@@ -226,7 +262,7 @@ def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: f
             tick += 1
             if progress:
                 progress("auto", tick, total)
-            if done(cur):
+            if done(cur) or out_of_time():
                 break
             if phase == "cpu" and (cur.node_info.get(name_s) or {}).get("ON") == "CPU":
                 continue
@@ -234,6 +270,9 @@ def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: f
                 continue
             best: tuple[str, Measured] | None = None
             for name, entry in (cheap if phase == "cheap" else [CPU]):
+                if out_of_time():
+                    break
+                res.tries += 1
                 info = merge(cur.node_info, name_s, entry)
                 try:
                     m = session.measure(session.calibrate(info), info)
@@ -257,7 +296,7 @@ def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: f
                 cur = best[1]
                 if name_s not in res.changed:
                     res.changed.append(name_s)
-        if done(cur):
+        if done(cur) or res.stopped:
             break
     res.node_info = cur.node_info
     res.final = cur

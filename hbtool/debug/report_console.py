@@ -52,4 +52,9 @@ def print_debug(data: dict, console: Console | None = None, top: int = 10) -> No
             cos = "-" if st["cosine"] is None else f"{st['cosine']:.5f}"
             met = "-" if st["metric"] is None else f"{st['metric']:.5g}"
             t.add_row(st["remedy"], st["node"] or "", cos, met, "-" if st["fps"] is None else f"{st['fps']:.1f}", "yes" if st["kept"] else "", st["note"])
+        notes = list(a.get("notes") or [])
+        if a.get("stopped"):
+            notes.append(f"stopped early: {a['stopped']} (raise --time-limit to search further)")
+        if notes:
+            t.caption = "; ".join(notes)
         console.print(t)

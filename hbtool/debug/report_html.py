@@ -152,7 +152,9 @@ def write_report(r, data: dict[str, Any], out_dir: Path) -> dict[Path, bytes]:
     if data.get("auto"):
         a = data["auto"]
         parts.append(f"<h2>--auto steps</h2><p>{len(a['changed'])} of {a['quantized_nodes']} quantized nodes changed; "
-                     f"FPS {a['base_fps']} -> {a['final_fps']}; target {'reached' if a['reached'] else 'not reached'}.</p>")
+                     f"FPS {a['base_fps']} -> {a['final_fps']}; target {'reached' if a['reached'] else 'not reached'}"
+                     f"{'; stopped early: ' + html.escape(a['stopped']) if a.get('stopped') else ''}"
+                     f"{''.join('; ' + html.escape(n) for n in a.get('notes') or [])}.</p>")
         parts.append(_table([[st["remedy"], st["node"] or "", st["cosine"], st["metric"], st["fps"], "kept" if st["kept"] else "", st["note"]] for st in a["steps"]],
                             ["remedy", "node", "worst output cosine (higher is better)", f"{data['metric']} (higher is better)", "estimated FPS (higher is better)", "", "note"]))
     style = "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px}img{max-width:100%}"

@@ -24,7 +24,7 @@ from hbtool.debug.auto import WEIGHT_CANDIDATES, AutoResult, run_auto
 from hbtool.debug.masked import MaskedModel
 from hbtool.debug.metrics import DIRECTION
 from hbtool.debug.metrics_hook import resolve_metric
-from hbtool.debug.sensitivity import Sensitivity, WeightGain, rank, rank_weights
+from hbtool.debug.sensitivity import Sensitivity, WeightGain, rank, rank_weights, weight_share
 from hbtool.debug.session import DebugSession, open_session
 from hbtool.errors import InputError
 
@@ -53,6 +53,7 @@ class DebugResult:
     observer: RangeObserver
     auto: AutoResult | None = None
     weight_ranking: list[WeightGain] = field(default_factory=list)
+    weight_share: float | None = None      # the weights' share of the loss (task metric, --auto): see weight_share
     seconds: dict[str, float] = field(default_factory=dict)
     files: list[Path] = field(default_factory=list)
     data: dict[str, Any] | None = None     # what debug.json holds, once written
@@ -70,17 +71,36 @@ def parse_fps_loss(text: str | float) -> float:
     return v
 
 
+def parse_time_limit(text: str | float | None) -> float | None:
+    """``30m``, ``90s``, ``1.5h`` or plain seconds -> seconds; ``0`` or ``none`` -> no limit (None)."""
+    s = str(text).strip().lower() if text is not None else "none"
+    if s in ("0", "none", "off", "inf"):
+        return None
+    unit = {"s": 1.0, "m": 60.0, "h": 3600.0}.get(s[-1:], None)
+    try:
+        v = float(s[:-1]) * unit if unit else float(s)
+    except ValueError:
+        raise InputError(f"--time-limit {text}: not a duration", "write it like 30m, 90s or 1h (0 for no limit)") from None
+    if v <= 0:
+        raise InputError(f"--time-limit {text}: must be positive", "write it like 30m, 90s or 1h (0 for no limit)")
+    return v
+
+
 def run_debug(cfg: HbConfig, auto: bool = False, target_cosine: float = 0.99, max_fps_loss: float = 0.10,
               samples: int | None = None, progress: Progress | None = None, sensitivity_samples: int | None = None,
               candidates: int | None = None, weight_samples: int | None = None, weight_candidates: int | None = None,
-              sensitivity_budget: float | None = None) -> DebugResult:
-    """Analyse (and with ``auto`` fix) the config's quantized model; writes nothing (see :func:`write_debug`)."""
+              sensitivity_budget: float | None = None, time_limit: float | None = None) -> DebugResult:
+    """Analyse (and with ``auto`` fix) the config's quantized model; writes nothing (see :func:`write_debug`).
+
+    ``time_limit`` (seconds, from the start of the run): ``--auto`` starts no new try after it and
+    keeps the best found so far (the analysis before it is bounded by its own MAC budget)."""
     if not 0 < target_cosine <= 1:
         raise InputError(f"--target-cosine {target_cosine}: must be in (0, 1]", "write it like 0.99")
     base_dir = cfg.source.parent if cfg.source is not None else cfg.base_dir
     metric = resolve_metric(cfg.debug.metric, base_dir)
     n = int(samples or cfg.debug.num_samples)
     t = {"start": time.perf_counter()}
+    deadline = time.monotonic() + time_limit if time_limit else None
     session = open_session(cfg, metric, n, progress)
     t["calibrate"] = time.perf_counter()
     model = MaskedModel(session.base.calibrated, session.base.graph)
@@ -110,12 +130,14 @@ def run_debug(cfg: HbConfig, auto: bool = False, target_cosine: float = 0.99, ma
         kw = max(k, min(weight_samples or WEIGHT_SAMPLES, len(session.samples)))
         w_float = {o: v[: kw * (v.shape[0] // max(len(session.samples), 1))] for o, v in session.float_outputs.items()}
         result.weight_ranking = rank_weights(model, session.samples[:kw], session.output_names, w_float, metric, progress)
+        result.weight_share = weight_share(model, session.samples[:kw], session.output_names, w_float, metric)
         t["weight_sensitivity"] = time.perf_counter()
     if auto:
         ideal = metric.value(session.float_outputs, session.float_outputs)
         result.auto = run_auto(session, ranking, target_cosine, max_fps_loss, ideal, candidates, progress=progress,
                                weight_ranking=result.weight_ranking,
-                               weight_candidates=WEIGHT_CANDIDATES if weight_candidates is None else weight_candidates)
+                               weight_candidates=WEIGHT_CANDIDATES if weight_candidates is None else weight_candidates,
+                               deadline=deadline, weight_share=result.weight_share)
         t["auto"] = time.perf_counter()
     keys = list(t)
     result.seconds = {b: t[b] - t[a] for a, b in zip(keys, keys[1:])}
@@ -172,12 +194,14 @@ def to_json(r: DebugResult) -> dict[str, Any]:
         "range_flags": [asdict(f) for f in r.flags],
         "sensitivity": [{**asdict(x), "sensitivity": x.sensitivity, "kind": x.kind()} for x in r.ranking],
         "weight_sensitivity": [asdict(g) for g in r.weight_ranking],
+        "weight_share": r.weight_share,
     }
     if r.auto is not None:
         a = r.auto
         out["auto"] = {"steps": [asdict(st) for st in a.steps], "node_info": fragment(a.node_info)["model_parameters"]["node_info"],
                        "changed": a.changed, "quantized_nodes": a.quantized_nodes, "base_fps": a.base_fps,
                        "final_fps": a.final.fps if a.final else None, "reached": a.reached,
+                       "tries": a.tries, "stopped": a.stopped, "notes": a.notes,
                        "final_outputs": a.final.outputs if a.final else None, "final_metric": a.final.metric if a.final else None}
     return out
 

@@ -104,6 +104,19 @@ class WeightGain:
         return (self.metric_gain, self.cosine_gain)
 
 
+def weight_share(model: MaskedModel, samples, outputs: list[str], float_out: dict[str, np.ndarray], metric: Metric) -> float:
+    """How much of the quantized model's loss its weights carry: ``(every weight float - all quantized)
+    / (float - all quantized)``, the larger of the share in the metric and in the worst output's
+    cosine, on ``samples`` (a coarse task metric may not move where the weights' rounding
+    interacts with the activations'; the cosine does). Near 0 the loss is in the activations and no
+    weight remedy can fix it."""
+    ideal = evaluate(model, samples, model.mask(on=[]), outputs, float_out, metric)
+    full = evaluate(model, samples, model.mask(off=[]), outputs, float_out, metric)
+    weights = evaluate(model, samples, model.mask(off=[w for n in model.nodes for w in n.weights]), outputs, float_out, metric)
+    shares = [(weights[c] - full[c]) / (ideal[c] - full[c]) for c in (0, 1) if ideal[c] - full[c] > 1e-12]
+    return float(max(shares)) if shares else 0.0
+
+
 def rank_weights(model: MaskedModel, samples, outputs: list[str], float_out: dict[str, np.ndarray], metric: Metric,
                  progress: Callable[[str, int, int], None] | None = None) -> list[WeightGain]:
     """The weight remedies' own ranking: one evaluation per weighted node, most helpful first.

@@ -59,8 +59,9 @@ class DebugSession:
         return cfg
 
     def calibrate(self, node_info: dict[str, dict[str, Any]]) -> CalibrationResult:
-        """What ``hbtool calibrate`` gives with this node_info (statistics reused: same numbers)."""
-        return run_calibration(self.config_with(node_info), stats_cache=self.stats_cache)
+        """What ``hbtool calibrate`` gives with this node_info (statistics reused: same numbers; its own
+        evaluation skipped: :meth:`measure` does the debugger's)."""
+        return run_calibration(self.config_with(node_info), stats_cache=self.stats_cache, evaluate=False)
 
     def measure(self, result: CalibrationResult, node_info: dict[str, dict[str, Any]]) -> Measured:
         from hbtool.quant.calibrate import runtime_feeds

@@ -190,13 +190,15 @@ def _mean_cosine(errs: dict[str, dict[str, float]]) -> float:
 
 
 def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | None = None,
-                    stats_cache: dict[str, Any] | None = None) -> CalibrationResult:
+                    stats_cache: dict[str, Any] | None = None, evaluate: bool = True) -> CalibrationResult:
     """Quantize the model of ``cfg``; returns the plan and its measured errors (writes nothing).
 
     ``stats_cache`` (a dict the caller keeps between calls on the same model and data, as
     ``hbtool debug`` does for each node_info it tries) holds the statistics of the first call;
     a later call whose tensors are all in it skips the statistics pass and gets the very same
-    numbers.
+    numbers. ``evaluate=False`` skips the per-tensor evaluation of the quantized model (a third of
+    a call on a recogniser): the plan, models and method are the same, ``output_errors`` and
+    ``node_errors`` are empty. ``hbtool debug --auto`` measures every variant itself.
     """
     t0 = time.perf_counter()
     cal = cfg.calibration
@@ -364,9 +366,12 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     present = {o for n in program.nodes for o in n.outputs}
     node_tensors = [t for t in plan.tensors if t in present and t not in graph.outputs]
     node_scales = {t: log2_decode if plan.tensors[t].is_log2 else plan.tensors[t].channel_scales() for t in node_tensors}
-    out_err, node_err = evaluate_outputs(graph, qgraph, eval_batches, None, node_tensors, node_scales,
-                                         test_feeds=runtime_feeds(cfg, list(graph.inputs)))
-    if not candidates:
+    if evaluate:
+        out_err, node_err = evaluate_outputs(graph, qgraph, eval_batches, None, node_tensors, node_scales,
+                                             test_feeds=runtime_feeds(cfg, list(graph.inputs)))
+    else:
+        out_err, node_err = {}, {}
+    if not candidates and out_err:
         candidates = {method: _mean_cosine(out_err)}
     result = CalibrationResult(graph, plan, weights, method, candidates, node_err, out_err, num_samples=total)
     result.seconds = time.perf_counter() - t0
