@@ -18,6 +18,11 @@ For the nodes of the sensitivity ranking, in rank order, the remedies the rankin
    group size (5, 10, 20, all), each judged by the metric; no FPS cost. Only when the weights
    carry the loss: every weight float must recover a quarter of it (``weight_share``), else the
    group phase is skipped (a model whose loss is in its int8 activations gains nothing from it);
+2b. with a task metric, int16 on *groups* of outputs (``OutputType: int16``): the 5, 10, 20 and 40
+   outputs whose int8 quantization has the lowest expected SQNR (the statistic ``auto_int16``
+   promotes by), and every output under its threshold; each priced in FPS, the best within the
+   budget kept. A model calibrated with ``auto_int16: false`` loses its accuracy over many
+   activations at once, which one node at a time cannot see on a coarse metric;
 3. after a pass over every candidate, CPU placement (``ON: CPU``) as the last resort: exact,
    but it splits the BPU program and runs the node in float on the CPU.
 
@@ -64,6 +69,8 @@ WEIGHT_CANDIDATES = 3
 STRUCTURAL = {"int8", "int16_output", "int16_input_output", "cpu"}
 #: group sizes of the weight-only ranking's top nodes tried together (``None``: every weighted node)
 GROUP_SIZES: tuple[int | None, ...] = (5, 10, 20, None)
+#: group sizes of int16 outputs (the worst int8 SQNR first); every output under auto_int16's threshold is tried too
+INT16_GROUP_SIZES: tuple[int, ...] = (5, 10, 20, 40)
 #: the group phase runs only when every weight float recovers at least this share of the loss (the
 #: per-node rule of :func:`remedies_for`, for the model as a whole): else no weight group can fix it
 GROUP_MIN_WEIGHT_SHARE = 0.25
@@ -148,6 +155,38 @@ def weight_groups(gains: list[WeightGain], sizes: tuple[int | None, ...] = GROUP
         names = order[:k] if k else order
         if names and names not in out:
             out.append(names)
+    return out
+
+
+def int16_groups(session: DebugSession, ranking: list[Sensitivity], sizes: tuple[int, ...] = INT16_GROUP_SIZES) -> list[list[str]]:
+    """Nodes whose int8 output has the lowest expected SQNR (the statistic ``auto_int16`` promotes by),
+    worst first: the top k for each k of ``sizes``, and every node under the ``auto_int16``
+    threshold; distinct groups, smallest first. Nodes already int16, or whose output has no
+    statistics, are not candidates."""
+    from hbtool.quant.plan import INT8_MIN_SQNR_DB
+    from hbtool.quant.thresholds import sqnr_db
+
+    stats = (session.stats_cache or {}).get("stats", {})
+    plan = session.base.plan
+    scored = []
+    for s in ranking:
+        node = session.base.graph.node(s.name)
+        if node is None or not node.outputs:
+            continue
+        tq = plan.tensors.get(node.outputs[0])
+        if tq is None or tq.bits != 8 or tq.is_log2:
+            continue
+        members = plan.groups.get(tq.group, [node.outputs[0]])
+        values = [sqnr_db(stats[m], tq.threshold, 127) for m in members if m in stats]
+        if values:
+            scored.append((min(values), s.name))
+    scored.sort()
+    order = [name for _, name in scored]
+    under = sum(1 for v, _ in scored if v < INT8_MIN_SQNR_DB)
+    out: list[list[str]] = []
+    for k in sorted({k for k in sizes if k < len(order)} | ({under} if under else set())):
+        if order[:k] and order[:k] not in out:
+            out.append(order[:k])
     return out
 
 
@@ -253,6 +292,46 @@ def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: f
                     break
             cur = best_g[2]
             res.changed += [n for n in best_g[1] if n not in res.changed]
+    act_groups = int16_groups(session, ranking) if hook and not done(cur) else []
+    if act_groups:
+        # the activation groups (module docstring, 2b.): int16 on the k worst-SQNR outputs, priced in FPS
+        best_a: tuple[list[str], Measured] | None = None
+        for k, names in enumerate(act_groups):
+            if progress:
+                progress("auto int16 groups", k + 1, len(act_groups))
+            if out_of_time():
+                break
+            res.tries += 1
+            info = copy.deepcopy(cur.node_info)
+            for n in names:
+                if (info.get(n) or {}).get("ON") != "CPU":
+                    info = merge(info, n, INT16_OUT[1])
+            label = f"{len(names)} outputs of the lowest int8 SQNR"
+            try:
+                m = session.measure(session.calibrate(info), info)
+                m.fps = estimate_fps(session, m)
+            except Exception as exc:
+                res.steps.append(Step("group_int16_output", label, float("nan"), {}, float("nan"), None, False,
+                                      f"not applicable: {type(exc).__name__}: {str(exc)[:120]}"))
+                continue
+            ok = m.fps >= floor_fps
+            note = ", ".join(names) if ok else f"over the FPS budget ({m.fps:.1f} < {floor_fps:.1f}): " + ", ".join(names)
+            res.steps.append(Step("group_int16_output", label, m.cosine, {o: v["cosine"] for o, v in m.outputs.items()}, m.metric, m.fps, False, note))
+            log.info("auto: group_int16_output on %s: worst cosine %.5f, metric %.5g, FPS %.1f", label, m.cosine, m.metric, m.fps)
+            if ok and better(m, cur) and (best_a is None or better(m, best_a[1])):
+                best_a = (names, m)
+            if best_a is not None and done(best_a[1]):
+                break
+            if not ok:     # larger groups cost more: none of them fits the budget either
+                break
+        if best_a is not None:
+            label = f"{len(best_a[0])} outputs of the lowest int8 SQNR"
+            for st in reversed(res.steps):
+                if st.node == label and st.remedy == "group_int16_output":
+                    st.kept = True
+                    break
+            cur = best_a[1]
+            res.changed += [n for n in best_a[0] if n not in res.changed]
     four_bit = set(((session.base.options or {}).get("int4") or {}).get("applied") or {})
     pool = [(s.name, remedies_for(s, four_bit, corrected)) for s in ranking if max(s.order) > 0][: candidates or max(5, len(ranking) // 4)]
     pool += weight_pool(weight_ranking or [], {name for name, _ in pool}, weight_candidates)
