@@ -9,8 +9,8 @@ Metrics on held-out rendered lines (CTC greedy decode, benchmarks/zoo/metrics.py
 * agreement: exact transcription equality with the float model;
 * char accuracy: 1 - edit distance / length against the rendered text (the ground truth).
 
-Scored on the validation lines whose text no training line carries (``val_lines_scored``), with
-95% bootstrap intervals over those lines (for char accuracy, of the paired difference to float).
+The validation lines are the first ``--val`` indices from 50,000 whose text no training line
+carries, each text once (``unseen_ids``), with 95% bootstrap intervals over those lines (for char accuracy, of the paired difference to float).
 
     PYTHONPATH=. python benchmarks/qat_recogniser.py --model ppocrv6_tiny_rec --train 4096 --val 200 --steps 200
 
@@ -55,6 +55,34 @@ def render(spec, count: int, offset: int, path: Path) -> np.ndarray:
     path.parent.mkdir(parents=True, exist_ok=True)
     np.save(path, arr)
     return arr
+
+
+def render_ids(spec, ids: list[int], path: Path) -> np.ndarray:
+    """The lines of sample indices ``ids`` as one stacked uint8 .npy (cached with the ids beside it)."""
+    tag = path.with_suffix(".ids.json")
+    if path.exists() and tag.exists() and json.loads(tag.read_text()) == ids:
+        return np.load(path, mmap_mode="r")
+    arr = np.concatenate([zoo_data.image_sample(spec, i) for i in ids]).astype(np.uint8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.save(path, arr)
+    tag.write_text(json.dumps(ids))
+    return arr
+
+
+def unseen_ids(spec, count: int, seen: set[str], start: int) -> list[int]:
+    """The first ``count`` sample indices from ``start`` whose text no training line carries, each
+    text once: a held-out set of unseen text (the rendered lines are sentence prefixes, so many
+    indices repeat a training text)."""
+    ids, texts, k = [], set(), start
+    while len(ids) < count:
+        t = truth(spec, k)
+        if t not in seen and t not in texts:
+            ids.append(k)
+            texts.add(t)
+        k += 1
+        if k - start > 200 * count:
+            raise SystemExit(f"only {len(ids)} unseen texts in {200 * count} lines: use fewer --train lines")
+    return ids
 
 
 def charset(spec) -> list[str]:
@@ -137,7 +165,9 @@ def main() -> None:
     work = Path(args.work) / args.model
     t0 = time.perf_counter()
     train = render(spec, args.train, TRAIN_OFFSET, work / "train" / "lines.npy")
-    val = render(spec, args.val, VAL_OFFSET, work / "val.npy")
+    train_texts = {truth(spec, TRAIN_OFFSET + k) for k in range(args.train)}
+    val_ids = unseen_ids(spec, args.val, train_texts, VAL_OFFSET)
+    val = render_ids(spec, val_ids, work / "val.npy")
     render_s = time.perf_counter() - t0
     raw = _config(spec, work, [work / "train"], "default", 32)
     raw["qat_parameters"] = {"train_data_dir": str(work / "train"), "steps": args.time_steps or args.steps, "lr": args.lr,
@@ -149,15 +179,14 @@ def main() -> None:
     calibration = run_calibration(cfg)
     cal_s = time.perf_counter() - t1
     chars = charset(spec)
-    val_ids = [VAL_OFFSET + k for k in range(args.val)]
     row: dict = {"model": args.model, "train_lines": args.train, "val_lines": args.val, "batch": args.batch, "lr": args.lr,
                  "loss": args.loss, "temperature": args.temperature, "schedule": args.schedule, "train_scales": args.train_scales,
                  "threads": args.threads, "device": args.device, "render_s": round(render_s, 1), "calibrate_s": round(cal_s, 1),
                  "calibration": calibration.method}
     if not args.time_steps:
         gt = [truth(spec, i) for i in val_ids]
-        train_texts = {truth(spec, TRAIN_OFFSET + k) for k in range(args.train)}
-        row["val_texts_seen_in_training"] = sum(t in train_texts for t in gt)
+        row["val_texts_seen_in_training"] = sum(t in train_texts for t in gt)   # 0 by construction (unseen_ids)
+        row["val_index_span"] = [val_ids[0], val_ids[-1]]
         tag = f"{args.val}_{calibration.method}"
         ref = cached_transcripts(work / f"float_{tag}.json", lambda: transcripts(
             outputs(FloatGraphModule(calibration.graph).to_device(args.device), val, args.device), chars))
