@@ -87,7 +87,8 @@ def _no_spaces(texts: list[str]) -> list[str]:
     return [t.replace(" ", "") for t in texts]
 
 
-def score(spec: ModelSpec, deployed: dict[str, list], ref: dict[str, list], held: list[dict]) -> dict:
+def score(spec: ModelSpec, deployed: dict[str, list], ref: dict[str, list], held: list[dict],
+          offset: int = zoo_run.HELD_OUT_OFFSET) -> dict:
     """The task metric of float and deployed, the difference with its 95% interval, and the bar."""
     first = next(iter(ref))
     n = len(ref[first])
@@ -97,7 +98,7 @@ def score(spec: ModelSpec, deployed: dict[str, list], ref: dict[str, list], held
 
     if spec.metric == "ctc":
         chars = zoo_run._charset(spec)
-        gt = [truth(spec, zoo_run.HELD_OUT_OFFSET + i) for i in range(n)]
+        gt = [truth(spec, offset + i) for i in range(n)]
         flt = [metrics.ctc_greedy(o, chars) for o in ref[first]]
         dep = [metrics.ctc_greedy(o, chars) for o in deployed[first]]
         acc_f, acc_d = metrics.line_accuracy(flt, gt), metrics.line_accuracy(dep, gt)
@@ -121,7 +122,7 @@ def score(spec: ModelSpec, deployed: dict[str, list], ref: dict[str, list], held
         row.update(metric="top-1 = float", float_metric=1.0, metric_value=float(agree.mean()), difference=float(agree.mean() - 1),
                    difference_ci95=_interval([v - 1 for v in metrics.bootstrap_ci(agree)]), bar=f">= {TOP1_BAR}",
                    met=bool(agree.mean() >= TOP1_BAR))
-        labels = [orientation_label(spec, zoo_run.HELD_OUT_OFFSET + i) for i in range(n)]
+        labels = [orientation_label(spec, offset + i) for i in range(n)]
         if all(label is not None for label in labels):     # the images' true class is known: both models' accuracy
             row["float_accuracy"] = float(np.mean([int(np.argmax(r)) == t for r, t in zip(ref[first], labels)]))
             row["deployed_accuracy"] = float(np.mean([int(np.argmax(d)) == t for d, t in zip(deployed[first], labels)]))
@@ -192,7 +193,7 @@ def run_model(spec: ModelSpec, args: argparse.Namespace, progress, step) -> dict
 
     progress.update(step, description=f"{spec.name}: rendering", completed=0, total=None)
     cal = samples(spec, args.cal_samples, 0)
-    held = samples(spec, n_eval, zoo_run.HELD_OUT_OFFSET)
+    held = samples(spec, n_eval, args.held_out_offset)
     cfg = zoo_run.write_case(spec, case, cal, args.calibration_type)
     if args.set:
         row["config_overrides"] = apply_overrides(cfg, args.set)
@@ -219,7 +220,7 @@ def run_model(spec: ModelSpec, args: argparse.Namespace, progress, step) -> dict
     row["quantized_onnx_s_per_sample"] = round((time.perf_counter() - t0) / n_eval, 3)
     q_names = list(q)
     deployed = {n: [v.reshape(ref[n][i].shape) for i, v in enumerate(q[n if n in q else q_names[k]])] for k, n in enumerate(names)}
-    row.update(score(spec, deployed, ref, held))
+    row.update(score(spec, deployed, ref, held, args.held_out_offset))
 
     progress.update(step, description=f"{spec.name}: hbtool simulate x{args.check_samples}", completed=0, total=1)
     check = held[: args.check_samples]
@@ -284,6 +285,9 @@ def main() -> None:
     ap.add_argument("--eval-samples", type=int, default=None, help="default: 100, detectors 32")
     ap.add_argument("--check-samples", type=int, default=4, help="held-out samples hbtool simulate must match bit for bit")
     ap.add_argument("--calibration-type", default="default")
+    ap.add_argument("--held-out-offset", type=int, default=zoo_run.HELD_OUT_OFFSET,
+                    help="first held-out sample index (another offset scores a config chosen on the default held-out set, "
+                         "e.g. by hbtool debug, on samples it never saw)")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                     help="a config key for every model's run, e.g. calibration_parameters.bias_correction=false (repeatable)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per model for the hbtool stages")
