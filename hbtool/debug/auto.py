@@ -118,6 +118,23 @@ def merge(node_info: dict[str, dict[str, Any]], node: str, entry: dict[str, str]
     return out
 
 
+def with_group(node_info: dict[str, dict[str, Any]], names: list[str], entry: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """``node_info`` with ``entry`` merged into every node of ``names`` not already on the CPU."""
+    info = copy.deepcopy(node_info)
+    for n in names:
+        if (info.get(n) or {}).get("ON") != "CPU":
+            info = merge(info, n, entry)
+    return info
+
+
+def mark_kept(steps: list[Step], remedy: str, node: str | None) -> None:
+    """Mark the latest step of ``remedy`` on ``node`` as the kept one."""
+    for st in reversed(steps):
+        if st.node == node and st.remedy == remedy:
+            st.kept = True
+            return
+
+
 def estimate_fps(session: DebugSession, measured: Measured) -> float:
     """The perf model's FPS of the variant, compiled in memory from its calibrated model."""
     from hbtool.compiler.compile import compile_model
@@ -265,10 +282,7 @@ def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: f
                 if out_of_time():
                     break
                 res.tries += 1
-                info = copy.deepcopy(cur.node_info)
-                for n in names:
-                    if (info.get(n) or {}).get("ON") != "CPU":
-                        info = merge(info, n, entry)
+                info = with_group(cur.node_info, names, entry)
                 label = f"top {len(names)} of the weight ranking"
                 try:
                     m = session.measure(session.calibrate(info), info)
@@ -285,11 +299,7 @@ def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: f
             if (best_g is not None and done(best_g[2])) or res.stopped:
                 break
         if best_g is not None:
-            label = f"top {len(best_g[1])} of the weight ranking"
-            for st in reversed(res.steps):
-                if st.node == label and st.remedy == best_g[0]:
-                    st.kept = True
-                    break
+            mark_kept(res.steps, best_g[0], f"top {len(best_g[1])} of the weight ranking")
             cur = best_g[2]
             res.changed += [n for n in best_g[1] if n not in res.changed]
     act_groups = int16_groups(session, ranking) if hook and not done(cur) else []
@@ -302,10 +312,7 @@ def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: f
             if out_of_time():
                 break
             res.tries += 1
-            info = copy.deepcopy(cur.node_info)
-            for n in names:
-                if (info.get(n) or {}).get("ON") != "CPU":
-                    info = merge(info, n, INT16_OUT[1])
+            info = with_group(cur.node_info, names, INT16_OUT[1])
             label = f"{len(names)} outputs of the lowest int8 SQNR"
             try:
                 m = session.measure(session.calibrate(info), info)
@@ -325,11 +332,7 @@ def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: f
             if not ok:     # larger groups cost more: none of them fits the budget either
                 break
         if best_a is not None:
-            label = f"{len(best_a[0])} outputs of the lowest int8 SQNR"
-            for st in reversed(res.steps):
-                if st.node == label and st.remedy == "group_int16_output":
-                    st.kept = True
-                    break
+            mark_kept(res.steps, "group_int16_output", f"{len(best_a[0])} outputs of the lowest int8 SQNR")
             cur = best_a[1]
             res.changed += [n for n in best_a[0] if n not in res.changed]
     four_bit = set(((session.base.options or {}).get("int4") or {}).get("applied") or {})
@@ -368,10 +371,7 @@ def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: f
                 if best is not None and done(best[1]):
                     break
             if best is not None:
-                for st in reversed(res.steps):
-                    if st.node == name_s and st.remedy == best[0]:
-                        st.kept = True
-                        break
+                mark_kept(res.steps, best[0], name_s)
                 cur = best[1]
                 if name_s not in res.changed:
                     res.changed.append(name_s)
