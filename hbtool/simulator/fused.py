@@ -311,13 +311,16 @@ def _compile_pending() -> None:
     it takes the cores the run leaves idle rather than the run's."""
     while True:
         time.sleep(0.05)  # the requests of one pass over the program go to one process
+        # taken and launched under the lock: a run that exits between the two would otherwise lose
+        # the batch (its exit flush, which waits for the lock, finds nothing pending, and this
+        # daemon thread dies before it starts the process), and the next run would find nothing cached
         with _LOCK:
             batch = list(_PENDING)
             _PENDING.clear()
             if not batch:
                 _WORKER[0] = None
                 return
-        _launch(batch)
+            _launch(batch)
 
 
 def _flush_at_exit() -> None:
