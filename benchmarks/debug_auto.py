@@ -65,6 +65,7 @@ def main() -> None:
     from corpus import select  # noqa: E402
     from data import samples  # noqa: E402
     from run import _config  # noqa: E402
+    from trained import set_keys  # noqa: E402
 
     from hbtool.config import load_config
     from hbtool.debug.run import parse_time_limit, run_debug, write_debug
@@ -112,12 +113,7 @@ def main() -> None:
             done.touch()
         cfg = _config(spec, case, dirs["cal"], "default", args.cal_samples)
         recogniser = spec.metric == "ctc"
-        for item in args.set:
-            path_, sep, value = item.partition("=")
-            section, dot, key = path_.partition(".")
-            if not sep or not dot:
-                raise SystemExit(f"--set {item!r}: write section.key=value")
-            cfg.setdefault(section, {})[key] = yaml.safe_load(value)
+        set_keys(cfg, args.set)
         metric = args.metric or ("debug_metrics:transcription_agreement" if recogniser else "cosine")
         cfg["debug_parameters"] = {"metric": metric,
                                    "data_dir": str(dirs["debug"][0] if len(dirs["debug"]) == 1 else dirs["debug"][0].parent)}

@@ -164,11 +164,10 @@ def bit_exact(case: Path, hbm: Path, held: list[dict], deployed: dict[str, list]
     return {"simulate": st, "samples": len(held), "equal": equal, "max_abs_diff": diff}
 
 
-def apply_overrides(cfg: Path, assignments: list[str]) -> dict:
-    """``section.key=value`` assignments (the value read as YAML) written into the case's config."""
+def set_keys(doc: dict, assignments: list[str]) -> dict:
+    """``section.key=value`` assignments (the value read as YAML) written into a config dict; returns what was set."""
     import yaml
 
-    doc = yaml.safe_load(cfg.read_text())
     done = {}
     for item in assignments:
         path, sep, value = item.partition("=")
@@ -176,6 +175,15 @@ def apply_overrides(cfg: Path, assignments: list[str]) -> dict:
         if not sep or not dot:
             raise SystemExit(f"--set {item!r}: write section.key=value, e.g. calibration_parameters.bias_correction=false")
         doc.setdefault(section, {})[key] = done[path] = yaml.safe_load(value)
+    return done
+
+
+def apply_overrides(cfg: Path, assignments: list[str]) -> dict:
+    """:func:`set_keys` on the case's config file."""
+    import yaml
+
+    doc = yaml.safe_load(cfg.read_text())
+    done = set_keys(doc, assignments)
     cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
     return done
 
