@@ -86,13 +86,17 @@ def compiled_program(onnx: Path, march: str, recompile: bool = False, calibratio
     return out
 
 
+#: the board column of the published rows -> hbtool's board of the row's march (``boards`` in the march file)
+BOARDS = {"RDK Ultra": "rdk-ultra", "RDK X5": "rdk-x5", "RDK X3": "rdk-x3"}
+
+
 def estimate_row(r: Row, recompile: bool = False) -> dict:
     from hbtool.perf.classes import measurement_class
     from hbtool.perf.hardware import hardware_for
     from hbtool.perf.schedule import estimate_program
 
     header, program = compiled_program(r.onnx, r.march, recompile, r.calibration)
-    res = estimate_program(program, header.get("tensors", {}), hardware_for(r.march), 1, r.variant, "O3",
+    res = estimate_program(program, header.get("tensors", {}), hardware_for(r.march, BOARDS[r.board]), 1, r.variant, "O3",
                            runtime_input_types={i["name"]: "nv12" for i in header.get("inputs", [])})
     threads = r.threads or 1
     fps = res.fps_threads(threads)

@@ -337,9 +337,11 @@ def simulate(artifact: Path, inputs: tuple[str, ...], output_dir: Path | None, c
 @click.option("--top", type=int, default=10, show_default=True, help="Ops listed in the console table.")
 @click.option("--input-type-rt", type=click.Choice(["featuremap", "nv12"]), default=None,
               help="Cost the inputs as this run-time type (nv12: the BPU converts the image, no CPU quantize; default: the artifact's).")
+@click.option("--board", default=None,
+              help="The board the march's BPU runs on (bayes: journey5, the default, or rdk-ultra at 96 TOPS; bayes-e: rdk-x5; bernoulli2: rdk-x3).")
 def perf(artifact: Path | None, config_path: Path | None, model: Path | None, fast: bool, input_shapes, march: str,
          optimize_level: str | None, core_num: str | None, output_dir: Path | None, json_path: Path | None,
-         compare_levels: bool, top: int, input_type_rt: str | None) -> None:
+         compare_levels: bool, top: int, input_type_rt: str | None, board: str | None) -> None:
     """Estimate latency, FPS, DDR traffic and what binds them, from the march's hardware description."""
     import json
 
@@ -362,14 +364,14 @@ def perf(artifact: Path | None, config_path: Path | None, model: Path | None, fa
     with _progress_bar() as progress:
         callback = _progress_callback(progress)
         if artifact is not None:
-            run = perf_artifact(artifact, cores, input_type_rt)
+            run = perf_artifact(artifact, cores, input_type_rt, board)
         elif config_path is not None:
             from hbtool.config import load_config
 
-            run = perf_config(load_config(config_path), optimize_level, cores, compare_levels, callback, input_type_rt)
+            run = perf_config(load_config(config_path), optimize_level, cores, compare_levels, callback, input_type_rt, board)
         else:
             run = perf_fast(model, parse_input_shapes(input_shapes), march, optimize_level, cores, compare_levels, callback,
-                            input_type_rt)
+                            input_type_rt, board)
     from rich.console import Console
 
     to_stdout = json_path is not None and str(json_path) == "-"

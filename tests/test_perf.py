@@ -295,3 +295,50 @@ def test_cli_quick_path_and_usage_errors(tmp_path):
         bad = CliRunner().invoke(main, ["perf", *args])
         assert bad.exit_code == 2, bad.output
         assert text in bad.output and "fix:" in bad.output
+
+
+# ----------------------------------------------------------------------------- boards
+
+
+def test_a_board_runs_the_same_program_at_its_own_clock():
+    """RDK Ultra's J5 BPU is rated 96 TOPS, the automotive J5 128: the BPU's cycles are the same, its time 4/3
+    longer; DDR and the A55s are not slowed, so a DDR-bound op takes the same time on both."""
+    ultra = hardware_for("bayes", "rdk-ultra")
+    assert (HW.board, ultra.board) == ("journey5", "rdk-ultra")
+    assert ultra.clock_hz == pytest.approx(HW.clock_hz * 96 / 128) and ultra.peak_int8_tops == 96
+    assert ultra.macs_per_cycle == HW.macs_per_cycle and ultra.ddr_bytes_per_s == HW.ddr_bytes_per_s
+    g, t = conv_op(64, 64, hw=64, k=3)
+    j5, rdk = estimate_program(g, t, HW), estimate_program(g, t, ultra)
+    assert rdk.ops[0].components[TENSOR] == pytest.approx(j5.ops[0].components[TENSOR])   # cycles
+    assert rdk.ops[0].bound_by == j5.ops[0].bound_by == TENSOR
+    bpu_ms = lambda r, hw: sum(o.cycles for o in r.ops) / hw.clock_hz * 1e3  # noqa: E731
+    assert bpu_ms(rdk, ultra) == pytest.approx(bpu_ms(j5, HW) * 128 / 96)
+    w = np.ones((2048, 2048), np.int64)   # 4 MiB of weights from DDR: bandwidth-bound on both boards
+    g, t = tiny_program({"x": (16, 2048), "y": (16, 2048)}, [node("HzLinear", ["x"], ["y"], TENSOR, Linear.build(w, None, 1.0, 1.0, 1.0))])
+    j5, rdk = estimate_program(g, t, HW), estimate_program(g, t, ultra)
+    assert rdk.ops[0].bound_by == j5.ops[0].bound_by == DDR
+    assert rdk.fps == pytest.approx(j5.fps)
+
+
+def test_every_march_names_its_boards_and_an_unknown_board_lists_them():
+    from hbtool.errors import InputError
+
+    assert {m: hardware_for(m).board for m in ("bayes", "bayes-e", "bernoulli2")} == \
+        {"bayes": "journey5", "bayes-e": "rdk-x5", "bernoulli2": "rdk-x3"}
+    with pytest.raises(InputError) as err:
+        hardware_for("bayes-e", "rdk-ultra")
+    text = str(err.value.problem) + str(err.value.fix)
+    assert "rdk-ultra" in text and "rdk-x5" in text
+
+
+def test_cli_board_option(tiny_swin, tmp_path):
+    _, artifact = tiny_swin
+    j5 = CliRunner().invoke(main, ["perf", str(artifact), "--json", "-"])
+    ultra = CliRunner().invoke(main, ["perf", str(artifact), "--board", "rdk-ultra", "--json", "-"])
+    assert j5.exit_code == 0 and ultra.exit_code == 0, ultra.output
+    a, b = json.loads(j5.stdout), json.loads(ultra.stdout)
+    assert (a["board"], b["board"]) == ("journey5", "rdk-ultra")
+    assert b["latency_ms"] > a["latency_ms"]
+    assert {p["parameter"]: p["value"] for p in b["parameters"]}["clock_hz"] == 0.75e9
+    bad = CliRunner().invoke(main, ["perf", str(artifact), "--board", "rdk-x9"])
+    assert bad.exit_code == 2 and "rdk-x9" in bad.output and "rdk-ultra" in bad.output and "Traceback" not in bad.output

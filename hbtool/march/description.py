@@ -25,6 +25,7 @@ MARCH_CHIPS = {"bayes": "Journey 5 / RDK Ultra", "bayes-e": "RDK X5", "bernoulli
 class March:
     name: str
     raw: dict[str, Any] = field(repr=False)
+    board: str = ""
 
     def param(self, dotted: str) -> Any:
         """The value at ``a.b.c``; ``{value: ...}`` records give their value."""
@@ -102,12 +103,50 @@ def check_int16_supported(march: March, node_info: dict[str, Any] | None, enable
                          "remove the int16 setting, or compile for march bayes or bayes-e")
 
 
+def march_boards(raw: dict[str, Any]) -> tuple[str, dict[str, dict[str, Any]]]:
+    """(default board, {board: its entry}) of a march file's ``boards`` section."""
+    section = dict(raw.get("boards") or {})
+    default = str(section.pop("default", ""))
+    return default, {str(k): dict(v or {}) for k, v in section.items()}
+
+
+def _on_board(raw: dict[str, Any], march: str, board: str) -> dict[str, Any]:
+    """The march file with one board's parameter records put in place of the chip's.
+
+    A board is the same BPU at another operating point (RDK Ultra's J5 is rated 96 TOPS, the
+    automotive J5 128): the compiled program is the same, only the speed of running it differs.
+    Every key of a board entry but ``description`` is a dotted parameter path of the march file.
+    """
+    import copy
+
+    _, boards = march_boards(raw)
+    out = copy.deepcopy(raw)
+    for path, record in boards[board].items():
+        if path == "description":
+            continue
+        node = out
+        *parents, leaf = path.split(".")
+        for part in parents:
+            node = node[part]
+        if leaf not in node:
+            raise KeyError(f"march '{march}' board '{board}' overrides '{path}', which the march file lacks")
+        node[leaf] = record
+    return out
+
+
 @lru_cache(maxsize=None)
-def load_march(name: str) -> March:
-    """Load a march by name, or say which ones exist."""
+def load_march(name: str, board: str | None = None) -> March:
+    """Load a march by name (on one of its boards; None: the march's default board), or say which exist."""
     if name not in SUPPORTED_MARCHES:
         known = ", ".join(f"{m} ({MARCH_CHIPS[m]})" for m in SUPPORTED_MARCHES)
         raise InputError(f"march '{name}' is not supported", f"use one of: {known}")
     with open(_HERE / f"{name}.yaml", encoding="utf-8") as fh:
         raw = yaml.safe_load(fh)
-    return March(name, raw)
+    default, boards = march_boards(raw)
+    chosen = board or default
+    if not boards:
+        return March(name, raw)
+    if chosen not in boards:
+        raise InputError(f"board '{board}' is not a board of march {name}",
+                         f"use one of: {', '.join(boards)} (default {default})")
+    return March(name, _on_board(raw, name, chosen), chosen)

@@ -103,6 +103,8 @@ class Hardware:
     int4_activation_bytes: float = 1.0
     int4_weight_bytes: float = 1.0
     int4_c_in_quantum: int = 8
+    #: the board whose operating point these numbers are (march ``boards``; empty: the march has none)
+    board: str = ""
 
     @property
     def ddr_bytes_per_cycle(self) -> float:
@@ -135,11 +137,11 @@ def _int4_values(m: March) -> dict[str, Any]:
         return {}
 
 
-def hardware_for(march: March | str) -> Hardware:
-    """Read the cost-model parameters of a march (by name or loaded)."""
+def hardware_for(march: March | str, board: str | None = None) -> Hardware:
+    """Read the cost-model parameters of a march (by name, on ``board`` or its default one; or loaded)."""
     from hbtool.errors import InputError
 
-    m = load_march(march) if isinstance(march, str) else march
+    m = load_march(march, board) if isinstance(march, str) else march
     try:
         values: dict[str, Any] = {name: m.param(path) for name, path in _PARAMS}
     except KeyError as exc:
@@ -150,7 +152,7 @@ def hardware_for(march: March | str) -> Hardware:
     values = {k: (int(v) if k in ints else bool(v) if k in ("output_stage_lut", "groups_share_lanes") else float(v)) for k, v in values.items()}
     values["c_in_quantum"] = int(m.alignment("tensor").get("c_in", 1))
     values.update(_int4_values(m))
-    hw = Hardware(march=m.name, **values)
+    hw = Hardware(march=m.name, board=m.board, **values)
     if hw.array_w * hw.array_c_out * hw.array_reduce != hw.macs_per_cycle:
         raise InputError(f"march '{m.name}': units.tensor.array w x c_out x reduce = "
                          f"{hw.array_w * hw.array_c_out * hw.array_reduce}, not macs_per_cycle {hw.macs_per_cycle}",
@@ -158,9 +160,9 @@ def hardware_for(march: March | str) -> Hardware:
     return hw
 
 
-def parameter_table(march: March | str) -> list[dict[str, Any]]:
+def parameter_table(march: March | str, board: str | None = None) -> list[dict[str, Any]]:
     """Every parameter the cost model uses: path, value, kind (published/derived/assumed), source."""
-    m = load_march(march) if isinstance(march, str) else march
+    m = load_march(march, board) if isinstance(march, str) else march
     rows = []
     int4 = ("int4.supported", "int4.tensor_rate", "int4.activation_bytes_per_element", "int4.weight_bytes_per_element")
     extra = tuple(p for p in int4 if isinstance((m.raw.get("int4") or {}).get(p.split(".")[1]), dict))

@@ -117,7 +117,7 @@ def render_html(r: PerfResult, doc: dict[str, Any], levels: list[dict[str, Any]]
         "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
         "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}th{background:#eee}</style></head><body>",
         f"<h1>hbtool perf: {html.escape(r.model)}</h1>",
-        f"<p>march {html.escape(r.march)}. A cost-model estimate from the hardware parameters listed at the end, "
+        f"<p>march {html.escape(r.march)}{' on board ' + html.escape(r.hw.board) if r.hw.board else ''}. A cost-model estimate from the hardware parameters listed at the end, "
         "not a measurement.</p>",
         _table(summary, ["", ""]),
         "<h2>FPS limits</h2>", _table(limits, ["limit", "FPS"]),

@@ -21,7 +21,7 @@ def pass_order() -> list[str]:
 
 
 def compare_levels(cfg: HbConfig, calibrated: Path, core_num: int | None = None,
-                   progress: Callable[[str, int, int], None] | None = None) -> tuple[list[dict[str, Any]], list[PerfResult]]:
+                   progress: Callable[[str, int, int], None] | None = None, board: str | None = None) -> tuple[list[dict[str, Any]], list[PerfResult]]:
     """Rows of the ablation table (see the module docstring) and the estimate behind each row."""
     from hbtool.compiler.compile import compile_model
 
@@ -34,7 +34,7 @@ def compare_levels(cfg: HbConfig, calibrated: Path, core_num: int | None = None,
         if progress:
             progress("compare levels", k, len(names) + 1)
         compiled = compile_model(cfg, optimize_level="O3", disabled_passes=set(names[k:]), calibrated=calibrated)
-        r = estimate(compiled.header, core_num, program=compiled.program)
+        r = estimate(compiled.header, core_num, program=compiled.program, board=board)
         added = names[k - 1] if k else None
         level = "O0" if k == 0 else ""
         if added is not None and (k == len(names) or level_of[names[k]] > level_of[added]):

@@ -35,7 +35,7 @@ def to_json(r: PerfResult, levels: list[dict[str, Any]] | None = None) -> dict[s
     ddr = r.ddr_bytes_per_frame
     cpu_ops = [o for o in r.ops if o.unit == CPU]
     doc: dict[str, Any] = {
-        "model": r.model, "march": r.march, "optimize_level": r.optimize_level, "core_num": r.core_num,
+        "model": r.model, "march": r.march, "board": r.hw.board, "optimize_level": r.optimize_level, "core_num": r.core_num,
         "latency_ms": round(r.latency_ms, 4),
         "fps": round(r.fps, 2),
         "fps_1core": round(r.fps_1core, 2),
@@ -60,7 +60,7 @@ def to_json(r: PerfResult, levels: list[dict[str, Any]] | None = None) -> dict[s
                       "time_ms": round(row["cycles"] / r.hw.clock_hz * 1e3, 4)} for row in r.by_op_type()],
         "ops": [op_json(r, op, start) for op, start, _ in r.timeline()],
         "passes": r.passes,
-        "parameters": parameter_table(r.march),
+        "parameters": parameter_table(r.march, r.hw.board or None),
         "fps_threads": {str(n): round(r.fps_threads(n), 2) for n in THREAD_COUNTS},
         "measurement_class": _class_json(r),
     }
@@ -102,7 +102,8 @@ def print_report(r: PerfResult, console: Console | None = None, top: int = 10) -
     hw = r.hw
     ddr = r.ddr_bytes_per_frame
     mode = "one frame on both cores" if r.core_num == 2 else "1 core"
-    console.print(f"[bold]{r.model}[/bold]  march {r.march}  {r.optimize_level or '-'}  core_num {r.core_num}  "
+    board = f" on {hw.board}" if hw.board else ""
+    console.print(f"[bold]{r.model}[/bold]  march {r.march}{board}  {r.optimize_level or '-'}  core_num {r.core_num}  "
                   "(cost-model estimate, not a measurement)")
     lat = f"latency {r.latency_ms:.3f} ms ({mode})"
     if r.core_num == 1:

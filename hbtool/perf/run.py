@@ -38,11 +38,12 @@ def runtime_types(header: dict[str, Any], input_type_rt: str | None) -> dict[str
     return {i["name"]: input_type_rt for i in header.get("inputs", [])}
 
 
-def perf_artifact(path: Path, core_num: int | None = None, input_type_rt: str | None = None) -> PerfRun:
+def perf_artifact(path: Path, core_num: int | None = None, input_type_rt: str | None = None,
+                  board: str | None = None) -> PerfRun:
     from hbtool.compiler.artifact import read_artifact
 
     art = read_artifact(path)
-    return PerfRun(estimate(art.header, core_num, runtime_input_types=runtime_types(art.header, input_type_rt)))
+    return PerfRun(estimate(art.header, core_num, runtime_input_types=runtime_types(art.header, input_type_rt), board=board))
 
 
 def fast_config(model: Path, shapes: dict[str, tuple[int, ...]], march: str, work_dir: Path,
@@ -113,30 +114,34 @@ def calibrate_to(cfg: HbConfig, path: Path, progress: Progress | None = None) ->
 
 
 def perf_compiled(cfg: HbConfig, calibrated: Path, optimize_level: str | None, core_num: int | None,
-                  compare: bool, progress: Progress | None = None, input_type_rt: str | None = None) -> PerfRun:
+                  compare: bool, progress: Progress | None = None, input_type_rt: str | None = None,
+                  board: str | None = None) -> PerfRun:
     """Compile in memory, estimate; with ``compare`` also the level ablation."""
     from hbtool.compiler.compile import compile_model
 
     compiled = compile_model(cfg, optimize_level=optimize_level, calibrated=calibrated, progress=progress)
     cores = core_num if core_num is not None else cfg.compiler.core_num
     run = PerfRun(estimate(compiled.header, cores, program=compiled.program,
-                           runtime_input_types=runtime_types(compiled.header, input_type_rt)))
+                           runtime_input_types=runtime_types(compiled.header, input_type_rt), board=board))
     if compare:
         from hbtool.perf.levels import compare_levels
 
-        run.levels, _ = compare_levels(cfg, calibrated, cores, progress=progress)
+        run.levels, _ = compare_levels(cfg, calibrated, cores, progress=progress, board=board)
     return run
 
 
 def perf_fast(model: Path, shapes: dict[str, tuple[int, ...]], march: str, optimize_level: str | None,
               core_num: int | None, compare: bool, progress: Progress | None = None,
-              input_type_rt: str | None = None) -> PerfRun:
+              input_type_rt: str | None = None, board: str | None = None) -> PerfRun:
     """The quick path (see the module docstring)."""
+    from hbtool.march import load_march
+
+    load_march(march, board)  # an unknown march or board is an error before minutes of calibration
     work = Path(tempfile.mkdtemp(prefix="hbtool_perf_"))
     try:
         cfg = fast_config(model, shapes, march, work)
         calibrated = calibrate_to(cfg, work / f"{cfg.model.output_model_file_prefix}_calibrated_model.onnx", progress)
-        run = perf_compiled(cfg, calibrated, optimize_level or "O3", core_num, compare, progress, input_type_rt)
+        run = perf_compiled(cfg, calibrated, optimize_level or "O3", core_num, compare, progress, input_type_rt, board)
         run.notes.append(f"quick path: calibrated on {FAST_SAMPLES} random samples (calibration_type skip); "
                          "speed only, the accuracy of this calibration means nothing")
         return run
@@ -145,12 +150,15 @@ def perf_fast(model: Path, shapes: dict[str, tuple[int, ...]], march: str, optim
 
 
 def perf_config(cfg: HbConfig, optimize_level: str | None, core_num: int | None, compare: bool,
-                progress: Progress | None = None, input_type_rt: str | None = None) -> PerfRun:
+                progress: Progress | None = None, input_type_rt: str | None = None, board: str | None = None) -> PerfRun:
     """The config's calibrated model, compiled in memory (nothing is written)."""
     from hbtool.compiler.compile import calibrated_path
+    from hbtool.march import load_march
+
+    load_march(cfg.model.march, board)
 
     calibrated = calibrated_path(cfg)
     if not calibrated.exists():
         raise InputError(f"{calibrated} not found: the config's model is not calibrated yet",
                          "run hbtool calibrate -c cfg.yaml first, or use hbtool perf --model M.onnx --fast")
-    return perf_compiled(cfg, calibrated, optimize_level, core_num, compare, progress, input_type_rt)
+    return perf_compiled(cfg, calibrated, optimize_level, core_num, compare, progress, input_type_rt, board)

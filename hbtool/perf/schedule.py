@@ -248,12 +248,13 @@ def estimate_program(program: Graph, tensors: dict[str, dict[str, Any]], hw: Har
 
 
 def estimate(header: dict[str, Any], core_num: int | None = None, program: Graph | None = None,
-             runtime_input_types: dict[str, str] | None = None) -> PerfResult:
-    """Estimate an artifact (its decoded header; ``program`` if already at hand).
+             runtime_input_types: dict[str, str] | None = None, board: str | None = None) -> PerfResult:
+    """Estimate an artifact (its decoded header; ``program`` if already at hand) on ``board`` (None: the march's default).
 
     The run-time input types come from the header's ``inputs`` (``type_rt``); ``runtime_input_types``
-    overrides them (``perf --input-type-rt``)."""
-    hw = hardware_for(header["march"])
+    overrides them (``perf --input-type-rt``). The artifact is per march; the board only sets the
+    operating point it runs at."""
+    hw = hardware_for(header["march"], board)
     options = header.get("options", {})
     prog = program if program is not None else program_from_section(header["program"])
     cores = int(core_num if core_num is not None else options.get("core_num", 1) or 1)
