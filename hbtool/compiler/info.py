@@ -65,7 +65,8 @@ def print_info(art: Artifact, console: Console | None = None) -> None:
                   f"{p['macs'] / 1e9:.3f} GMACs")
     m = s["memory"]
     console.print(f"memory: SRAM peak {m['sram_peak'] / 2**20:.2f} of {m['sram_bytes'] / 2**20:.0f} MiB, "
-                  f"DDR {m['ddr_bytes_per_frame'] / 1e6:.2f} MB/frame, {len(m['spilled'])} spilled tensors; "
+                  f"DDR {m['ddr_bytes_per_frame'] / 1e6:.2f} MB/frame, {len(m['spilled'])} spilled tensors, "
+                  f"{len(m.get('tiled', []))} chains in row bands; "
                   f"layout: {s['layout']['reorders']} reorders, {s['layout']['padding_bytes']:,} padding bytes")
     for sg in s["cpu_subgraphs"]:
         console.print(f"CPU subgraph {sg['name']}: {len(sg['nodes'])} nodes ({', '.join(sg['nodes'][:5])}{'...' if len(sg['nodes']) > 5 else ''})")

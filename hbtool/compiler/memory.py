@@ -1,4 +1,4 @@
-"""Where every activation lives: SRAM by live range, DDR when it does not fit.
+"""Where every activation lives: SRAM by live range, DDR when it does not fit; conv chains in row bands.
 
 Program order is the schedule. An activation is live from the node that writes it to the
 last node that reads it; SRAM (``march.memory.sram_bytes_per_core``) is handed out first-fit
@@ -6,19 +6,42 @@ by offset among the activations live at the same time. What does not fit is spil
 (written once, read by each reader). The model's inputs and outputs, and every tensor the CPU
 reads or writes, live in DDR, as do the tensors of data-movement ops unless the
 ``data_movement_in_sram`` pass let them into SRAM. Weights stream from DDR once per frame.
+
+**Row-band tiling of op chains** (:func:`tile_groups`). A feature map too large for SRAM whole
+need not go to DDR: every op between its writer and its last reader that computes an output row
+from a window of input rows (a conv or pool: ``(k - 1) * dilation + 1`` rows at a stride; an
+elementwise op, a channel Concat/Split/Slice, an integer-factor Resize: the same rows) can run
+band by band, the whole chain on rows 0..r, then on the next r rows, and so on. Then each
+intermediate tensor of the chain (written and read only inside it) needs in SRAM only one band
+plus the rows its windowed readers need again at the next band (the halo, ``k_eff - stride``
+rows kept as a line buffer, so nothing is recomputed or read twice); the chain's inputs and
+outputs, and its weights, are what move to or from DDR. This is the layer-fusion / cascading
+every NPU compiler with a small on-chip SRAM does (Arm Vela's cascades, the BM1684X layer
+groups; Horizon says the Bayes compiler "reduces DDR bandwidth usage"), and it is physics of any
+march with a finite SRAM, so it applies to every march with that march's SRAM size.
+
+Each op of a banded chain runs once per band, so its weights are either kept in SRAM for the
+whole chain (they then take SRAM beside the band buffers) or streamed again from DDR for every
+band; the plan takes the cheaper, weights re-read counted in ``ddr_bytes["weights_reread"]``,
+and tiles a chain only where it moves fewer DDR bytes than spilling. The banded ops carry
+``meta["tile"]`` (chain id, bands, weight reads) so the cost model reads the re-reads from the
+compiled program. Tiling changes where tensors live, never what is computed: ``simulate`` does not
+read the memory plan.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from hbtool.compiler.layout import LayoutPlan
-from hbtool.compiler.units import CPU, DATA_MOVEMENT
-from hbtool.ir.graph import Graph
+from hbtool.compiler.units import CPU, DATA_MOVEMENT, TENSOR, VECTOR
+from hbtool.ir.graph import Graph, Node
 from hbtool.march.description import March
 
 SRAM, DDR = "sram", "ddr"
 ALIGN = 64  # allocation granule: one DDR burst / SRAM line
+TILED = "row-band buffer"
 
 
 @dataclass
@@ -35,11 +58,41 @@ class Placement:
 
 
 @dataclass
+class TileGroup:
+    """A chain of program nodes ``first..last`` run in ``bands`` row bands (see the module docstring)."""
+
+    first: int
+    last: int
+    bands: int
+    buffers: dict[str, int]          # intermediate tensor -> band buffer bytes (band + halo rows)
+    weight_bytes: int
+    weights_resident: bool
+    saved: int                       # DDR bytes per frame the spills of the intermediates cost
+    extra: int                       # DDR bytes per frame the banding costs (weights re-read)
+    dispatch: int = 0                # the dispatches of the extra band passes, in DDR-byte time
+
+    @property
+    def weight_reads(self) -> int:
+        return 1 if self.weights_resident else self.bands
+
+    @property
+    def net(self) -> int:
+        return self.saved - self.extra - self.dispatch
+
+    def to_json(self) -> dict:
+        return {"nodes": [self.first, self.last], "bands": self.bands, "intermediates": len(self.buffers),
+                "band_buffer_bytes": int(sum(self.buffers.values())), "weight_bytes": self.weight_bytes,
+                "weights": "resident" if self.weights_resident else f"re-read per band ({self.bands}x)",
+                "ddr_saved": self.saved, "ddr_extra": self.extra, "dispatch_as_ddr_bytes": self.dispatch}
+
+
+@dataclass
 class MemoryPlan:
     sram_bytes: int
     tensors: dict[str, Placement] = field(default_factory=dict)
     sram_peak: int = 0
     ddr_bytes: dict[str, int] = field(default_factory=dict)  # per frame, by cause
+    tiles: list[TileGroup] = field(default_factory=list)
 
     @property
     def ddr_bytes_per_frame(self) -> int:
@@ -54,6 +107,7 @@ class MemoryPlan:
             "sram_bytes": self.sram_bytes, "sram_peak": self.sram_peak,
             "ddr_bytes_per_frame": self.ddr_bytes_per_frame, "ddr_bytes": dict(sorted(self.ddr_bytes.items())),
             "spilled": sorted(n for n, p in self.tensors.items() if p.location == DDR and p.why == "spilled"),
+            "tiled": [g.to_json() for g in self.tiles],
         }
 
 
@@ -85,9 +139,61 @@ class _FirstFit:
         return offset
 
 
-def plan_memory(program: Graph, layout: LayoutPlan, march: March, weight_bytes: int) -> MemoryPlan:
-    """Assign every activation to SRAM or DDR and count DDR bytes per frame (see module docstring)."""
-    capacity = int(march.param("memory.sram_bytes_per_core"))
+def _node_weight_bytes(node: Node) -> int:
+    kernel = node.meta.get("kernel")
+    if kernel is None or node.meta.get("unit") == CPU:
+        return 0
+    from hbtool.compiler.compile import kernel_param_bytes  # compile imports this module
+
+    return int(kernel_param_bytes(kernel))
+
+
+def _halo_rows(node: Node, program: Graph) -> int | None:
+    """Input rows a row-band run of ``node`` reads again at the next band (``k_eff - stride``), or None
+    when the node cannot run in row bands (an output row needs rows far apart, or all of them)."""
+    acts = [n for n in node.inputs if n and not program.is_const(n)]
+    outs = [o for o in node.outputs if o]
+    if not acts or not outs:
+        return None
+    shapes = [program.shape(n) for n in acts + outs]
+    if any(s is None or len(s) != 4 for s in shapes) or len({int(s[0]) for s in shapes}) != 1:
+        return None
+    h_in = {int(program.shape(n)[2]) for n in acts}
+    h_out = {int(program.shape(o)[2]) for o in outs}
+    unit = node.meta.get("unit")
+    kernel = node.meta.get("kernel")
+    kind = type(kernel).__name__ if kernel is not None else node.op_type
+    if unit == TENSOR and kind == "Conv" and len(acts) == 1:
+        k = [int(d) for d in kernel.weight.shape[2:]]
+        if len(k) != 2:
+            return None
+        span = (k[0] - 1) * int(kernel.dilations[0]) + 1
+        stride = int(kernel.strides[0])
+    elif unit == VECTOR and kind in ("MaxPool", "AvgPool") and len(acts) == 1:
+        k = [int(d) for d in kernel.kernel_shape]
+        if len(k) != 2:
+            return None
+        span = (k[0] - 1) * int(getattr(kernel, "dilations", (1, 1))[0]) + 1
+        stride = int(kernel.strides[0])
+    elif unit == VECTOR and kind in ("Lut", "Add", "Mul", "Requantize"):
+        return 0 if len(h_in | h_out) == 1 else None
+    elif unit == DATA_MOVEMENT and (node.meta.get("in_sram") or node.meta.get("view")):
+        if node.op_type in ("Concat", "Split", "Slice") and len(h_in | h_out) == 1:
+            return 0  # channel (or width) moves: every output row is made of the same input row
+        if node.op_type == "Resize" and len(h_in) == 1 and len(h_out) == 1:
+            hi, ho = next(iter(h_in)), next(iter(h_out))
+            return 0 if ho >= hi and ho % hi == 0 else None  # nearest upsampling by an integer factor
+        return None
+    else:
+        return None
+    hi = next(iter(h_in)) if len(h_in) == 1 else 0
+    if hi <= 1 or span >= hi:  # a window over (nearly) all rows: no bands
+        return None
+    return max(0, span - stride)
+
+
+def _allocate(program: Graph, layout: LayoutPlan, capacity: int, weight_bytes: int,
+              groups: list[TileGroup]) -> MemoryPlan:
     plan = MemoryPlan(capacity)
     order = {n.name: k for k, n in enumerate(program.nodes)}
     producers = program.producer_map()
@@ -95,6 +201,8 @@ def plan_memory(program: Graph, layout: LayoutPlan, march: March, weight_bytes: 
     alloc = _FirstFit(capacity)
     ddr = {"weights": int(weight_bytes), "inputs": 0, "outputs": 0, "spill_write": 0, "spill_read": 0,
            "cpu_exchange": 0, "data_movement": 0}
+    band = {t: b for g in groups for t, b in g.buffers.items()}
+    pending = sorted(groups, key=lambda g: g.first)  # resident weights are reserved when the chain starts
     names = list(program.inputs) + [o for n in program.nodes for o in n.outputs if o]
     for name in names:
         lay = layout.tensors.get(name)
@@ -107,6 +215,12 @@ def plan_memory(program: Graph, layout: LayoutPlan, march: March, weight_bytes: 
         end = max([order[r.name] for r in readers], default=start)
         if name in program.outputs:
             end = len(program.nodes)
+        while pending and pending[0].first <= start:
+            g = pending.pop(0)
+            alloc.release_before(g.first)
+            if g.weights_resident and alloc.allocate(_round_up(g.weight_bytes), g.last) is None:
+                g.weights_resident = False  # no room after all: the weights stream again for every band
+                g.extra = (g.bands - 1) * g.weight_bytes
         units = {p.meta.get("unit", CPU) if p is not None else CPU} | {r.meta.get("unit", CPU) for r in readers}
         dm_nodes = ([p] if p is not None else []) + readers
         if name in program.inputs or name in program.outputs:
@@ -119,6 +233,11 @@ def plan_memory(program: Graph, layout: LayoutPlan, march: March, weight_bytes: 
             why = ""
         alloc.release_before(start)
         if not why:
+            if name in band:
+                offset = alloc.allocate(band[name], end)
+                if offset is not None:
+                    plan.tensors[name] = Placement(SRAM, offset, band[name], start, end, TILED)
+                    continue
             offset = alloc.allocate(size, end)
             if offset is not None:
                 plan.tensors[name] = Placement(SRAM, offset, size, start, end, "")
@@ -137,6 +256,151 @@ def plan_memory(program: Graph, layout: LayoutPlan, march: March, weight_bytes: 
         else:
             ddr["spill_write"] += size
             ddr["spill_read"] += size * n_reads
+    if groups:
+        ddr["weights_reread"] = int(sum(g.extra for g in groups))
     plan.sram_peak = alloc.peak
     plan.ddr_bytes = ddr
+    plan.tiles = list(groups)
+    return plan
+
+
+def _evaluate(program: Graph, layout: LayoutPlan, base: MemoryPlan, capacity: int, first: int, last: int,
+              halos: list[int | None], weights: list[int], dispatch_bytes: float) -> TileGroup | None:
+    """The best row banding of nodes ``first..last`` against the untiled plan ``base``, or None if none pays.
+
+    Every band is one more pass of every op of the chain, and each pass costs a dispatch
+    (``dispatch_bytes``: the march's per-op cycles in DDR-byte time), so the fewest bands that fit
+    are best, and a chain is banded only where the DDR bytes it saves outweigh the bytes it adds
+    (weights re-read) and its extra dispatches."""
+    nodes = program.nodes[first:last + 1]
+    if any(halos[k] is None for k in range(first, last + 1)):
+        return None
+    order = {n.name: k for k, n in enumerate(program.nodes)}
+    consumers = program.consumer_map()
+    inside = {n.name for n in nodes}
+    outputs = set(program.outputs)
+    rows: dict[str, tuple[int, int, int]] = {}  # tensor -> (height, bytes per row, halo rows)
+    saved = 0
+    for n in nodes:
+        for t in n.outputs:
+            readers = consumers.get(t, [])
+            if not t or t in outputs or not readers or any(r.name not in inside for r in readers):
+                continue
+            lay = layout.tensors.get(t)
+            p = base.tensors.get(t)
+            if lay is None or p is None or p.why not in ("", "spilled"):
+                return None
+            h = int(lay.shape[2])
+            halo = max(halos[order[r.name]] or 0 for r in readers)
+            rows[t] = (h, -(-lay.padded_bytes // h), halo)
+            if p.location == DDR:
+                saved += p.size * (1 + len(readers))
+    if not rows or saved <= 0:
+        return None
+    # line buffers of the chain's inputs read from DDR by windowed ops: their halo rows stay in SRAM
+    ext: dict[str, tuple[int, int, int]] = {}
+    for n in nodes:
+        h = halos[order[n.name]] or 0
+        for t in n.inputs:
+            if t and not program.is_const(t) and t not in rows and h and base.location(t) == DDR and t in layout.tensors:
+                lay = layout.tensors[t]
+                ext[t] = (int(lay.shape[2]), -(-lay.padded_bytes // int(lay.shape[2])), max(h, ext.get(t, (0, 0, 0))[2]))
+    # SRAM the rest of the plan holds while the chain runs
+    others = [p for t, p in base.tensors.items() if p.location == SRAM and t not in rows and p.start <= last and p.end >= first]
+    busy = max((sum(p.size for p in others if p.start <= k <= p.end) for k in range(first, last + 1)), default=0)
+    avail = capacity - busy
+    w = int(sum(weights[first:last + 1]))
+
+    def need(bands: int) -> int:
+        band_bufs = sum(_round_up(min(h, -(-h // bands) + halo) * rb) for h, rb, halo in rows.values())
+        return band_bufs + sum(_round_up(halo * rb) for _, rb, halo in ext.values())
+
+    h_min = min(h for h, _, _ in rows.values())
+    passes = sum(1 for n in nodes if not n.meta.get("view"))
+    best: TileGroup | None = None
+    for resident in (True, False):
+        for bands in range(2, h_min + 1):
+            if need(bands) + (_round_up(w) if resident else 0) <= avail:
+                extra = 0 if resident else (bands - 1) * w
+                g = TileGroup(first, last, bands, {t: _round_up(min(h, -(-h // bands) + halo) * rb) for t, (h, rb, halo) in rows.items()},
+                              w, resident, saved, extra, int((bands - 1) * passes * dispatch_bytes))
+                if g.net > 0 and (best is None or g.net > best.net):
+                    best = g
+                break
+    return best
+
+
+def tile_groups(program: Graph, layout: LayoutPlan, base: MemoryPlan, capacity: int, dispatch_bytes: float = 0.0) -> list[TileGroup]:
+    """Chains to run in row bands: around every spilled tensor whose writer and readers, and every node
+    scheduled between them, can run in bands; overlapping chains merge where the merged chain saves more."""
+    order = {n.name: k for k, n in enumerate(program.nodes)}
+    producers = program.producer_map()
+    consumers = program.consumer_map()
+    halos = [_halo_rows(n, program) for n in program.nodes]
+
+    def evaluate(first: int, last: int) -> TileGroup | None:
+        return _evaluate(program, layout, base, capacity, first, last, halos, weights, dispatch_bytes)
+
+    weights = [_node_weight_bytes(n) for n in program.nodes]
+    spans = []
+    for t, p in base.tensors.items():
+        if p.location != DDR or p.why != "spilled":
+            continue
+        prod, readers = producers.get(t), consumers.get(t, [])
+        if prod is None or not readers:
+            continue
+        first, last = order[prod.name], max(order[r.name] for r in readers)
+        if all(halos[k] is not None for k in range(first, last + 1)):
+            spans.append((first, last))
+    groups: list[TileGroup] = []
+    cur: TileGroup | None = None
+    for first, last in sorted(set(spans)):
+        if cur is not None and first <= cur.last:
+            if last <= cur.last:
+                continue
+            alone = evaluate(cur.last + 1, last)
+            merged = evaluate(cur.first, last)
+            if merged is not None and merged.net >= cur.net + (alone.net if alone is not None else 0):
+                cur = merged
+            elif alone is not None:
+                groups.append(cur)
+                cur = alone
+            continue
+        if cur is not None:
+            groups.append(cur)
+        cur = evaluate(first, last)
+    if cur is not None:
+        groups.append(cur)
+    return groups
+
+
+def _dispatch_bytes(march: March) -> float:
+    """One op dispatch (``overheads.per_op_cycles``) as the DDR bytes the sustained bandwidth moves meanwhile."""
+    try:
+        bytes_per_cycle = float(march.param("memory.ddr_bytes_per_s")) * float(march.param("memory.ddr_efficiency")) / float(march.param("clock_hz"))
+        return float(march.param("overheads.per_op_cycles")) * bytes_per_cycle
+    except KeyError:
+        return 0.0
+
+
+def plan_memory(program: Graph, layout: LayoutPlan, march: March, weight_bytes: int, tiling: bool = True) -> MemoryPlan:
+    """Assign every activation to SRAM or DDR and count DDR bytes per frame (see module docstring).
+
+    With ``tiling`` (the default) chains whose intermediates spill run in row bands instead; the
+    banded nodes get ``meta["tile"]`` = ``{"group", "bands", "weight_reads"}``."""
+    capacity = int(march.param("memory.sram_bytes_per_core"))
+    for n in program.nodes:
+        n.meta.pop("tile", None)
+    base = _allocate(program, layout, capacity, weight_bytes, [])
+    if not tiling:
+        return base
+    groups = tile_groups(program, layout, base, capacity, _dispatch_bytes(march))
+    if not groups:
+        return base
+    plan = _allocate(program, layout, capacity, weight_bytes, groups)
+    if plan.ddr_bytes_per_frame >= base.ddr_bytes_per_frame:  # fragmentation ate the gain: keep the plain plan
+        return base
+    for k, g in enumerate(plan.tiles):
+        for n in program.nodes[g.first:g.last + 1]:
+            n.meta["tile"] = {"group": k, "bands": g.bands, "weight_reads": g.weight_reads}
     return plan

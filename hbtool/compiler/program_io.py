@@ -15,7 +15,7 @@ from hbtool.ir.graph import Graph, Node, Value
 
 # node annotations the runtime, ``simulate`` and ``perf`` need
 KEPT_META = ("on", "unit", "subgraph", "kernel", "in_perms", "out_perm", "view", "as_conv", "bmm_tiled", "in_sram",
-             "source_op", "boundary", "expanded_from", "flops", "fallback", "macs")
+             "source_op", "boundary", "expanded_from", "flops", "fallback", "macs", "tile")
 
 
 def program_section(program: Graph) -> dict[str, Any]:

@@ -22,7 +22,9 @@ next tile streams in):
 ``data_movement``  bytes moved / the unit's bytes per cycle, where each side moves whole
                    granules (SRAM line, DDR burst) per contiguous run (:mod:`.access`).
 ``sram``/``ddr``   bytes each memory moves for the op / its bandwidth: activations where the
-                   compiler placed them, weights and tables streamed from DDR once per frame.
+                   compiler placed them (a row-band buffer of a tiled chain is SRAM), weights and
+                   tables streamed from DDR once per frame, or once per band where the compiler's
+                   memory plan runs the op's chain in row bands without keeping its weights.
 ``cpu``            the A55 cluster: quantize/dequantize per element, float subgraphs by FLOPs.
 
 An input that arrives as an ``nv12`` image (``input_type_rt: nv12``, as every published RDK
@@ -134,6 +136,11 @@ class CostContext:
 # --------------------------------------------------------------------------- memory traffic
 
 
+def bands(node: Node) -> int:
+    """Row bands the compiler's memory plan runs the op in (``meta["tile"]``): one dispatch per band."""
+    return int((node.meta.get("tile") or {}).get("bands", 1))
+
+
 def is_4bit_tensor(ctx: CostContext, name: str) -> bool:
     """A uint4/int4 activation (artifact tensor ``dtype``), stored at the march's 4-bit bytes per element."""
     return ctx.hw.int4_supported and (ctx.tensors.get(name) or {}).get("dtype") in ("uint4", "int4")
@@ -162,7 +169,10 @@ def _memory_traffic(op: OpCost, node: Node, ctx: CostContext, as_int8: bool = Fa
         op.weight_bytes = int(kernel_param_bytes(kernel))
         if as_int8 and getattr(kernel, "weight_bits", 8) == 4:
             op.weight_bytes += int(kernel.weight.size) - (int(kernel.weight.size) + 1) // 2
-        ddr += access.sequential_bytes(op.weight_bytes, hw.ddr_burst_bytes) if op.weight_bytes else 0
+        # an op of a chain the compiler runs in row bands with its weights not kept in SRAM
+        # streams them again for every band (memory plan, ``meta["tile"]``)
+        reads = int((node.meta.get("tile") or {}).get("weight_reads", 1))
+        ddr += reads * access.sequential_bytes(op.weight_bytes, hw.ddr_burst_bytes) if op.weight_bytes else 0
     op.sram_bytes, op.ddr_bytes, op.ddr_useful_bytes = sram, ddr, ddr
     op.components[SRAM] = sram / hw.sram_bytes_per_cycle / ctx.split
     op.components[DDR] = ddr / hw.ddr_bytes_per_cycle
@@ -297,7 +307,7 @@ def tensor_cost(node: Node, ctx: CostContext, as_int8: bool = False) -> OpCost:
         op.note += f"; int{op.bits} operands at {rate:g}x rate"
     _memory_traffic(op, node, ctx, as_int8)
     _reduction_transpose(op, node, ctx)
-    op.overhead = (hw.per_op_cycles + (hw.dual_core_sync_cycles if ctx.split > 1 else 0)) * op.calls
+    op.overhead = (hw.per_op_cycles + (hw.dual_core_sync_cycles if ctx.split > 1 else 0)) * op.calls * bands(node)
     if not as_int8 and hw.int4_supported and (getattr(kernel, "weight_bits", 8) == 4 or getattr(kernel, "input_range", None) is not None):
         rng = getattr(kernel, "input_range", None)
         label = f"{'int8' if rng is None else 'uint4' if rng[0] == 0 else 'int4'} x int{bits[1]}"
@@ -390,7 +400,7 @@ def vector_cost(node: Node, ctx: CostContext) -> OpCost:
                 op.sram_bytes += b
                 op.components[SRAM] += b / hw.sram_bytes_per_cycle / ctx.split
     _reduction_transpose(op, node, ctx)
-    op.overhead = hw.per_op_cycles + (hw.dual_core_sync_cycles if ctx.split > 1 else 0)
+    op.overhead = (hw.per_op_cycles + (hw.dual_core_sync_cycles if ctx.split > 1 else 0)) * bands(node)
     return op
 
 
@@ -454,7 +464,7 @@ def movement_cost(node: Node, ctx: CostContext) -> OpCost:
     op.ddr_useful_bytes = min(op.ddr_bytes, useful) if op.ddr_bytes else 0
     where = loc_in if loc_in == loc_out else f"{loc_in}->{loc_out}"
     op.note = f"{note}, {best} in {where}"
-    op.overhead = hw.per_op_cycles + (hw.dual_core_sync_cycles if ctx.split > 1 else 0)
+    op.overhead = (hw.per_op_cycles + (hw.dual_core_sync_cycles if ctx.split > 1 else 0)) * bands(node)
     return op
 
 
