@@ -7,8 +7,9 @@ held-out rows of ``benchmarks/published/rows.py`` this script
    weights, in the separate export venv; cached in ``benchmarks/_models/published/``, gitignored),
 2. runs the quick path (``hbtool perf --model M.onnx --fast``: random calibration, O3) with the
    row's march and input size, the input taken as ``nv12`` at run time as on the board, and the
-   compiled program cached per march (``--recompile`` to redo it; the cost model itself is
-   re-run every time, it is cheap),
+   compiled program cached per march (``--recompile`` to redo it; the memory plan, the last
+   compile step, and the cost model are re-run every time, they are cheap: ``--no-tiling`` plans
+   without the row-band tiling of conv chains),
 3. prints estimated vs published single-thread latency and multi-thread FPS (at the row's thread
    count), the error of each, and the summary per march and split: median absolute error and the
    share of rows within 15 % and 25 %.
@@ -90,12 +91,46 @@ def compiled_program(onnx: Path, march: str, recompile: bool = False, calibratio
 BOARDS = {"RDK Ultra": "rdk-ultra", "RDK X5": "rdk-x5", "RDK X3": "rdk-x3"}
 
 
-def estimate_row(r: Row, recompile: bool = False) -> dict:
+def replan_memory(header: dict, program, march: str, tiling: bool = True) -> dict:
+    """The cached compile with its memory plan made again by this checkout's compiler.
+
+    The memory plan is the last compile step and a function of the program, the layout (stored in
+    the header's tensors) and the march only, so a compile cached before a change to the plan
+    (e.g. the row-band tiling) is re-planned here instead of recompiled. Returns the header with
+    every tensor's ``memory`` and the plan summary replaced; the program's nodes get their
+    ``tile`` annotations. ``tiling=False`` (``--no-tiling``): the plan without row-band tiling."""
+    from hbtool.compiler.compile import kernel_param_bytes
+    from hbtool.compiler.layout import LayoutPlan, TensorLayout
+    from hbtool.compiler.memory import plan_memory
+    from hbtool.compiler.units import CPU
+    from hbtool.march.description import load_march
+
+    tensors = header.get("tensors", {})
+    lays = {name: TensorLayout(name, tuple(t["shape"]), tuple(t["padded"]), None, None, int(t["element_bytes"]))
+            for name, t in tensors.items() if "padded" in t}
+    weight_bytes = sum(kernel_param_bytes(n.meta["kernel"]) for n in program.nodes if "kernel" in n.meta and n.meta.get("unit") != CPU)
+    options = header.get("options", {})
+    memory = plan_memory(program, LayoutPlan(lays, 0, 0), load_march(march), weight_bytes, tiling=tiling,
+                         compile_mode=options.get("compile_mode", "latency"), balance_factor=options.get("balance_factor", 50))
+    out = dict(header)
+    out["tensors"] = {}
+    for name, t in tensors.items():
+        t = dict(t)
+        p = memory.tensors.get(name)
+        if p is not None:
+            t["memory"] = p.to_json()
+        out["tensors"][name] = t
+    out["memory"] = memory.to_json()
+    return out
+
+
+def estimate_row(r: Row, recompile: bool = False, tiling: bool = True) -> dict:
     from hbtool.perf.classes import measurement_class
     from hbtool.perf.hardware import hardware_for
     from hbtool.perf.schedule import estimate_program
 
     header, program = compiled_program(r.onnx, r.march, recompile, r.calibration)
+    header = replan_memory(header, program, r.march, tiling)
     res = estimate_program(program, header.get("tensors", {}), hardware_for(r.march, BOARDS[r.board]), 1, r.variant, "O3",
                            runtime_input_types={i["name"]: "nv12" for i in header.get("inputs", [])})
     threads = r.threads or 1
@@ -206,6 +241,7 @@ def main() -> None:
                     help="export and compile the selected rows into the cache, print no estimate (to prepare a hold-out unseen)")
     ap.add_argument("--only", action="append", help="only these variants")
     ap.add_argument("--recompile", action="store_true")
+    ap.add_argument("--no-tiling", action="store_true", help="memory plan without row-band tiling of conv chains (the plan before it)")
     ap.add_argument("--cached-only", action="store_true", help="skip rows whose compiled program is not cached yet")
     ap.add_argument("--classes", action="store_true", help="print CLASS_ERRORS for hbtool/perf/classes.py (fit rows)")
     ap.add_argument("--markdown", type=Path)
@@ -233,7 +269,7 @@ def main() -> None:
             skipped.append((r.variant, r.march, "not compiled in this run (a quick-path compile of a 640x640 YOLO of this size takes over 10 min and about 9 GB on the shared 2-core machine; rerun without --cached-only where there is room)"))
             continue
         try:
-            o = estimate_row(r, args.recompile)
+            o = estimate_row(r, args.recompile, not args.no_tiling)
         except Exception as exc:  # noqa: BLE001 - report and go on
             skipped.append((r.variant, r.march, f"hbtool failed: {type(exc).__name__}: {str(exc)[:120]}"))
             continue

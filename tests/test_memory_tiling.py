@@ -64,6 +64,7 @@ def _intermediates(c):
 
 @pytest.mark.parametrize("march", ["bayes", "bayes-e", "bernoulli2"])
 def test_a_conv_chain_that_spills_runs_in_row_bands_with_its_intermediates_in_sram(compiled, march):
+    """``compile_mode: bandwidth``: banded wherever it saves DDR bytes, on every march alike."""
     prog, mid = _intermediates(compiled)
     sizes = [compiled.layout.tensors[t].padded_bytes for t in mid]
     weights = sum(kernel_param_bytes(n.meta["kernel"]) for n in prog.nodes if "kernel" in n.meta and n.meta.get("unit") != CPU)
@@ -72,7 +73,7 @@ def test_a_conv_chain_that_spills_runs_in_row_bands_with_its_intermediates_in_sr
     assert [plain.location(t) for t in mid] == [DDR, DDR]
     assert plain.ddr_bytes["spill_write"] == sum(sizes) and plain.ddr_bytes["spill_read"] == sum(sizes)
 
-    tiled = plan_memory(prog, compiled.layout, small, weights)
+    tiled = plan_memory(prog, compiled.layout, small, weights, compile_mode="bandwidth")
     assert [tiled.location(t) for t in mid] == [SRAM, SRAM]
     assert all(tiled.tensors[t].why == TILED and tiled.tensors[t].size < s for t, s in zip(mid, sizes))
     assert tiled.ddr_bytes["spill_write"] == 0 and tiled.ddr_bytes["spill_read"] == 0
@@ -115,3 +116,21 @@ def test_no_banding_where_the_intermediates_fit(compiled):
     plan = plan_memory(prog, compiled.layout, load_march("bayes"), 0)
     assert plan.tiles == [] and [plan.location(t) for t in mid] == [SRAM, SRAM]
     assert not any(n.meta.get("tile") for n in prog.nodes)
+
+
+def test_latency_mode_bands_a_chain_only_where_its_cycles_drop(compiled):
+    """``compile_mode: latency`` (the default) bands a chain only where its cycles, by the cost model,
+    drop: on J5 the spilled maps make the ops wait on DDR, so it bands; with a dispatch so dear that
+    the extra passes cost more than the DDR time saved it does not, where ``bandwidth`` still does."""
+    prog, mid = _intermediates(compiled)
+    weights = sum(kernel_param_bytes(n.meta["kernel"]) for n in prog.nodes if "kernel" in n.meta and n.meta.get("unit") != CPU)
+    sram = min(compiled.layout.tensors[t].padded_bytes for t in mid) // 2
+    for march in ("bayes", "bayes-e", "bernoulli2"):
+        plan = plan_memory(prog, compiled.layout, _march(march, sram), weights)
+        assert all(g.cycles_saved > 0 for g in plan.tiles)
+    j5 = plan_memory(prog, compiled.layout, _march("bayes", sram), weights)
+    assert [j5.location(t) for t in mid] == [SRAM, SRAM] and j5.tiles[0].cycles_saved > 0
+    dear = _march("bayes", sram)
+    dear.raw["overheads"]["per_op_cycles"]["value"] = 10**7
+    assert plan_memory(prog, compiled.layout, dear, weights).tiles == []
+    assert plan_memory(prog, compiled.layout, dear, weights, compile_mode="bandwidth").tiles != []

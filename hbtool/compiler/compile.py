@@ -181,7 +181,8 @@ def compile_model(cfg: HbConfig, optimize_level: str | None = None, disabled_pas
     layout = plan_layout(program, march, tensor_bits)
     tick(4, "memory")
     weight_bytes = sum(kernel_param_bytes(n.meta["kernel"]) for n in program.nodes if "kernel" in n.meta and n.meta.get("unit") != CPU)
-    memory = plan_memory(program, layout, march, weight_bytes)
+    memory = plan_memory(program, layout, march, weight_bytes, compile_mode=cfg.compiler.compile_mode,
+                         balance_factor=cfg.compiler.balance_factor)
     for n in program.nodes:
         if "kernel" in n.meta and n.meta.get("unit") != CPU:
             n.meta["macs"] = kernel_macs(n, program)

@@ -20,13 +20,15 @@ every NPU compiler with a small on-chip SRAM does (Arm Vela's cascades, the BM16
 groups; Horizon says the Bayes compiler "reduces DDR bandwidth usage"), and it is physics of any
 march with a finite SRAM, so it applies to every march with that march's SRAM size.
 
-Each op of a banded chain runs once per band, so its weights are either kept in SRAM for the
-whole chain (they then take SRAM beside the band buffers) or streamed again from DDR for every
-band; the plan takes the cheaper, weights re-read counted in ``ddr_bytes["weights_reread"]``,
-and tiles a chain only where it moves fewer DDR bytes than spilling. The banded ops carry
-``meta["tile"]`` (chain id, bands, weight reads) so the cost model reads the re-reads from the
-compiled program. Tiling changes where tensors live, never what is computed: ``simulate`` does not
-read the memory plan.
+Each op of a banded chain runs once per band: it pays its dispatch once per band, and its
+weights are either kept in SRAM for the whole chain (they then take SRAM beside the band
+buffers) or streamed again from DDR for every band (``ddr_bytes["weights_reread"]``). The plan
+takes the fewest bands that fit for either way, and bands a chain only where that pays under the
+config's ``compile_mode`` (Horizon's knob): ``latency`` (the default) when the chain's cycles, by
+the cost model ``hbtool perf`` uses, drop; ``bandwidth`` when its DDR bytes drop; ``balance`` a
+mix. The banded ops carry ``meta["tile"]`` (chain id, bands, weight reads) so the cost model reads
+the dispatches and re-reads from the compiled program. Tiling changes where tensors live, never
+what is computed: ``simulate`` does not read the memory plan.
 """
 
 from __future__ import annotations
@@ -69,21 +71,71 @@ class TileGroup:
     weights_resident: bool
     saved: int                       # DDR bytes per frame the spills of the intermediates cost
     extra: int                       # DDR bytes per frame the banding costs (weights re-read)
-    dispatch: int = 0                # the dispatches of the extra band passes, in DDR-byte time
+    cycles_saved: float = 0.0        # the chain's cycles untiled minus banded (cost model, one core)
+    gain: float = 0.0                # what the compile mode optimises (see :func:`plan_memory`)
 
     @property
     def weight_reads(self) -> int:
         return 1 if self.weights_resident else self.bands
 
-    @property
-    def net(self) -> int:
-        return self.saved - self.extra - self.dispatch
-
     def to_json(self) -> dict:
         return {"nodes": [self.first, self.last], "bands": self.bands, "intermediates": len(self.buffers),
                 "band_buffer_bytes": int(sum(self.buffers.values())), "weight_bytes": self.weight_bytes,
                 "weights": "resident" if self.weights_resident else f"re-read per band ({self.bands}x)",
-                "ddr_saved": self.saved, "ddr_extra": self.extra, "dispatch_as_ddr_bytes": self.dispatch}
+                "ddr_saved": self.saved, "ddr_extra": self.extra, "cycles_saved": round(self.cycles_saved)}
+
+
+class _Objective:
+    """What banding a chain gains under the compile mode: cycles (``latency``), DDR bytes
+    (``bandwidth``), or a mix (``balance``, ``balance_factor`` 0 = bandwidth .. 100 = latency).
+
+    Cycles come from the cost model the perf estimate uses (:func:`hbtool.perf.cost.cost_op`) on the
+    chain's nodes, with the chain's tensors where each plan puts them: so a chain whose ops wait on
+    their compute, not on DDR, is not banded in latency mode just to pay more dispatches."""
+
+    def __init__(self, program: Graph, layout: LayoutPlan, march: March, mode: str, balance_factor: int):
+        self.program, self.layout = program, layout
+        self.hw = None
+        try:
+            from hbtool.perf.hardware import hardware_for
+
+            self.hw = hardware_for(march)
+        except Exception:  # noqa: BLE001 - a march without cost parameters: DDR bytes only
+            mode = "bandwidth"
+        self.mode = mode
+        self.weight = 1.0 if mode == "latency" else 0.0 if mode == "bandwidth" else min(1.0, max(0.0, balance_factor / 100.0))
+
+    def cycles(self, nodes: list[Node], location, tile: dict | None) -> float:
+        from hbtool.perf.cost import CostContext, cost_op
+        from hbtool.perf.schedule import fuse_output_stage
+
+        tensors: dict[str, dict] = {}
+        for n in nodes:
+            for t in list(n.inputs) + list(n.outputs):
+                lay = self.layout.tensors.get(t) if t else None
+                if lay is not None and t not in tensors:
+                    tensors[t] = {"padded": list(lay.padded), "padded_bytes": lay.padded_bytes,
+                                  "element_bytes": lay.element_bytes, "memory": {"location": location(t)}}
+        kept = [n.meta.get("tile") for n in nodes]
+        try:
+            for n in nodes:
+                if tile is None:
+                    n.meta.pop("tile", None)
+                else:
+                    n.meta["tile"] = tile
+            ctx = CostContext(self.program, tensors, self.hw)
+            ops = fuse_output_stage(self.program, [cost_op(n, ctx) for n in nodes], self.hw, nodes)
+        finally:
+            for n, t in zip(nodes, kept):
+                if t is None:
+                    n.meta.pop("tile", None)
+                else:
+                    n.meta["tile"] = t
+        return float(sum(o.cycles for o in ops))
+
+    def gain(self, cycles_saved: float, bytes_saved: int) -> float:
+        per_cycle = self.hw.ddr_bytes_per_cycle if self.hw is not None else 1.0
+        return self.weight * cycles_saved * per_cycle + (1.0 - self.weight) * bytes_saved
 
 
 @dataclass
@@ -265,13 +317,12 @@ def _allocate(program: Graph, layout: LayoutPlan, capacity: int, weight_bytes: i
 
 
 def _evaluate(program: Graph, layout: LayoutPlan, base: MemoryPlan, capacity: int, first: int, last: int,
-              halos: list[int | None], weights: list[int], dispatch_bytes: float) -> TileGroup | None:
+              halos: list[int | None], weights: list[int], objective: _Objective) -> TileGroup | None:
     """The best row banding of nodes ``first..last`` against the untiled plan ``base``, or None if none pays.
 
-    Every band is one more pass of every op of the chain, and each pass costs a dispatch
-    (``dispatch_bytes``: the march's per-op cycles in DDR-byte time), so the fewest bands that fit
-    are best, and a chain is banded only where the DDR bytes it saves outweigh the bytes it adds
-    (weights re-read) and its extra dispatches."""
+    Every band is one more pass of every op of the chain (one more dispatch each), so for each way
+    to hold the weights (kept in SRAM, or streamed per band) the fewest bands that fit are best; the
+    chain is banded only where that gains under the compile mode (:class:`_Objective`)."""
     nodes = program.nodes[first:last + 1]
     if any(halos[k] is None for k in range(first, last + 1)):
         return None
@@ -316,21 +367,28 @@ def _evaluate(program: Graph, layout: LayoutPlan, base: MemoryPlan, capacity: in
         return band_bufs + sum(_round_up(halo * rb) for _, rb, halo in ext.values())
 
     h_min = min(h for h, _, _ in rows.values())
-    passes = sum(1 for n in nodes if not n.meta.get("view"))
+    timed = objective.hw is not None and objective.weight > 0
+    untiled = objective.cycles(nodes, base.location, None) if timed else 0.0
     best: TileGroup | None = None
     for resident in (True, False):
         for bands in range(2, h_min + 1):
-            if need(bands) + (_round_up(w) if resident else 0) <= avail:
-                extra = 0 if resident else (bands - 1) * w
-                g = TileGroup(first, last, bands, {t: _round_up(min(h, -(-h // bands) + halo) * rb) for t, (h, rb, halo) in rows.items()},
-                              w, resident, saved, extra, int((bands - 1) * passes * dispatch_bytes))
-                if g.net > 0 and (best is None or g.net > best.net):
-                    best = g
-                break
+            if need(bands) + (_round_up(w) if resident else 0) > avail:
+                continue
+            buffers = {t: _round_up(min(h, -(-h // bands) + halo) * rb) for t, (h, rb, halo) in rows.items()}
+            extra = 0 if resident else (bands - 1) * w
+            cycles_saved = 0.0
+            if timed:
+                tile = {"bands": bands, "weight_reads": 1 if resident else bands}
+                cycles_saved = untiled - objective.cycles(nodes, lambda t: SRAM if t in rows else base.location(t), tile)
+            g = TileGroup(first, last, bands, buffers, w, resident, saved, extra, cycles_saved,
+                          objective.gain(cycles_saved, saved - extra))
+            if g.gain > 0 and (best is None or g.gain > best.gain):
+                best = g
+            break
     return best
 
 
-def tile_groups(program: Graph, layout: LayoutPlan, base: MemoryPlan, capacity: int, dispatch_bytes: float = 0.0) -> list[TileGroup]:
+def tile_groups(program: Graph, layout: LayoutPlan, base: MemoryPlan, capacity: int, objective: _Objective) -> list[TileGroup]:
     """Chains to run in row bands: around every spilled tensor whose writer and readers, and every node
     scheduled between them, can run in bands; overlapping chains merge where the merged chain saves more."""
     order = {n.name: k for k, n in enumerate(program.nodes)}
@@ -339,7 +397,7 @@ def tile_groups(program: Graph, layout: LayoutPlan, base: MemoryPlan, capacity: 
     halos = [_halo_rows(n, program) for n in program.nodes]
 
     def evaluate(first: int, last: int) -> TileGroup | None:
-        return _evaluate(program, layout, base, capacity, first, last, halos, weights, dispatch_bytes)
+        return _evaluate(program, layout, base, capacity, first, last, halos, weights, objective)
 
     weights = [_node_weight_bytes(n) for n in program.nodes]
     spans = []
@@ -360,7 +418,7 @@ def tile_groups(program: Graph, layout: LayoutPlan, base: MemoryPlan, capacity: 
                 continue
             alone = evaluate(cur.last + 1, last)
             merged = evaluate(cur.first, last)
-            if merged is not None and merged.net >= cur.net + (alone.net if alone is not None else 0):
+            if merged is not None and merged.gain >= cur.gain + (alone.gain if alone is not None else 0):
                 cur = merged
             elif alone is not None:
                 groups.append(cur)
@@ -374,32 +432,26 @@ def tile_groups(program: Graph, layout: LayoutPlan, base: MemoryPlan, capacity: 
     return groups
 
 
-def _dispatch_bytes(march: March) -> float:
-    """One op dispatch (``overheads.per_op_cycles``) as the DDR bytes the sustained bandwidth moves meanwhile."""
-    try:
-        bytes_per_cycle = float(march.param("memory.ddr_bytes_per_s")) * float(march.param("memory.ddr_efficiency")) / float(march.param("clock_hz"))
-        return float(march.param("overheads.per_op_cycles")) * bytes_per_cycle
-    except KeyError:
-        return 0.0
-
-
-def plan_memory(program: Graph, layout: LayoutPlan, march: March, weight_bytes: int, tiling: bool = True) -> MemoryPlan:
+def plan_memory(program: Graph, layout: LayoutPlan, march: March, weight_bytes: int, tiling: bool = True,
+                compile_mode: str = "latency", balance_factor: int = 50) -> MemoryPlan:
     """Assign every activation to SRAM or DDR and count DDR bytes per frame (see module docstring).
 
-    With ``tiling`` (the default) chains whose intermediates spill run in row bands instead; the
-    banded nodes get ``meta["tile"]`` = ``{"group", "bands", "weight_reads"}``."""
+    With ``tiling`` (the default) chains whose intermediates spill run in row bands where that pays
+    under ``compile_mode`` (``latency``: the chain's cycles drop; ``bandwidth``: its DDR bytes drop;
+    ``balance``: a mix by ``balance_factor``, 0 = bandwidth .. 100 = latency); the banded nodes get
+    ``meta["tile"]`` = ``{"group", "bands", "weight_reads"}``."""
     capacity = int(march.param("memory.sram_bytes_per_core"))
     for n in program.nodes:
         n.meta.pop("tile", None)
     base = _allocate(program, layout, capacity, weight_bytes, [])
     if not tiling:
         return base
-    groups = tile_groups(program, layout, base, capacity, _dispatch_bytes(march))
+    groups = tile_groups(program, layout, base, capacity, _Objective(program, layout, march, compile_mode, balance_factor))
     if not groups:
         return base
     plan = _allocate(program, layout, capacity, weight_bytes, groups)
-    if plan.ddr_bytes_per_frame >= base.ddr_bytes_per_frame:  # fragmentation ate the gain: keep the plain plan
-        return base
+    if plan.ddr_bytes_per_frame >= base.ddr_bytes_per_frame and compile_mode == "bandwidth":
+        return base  # fragmentation ate the gain
     for k, g in enumerate(plan.tiles):
         for n in program.nodes[g.first:g.last + 1]:
             n.meta["tile"] = {"group": k, "bands": g.bands, "weight_reads": g.weight_reads}

@@ -24,7 +24,8 @@ next tile streams in):
 ``sram``/``ddr``   bytes each memory moves for the op / its bandwidth: activations where the
                    compiler placed them (a row-band buffer of a tiled chain is SRAM), weights and
                    tables streamed from DDR once per frame, or once per band where the compiler's
-                   memory plan runs the op's chain in row bands without keeping its weights.
+                   memory plan runs the op's chain in row bands without keeping its weights (kept
+                   in SRAM, they are read from SRAM once per band).
 ``cpu``            the A55 cluster: quantize/dequantize per element, float subgraphs by FLOPs.
 
 An input that arrives as an ``nv12`` image (``input_type_rt: nv12``, as every published RDK
@@ -169,10 +170,13 @@ def _memory_traffic(op: OpCost, node: Node, ctx: CostContext, as_int8: bool = Fa
         op.weight_bytes = int(kernel_param_bytes(kernel))
         if as_int8 and getattr(kernel, "weight_bits", 8) == 4:
             op.weight_bytes += int(kernel.weight.size) - (int(kernel.weight.size) + 1) // 2
-        # an op of a chain the compiler runs in row bands with its weights not kept in SRAM
-        # streams them again for every band (memory plan, ``meta["tile"]``)
-        reads = int((node.meta.get("tile") or {}).get("weight_reads", 1))
+        # an op of a chain the compiler runs in row bands (memory plan, ``meta["tile"]``) needs its
+        # weights for every band: streamed again from DDR each band, or, kept in SRAM, read from there
+        tile = node.meta.get("tile") or {}
+        reads, n_bands = int(tile.get("weight_reads", 1)), int(tile.get("bands", 1))
         ddr += reads * access.sequential_bytes(op.weight_bytes, hw.ddr_burst_bytes) if op.weight_bytes else 0
+        if n_bands > 1 and reads == 1:
+            sram += n_bands * op.weight_bytes
     op.sram_bytes, op.ddr_bytes, op.ddr_useful_bytes = sram, ddr, ddr
     op.components[SRAM] = sram / hw.sram_bytes_per_cycle / ctx.split
     op.components[DDR] = ddr / hw.ddr_bytes_per_cycle

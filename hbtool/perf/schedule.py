@@ -182,17 +182,18 @@ class PerfResult:
 OUTPUT_STAGE_KERNELS = ("Lut",)
 
 
-def fuse_output_stage(program: Graph, ops: list[OpCost], hw: Hardware) -> list[OpCost]:
+def fuse_output_stage(program: Graph, ops: list[OpCost], hw: Hardware, nodes: list | None = None) -> list[OpCost]:
     """A lookup-table activation reading the only output of a conv/linear that nothing else reads
     runs in the tensor unit's output stage (march ``units.tensor.output_stage_lut``): its table is
     applied while the results stream out, so it moves no data of its own and issues no pass; only
-    vector work beyond the producer's own time would show."""
+    vector work beyond the producer's own time would show. ``nodes``: the nodes ``ops`` cost, when
+    not the whole program (the memory plan costs one chain)."""
     if not hw.output_stage_lut:
         return ops
     consumers = program.consumer_map()
     by_name = {o.name: o for o in ops}
     producers = program.producer_map()
-    for node, op in zip(program.nodes, ops):
+    for node, op in zip(program.nodes if nodes is None else nodes, ops):
         if op.unit != VECTOR or op.kernel not in OUTPUT_STAGE_KERNELS or not node.inputs:
             continue
         src = producers.get(node.inputs[0])
