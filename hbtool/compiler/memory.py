@@ -33,7 +33,6 @@ what is computed: ``simulate`` does not read the memory plan.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from hbtool.compiler.layout import LayoutPlan
