@@ -527,9 +527,15 @@ def cpu_cost(node: Node, ctx: CostContext) -> OpCost:
 def cost_op(node: Node, ctx: CostContext) -> OpCost:
     unit = node.meta.get("unit", CPU)
     if unit == TENSOR:
-        return tensor_cost(node, ctx)
-    if unit == VECTOR:
-        return vector_cost(node, ctx)
-    if unit == DATA_MOVEMENT:
-        return movement_cost(node, ctx)
-    return cpu_cost(node, ctx)
+        op = tensor_cost(node, ctx)
+    elif unit == VECTOR:
+        op = vector_cost(node, ctx)
+    elif unit == DATA_MOVEMENT:
+        op = movement_cost(node, ctx)
+    else:
+        return cpu_cost(node, ctx)
+    tile = node.meta.get("tile")
+    if tile and op.cycles > 0:
+        weights = "" if not op.weight_bytes else ", weights re-read per band" if int(tile.get("weight_reads", 1)) > 1 else ", weights kept in SRAM"
+        op.note += f"; chain {tile.get('group', '?')} in {bands(node)} row bands{weights}"
+    return op
