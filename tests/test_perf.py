@@ -93,15 +93,15 @@ def test_aligned_conv_costs_its_macs_on_the_array():
 def test_awkward_channel_conv_pays_for_its_padding():
     g, t = conv_op(65, 65)
     op = cost(g, t)
-    reduction = ceil_to(ceil_to(65, HW.c_in_quantum), HW.array_reduce)      # 65 -> 72 -> 96
+    reduction = ceil_to(ceil_to(65, HW.c_in_quantum), HW.array_reduce)      # 65 -> 72 (8-channel groups, 8 deep a pass)
     padded = 16 * ceil_to(16, HW.array_w) * ceil_to(65, HW.array_c_out) * reduction
     assert op.macs == 16 * 16 * 65 * 65
     assert op.padded_macs == padded
     assert op.components[TENSOR] == pytest.approx(padded / HW.macs_per_cycle)
     aligned = cost(*conv_op(64, 64))
-    # 3 % more MACs, about 3x the array time
+    # 3 % more MACs, 2.25x the array time (C_out 65 -> 128 lanes, C_in 65 -> 72)
     assert op.components[TENSOR] / aligned.components[TENSOR] == pytest.approx(padded / (16 * 16 * 64 * 64))
-    assert op.components[TENSOR] > 2.5 * aligned.components[TENSOR]
+    assert op.components[TENSOR] > 2.2 * aligned.components[TENSOR]
 
 
 def test_narrow_width_pays_for_the_array_width():
