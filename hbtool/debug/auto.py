@@ -69,8 +69,9 @@ WEIGHT_CANDIDATES = 3
 STRUCTURAL = {"int8", "int16_output", "int16_input_output", "cpu"}
 #: group sizes of the weight-only ranking's top nodes tried together (``None``: every weighted node)
 GROUP_SIZES: tuple[int | None, ...] = (5, 10, 20, None)
-#: the smallest group of int16 outputs (the worst int8 SQNR first); each next group doubles it, up to every
-#: quantized output, and every output under auto_int16's threshold is tried too. The phase stops at the first
+#: the smallest group of int16 outputs (the worst int8 SQNR first); each next group doubles it while it is
+#: smaller than the candidates (all of them is enable_int16's job), and every output under auto_int16's threshold
+#: is tried too. The phase stops at the first
 #: group over the FPS budget, so a cheap model (a detector whose int16 maps cost little) can go as far as its
 #: budget lets it, and a dear one stops early
 INT16_GROUP_SMALLEST = 5
@@ -180,8 +181,8 @@ def weight_groups(gains: list[WeightGain], sizes: tuple[int | None, ...] = GROUP
 
 def int16_groups(session: DebugSession, ranking: list[Sensitivity], sizes: tuple[int, ...] | None = None) -> list[list[str]]:
     """Nodes whose int8 output has the lowest expected SQNR (the statistic ``auto_int16`` promotes by),
-    worst first: the top k for each k of ``sizes`` (default: 5, 10, 20, ... doubling, and all of
-    them), and every node under the ``auto_int16`` threshold; distinct groups, smallest first.
+    worst first: the top k for each k of ``sizes`` (default: 5, 10, 20, ... doubling, each fewer
+    than the candidates), and every node under the ``auto_int16`` threshold; distinct groups, smallest first.
     Nodes already int16, or whose output has no statistics, are not candidates."""
     from hbtool.quant.plan import INT8_MIN_SQNR_DB
     from hbtool.quant.thresholds import sqnr_db
@@ -204,9 +205,9 @@ def int16_groups(session: DebugSession, ranking: list[Sensitivity], sizes: tuple
     order = [name for _, name in scored]
     under = sum(1 for v, _ in scored if v < INT8_MIN_SQNR_DB)
     if sizes is None:
-        sizes = tuple(INT16_GROUP_SMALLEST * 2 ** i for i in range(64) if INT16_GROUP_SMALLEST * 2 ** i < len(order)) + (len(order),)
+        sizes = tuple(INT16_GROUP_SMALLEST * 2 ** i for i in range(64) if INT16_GROUP_SMALLEST * 2 ** i < len(order))
     out: list[list[str]] = []
-    for k in sorted({k for k in sizes if k <= len(order)} | ({under} if under else set())):
+    for k in sorted({k for k in sizes if k < len(order)} | ({under} if under else set())):
         if order[:k] and order[:k] not in out:
             out.append(order[:k])
     return out
