@@ -99,18 +99,16 @@ def replan_memory(header: dict, program, march: str, tiling: bool = True) -> dic
     (e.g. the row-band tiling) is re-planned here instead of recompiled. Returns the header with
     every tensor's ``memory`` and the plan summary replaced; the program's nodes get their
     ``tile`` annotations. ``tiling=False`` (``--no-tiling``): the plan without row-band tiling."""
-    from hbtool.compiler.compile import kernel_param_bytes
+    from hbtool.compiler.compile import bpu_weight_bytes
     from hbtool.compiler.layout import LayoutPlan, TensorLayout
     from hbtool.compiler.memory import plan_memory
-    from hbtool.compiler.units import CPU
     from hbtool.march.description import load_march
 
     tensors = header.get("tensors", {})
     lays = {name: TensorLayout(name, tuple(t["shape"]), tuple(t["padded"]), None, None, int(t["element_bytes"]))
             for name, t in tensors.items() if "padded" in t}
-    weight_bytes = sum(kernel_param_bytes(n.meta["kernel"]) for n in program.nodes if "kernel" in n.meta and n.meta.get("unit") != CPU)
     options = header.get("options", {})
-    memory = plan_memory(program, LayoutPlan(lays, 0, 0), load_march(march), weight_bytes, tiling=tiling,
+    memory = plan_memory(program, LayoutPlan(lays, 0, 0), load_march(march), bpu_weight_bytes(program), tiling=tiling,
                          compile_mode=options.get("compile_mode", "latency"), balance_factor=options.get("balance_factor", 50))
     out = dict(header)
     out["tensors"] = {}

@@ -14,9 +14,8 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from hbtool.compiler.compile import compile_model, kernel_param_bytes
+from hbtool.compiler.compile import bpu_weight_bytes, compile_model
 from hbtool.compiler.memory import DDR, SRAM, TILED, plan_memory
-from hbtool.compiler.units import CPU
 from hbtool.march.description import March, load_march
 from hbtool.perf.cost import TENSOR
 from hbtool.perf.hardware import hardware_for
@@ -67,7 +66,7 @@ def test_a_conv_chain_that_spills_runs_in_row_bands_with_its_intermediates_in_sr
     """``compile_mode: bandwidth``: banded wherever it saves DDR bytes, on every march alike."""
     prog, mid = _intermediates(compiled)
     sizes = [compiled.layout.tensors[t].padded_bytes for t in mid]
-    weights = sum(kernel_param_bytes(n.meta["kernel"]) for n in prog.nodes if "kernel" in n.meta and n.meta.get("unit") != CPU)
+    weights = bpu_weight_bytes(prog)
     small = _march(march, min(sizes) // 2)  # neither intermediate fits whole, a band of each does
     plain = plan_memory(prog, compiled.layout, small, weights, tiling=False)
     assert [plain.location(t) for t in mid] == [DDR, DDR]
@@ -90,7 +89,7 @@ def test_the_cost_model_reads_the_banded_plan(compiled):
     """The same program costed with the plain and the banded plan (``bandwidth``: the whole chain banded):
     the DDR bytes drop by the spills, every banded op pays one dispatch per band."""
     prog, mid = _intermediates(compiled)
-    weights = sum(kernel_param_bytes(n.meta["kernel"]) for n in prog.nodes if "kernel" in n.meta and n.meta.get("unit") != CPU)
+    weights = bpu_weight_bytes(prog)
     small = _march("bayes", min(compiled.layout.tensors[t].padded_bytes for t in mid) // 2)
     hw = hardware_for("bayes")
 
@@ -123,7 +122,7 @@ def test_latency_mode_bands_a_chain_only_where_its_cycles_drop(compiled):
     drop: on J5 the spilled maps make the ops wait on DDR, so it bands; with a dispatch so dear that
     the extra passes cost more than the DDR time saved it does not, where ``bandwidth`` still does."""
     prog, mid = _intermediates(compiled)
-    weights = sum(kernel_param_bytes(n.meta["kernel"]) for n in prog.nodes if "kernel" in n.meta and n.meta.get("unit") != CPU)
+    weights = bpu_weight_bytes(prog)
     sram = min(compiled.layout.tensors[t].padded_bytes for t in mid) // 2
     for march in ("bayes", "bayes-e", "bernoulli2"):
         plan = plan_memory(prog, compiled.layout, _march(march, sram), weights)

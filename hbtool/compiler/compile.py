@@ -57,6 +57,11 @@ def artifact_path(cfg: HbConfig) -> Path:
     return Path(cfg.model.working_dir) / f"{cfg.model.output_model_file_prefix}{suffix}"
 
 
+def bpu_weight_bytes(program: Any) -> int:
+    """Bytes of the constants every BPU kernel of ``program`` streams per frame (the memory plan's weights)."""
+    return sum(kernel_param_bytes(n.meta["kernel"]) for n in program.nodes if "kernel" in n.meta and n.meta.get("unit") != CPU)
+
+
 def kernel_param_bytes(kernel: Any) -> int:
     """Bytes of a kernel's constant arrays as stored (narrowest integer type): weights, biases, tables."""
     import dataclasses
@@ -180,8 +185,7 @@ def compile_model(cfg: HbConfig, optimize_level: str | None = None, disabled_pas
     tick(3, "layout")
     layout = plan_layout(program, march, tensor_bits)
     tick(4, "memory")
-    weight_bytes = sum(kernel_param_bytes(n.meta["kernel"]) for n in program.nodes if "kernel" in n.meta and n.meta.get("unit") != CPU)
-    memory = plan_memory(program, layout, march, weight_bytes, compile_mode=cfg.compiler.compile_mode,
+    memory = plan_memory(program, layout, march, bpu_weight_bytes(program), compile_mode=cfg.compiler.compile_mode,
                          balance_factor=cfg.compiler.balance_factor)
     for n in program.nodes:
         if "kernel" in n.meta and n.meta.get("unit") != CPU:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 from hbtool.compiler.layout import LayoutPlan
 from hbtool.compiler.units import CPU, DATA_MOVEMENT, TENSOR, VECTOR
+from hbtool.errors import InputError
 from hbtool.ir.graph import Graph, Node
 from hbtool.march.description import March
 
@@ -99,7 +100,7 @@ class _Objective:
             from hbtool.perf.hardware import hardware_for
 
             self.hw = hardware_for(march)
-        except Exception:  # noqa: BLE001 - a march without cost parameters: DDR bytes only
+        except InputError:  # a march file without the cost model's parameters: DDR bytes only
             mode = "bandwidth"
         self.mode = mode
         self.weight = 1.0 if mode == "latency" else 0.0 if mode == "bandwidth" else min(1.0, max(0.0, balance_factor / 100.0))
