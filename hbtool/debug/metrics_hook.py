@@ -49,6 +49,31 @@ class Metric:
         return v
 
 
+    def fold_values(self, quantized: Outputs, float_: Outputs, samples: int, folds: int) -> list[float] | None:
+        """The metric on each of ``folds`` interleaved folds of the ``samples`` debug samples (sample i in fold
+        i mod folds), or None where the outputs do not split by sample or fewer than two samples fall in a fold.
+
+        Why: a task metric on a few dozen samples is coarse (a detector's F1 moves by whole detections), and
+        the spread of the difference of two variants over the folds is what says whether the debug set can
+        tell them apart at all (:func:`hbtool.debug.auto.paired_noise`)."""
+        if self.hook is None or folds < 2 or samples < 2 * folds:
+            return None
+        arrays = [*quantized.values(), *float_.values()]
+        if not arrays or any(np.ndim(a) == 0 or np.shape(a)[0] % samples for a in arrays):
+            return None
+        out = []
+        for k in range(folds):
+            pick = np.arange(k, samples, folds)
+
+            def rows(a: np.ndarray) -> np.ndarray:
+                per = a.shape[0] // samples
+                return a.reshape(samples, per, *a.shape[1:])[pick].reshape(-1, *a.shape[1:])
+
+            out.append(self.value({n: rows(np.asarray(a)) for n, a in quantized.items()},
+                                  {n: rows(np.asarray(a)) for n, a in float_.items()}))
+        return out
+
+
 def resolve_metric(spec: str, base_dir: Path | None) -> Metric:
     """The metric named by ``spec``; a bad name, module or function is a one-line InputError."""
     text = str(spec).strip()

@@ -21,6 +21,11 @@ from hbtool.debug.metrics_hook import Metric
 from hbtool.quant.calibrate import CalibrationResult, run_calibration
 from hbtool.quant.collect import float_session
 
+#: folds of the debug samples a task metric is also measured on, two samples or more each; with fewer
+#: than MIN_METRIC_FOLDS folds (under 16 samples) none: a spread over fewer folds says too little
+METRIC_FOLDS = 8
+MIN_METRIC_FOLDS = 8
+
 Progress = Callable[[str, int, int], None]
 
 
@@ -33,6 +38,7 @@ class Measured:
     metric: float                              # the ranked metric (the hook's value, or the built-in's score)
     result: CalibrationResult | None = None
     fps: float | None = None
+    folds: list[float] | None = None          # a task metric on folds of the debug samples (Metric.fold_values)
 
     @property
     def cosine(self) -> float:
@@ -72,7 +78,9 @@ class DebugSession:
         samples = [convert(s) for s in self.samples] if convert else self.samples
         quant = run_outputs(result.quantized, samples, self.output_names)
         outs = per_output(self.float_outputs, quant)
-        return Measured(node_info, outs, self.metric.value(quant, self.float_outputs), result)
+        k = min(METRIC_FOLDS, len(samples) // 2)
+        folds = self.metric.fold_values(quant, self.float_outputs, len(samples), k) if self.metric.is_hook and k >= MIN_METRIC_FOLDS else None
+        return Measured(node_info, outs, self.metric.value(quant, self.float_outputs), result, folds=folds)
 
 
 def run_outputs(graph, samples: list[dict[str, np.ndarray]], names: list[str]) -> dict[str, np.ndarray]:
