@@ -1,0 +1,84 @@
+"""Sweep two global cost-model parameters of a march over the cached published rows (docs/perf.md, perf7).
+
+For each (e, p): the tensor unit's sustained rate scaled by ``e`` (``macs_per_cycle`` x e: the array busy
+e of its cycles) and ``overheads.per_op_cycles`` set to ``p``; prints the median absolute error and the
+share within 25 % of latency and FPS for the fit rows and for the rows no parameter was fitted to
+(holdout + fresh), and the fit rows whose FPS is off by more than 25 %. Only rows whose compile is
+cached are used (``perf_published.py --compile-only`` fills the cache); nothing is written.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/published/sweep.py --march bayes-e --rate 1.0 0.95 0.9 --per-op 3000 2500
+
+Why it exists: a parameter change that meets the fit-row bars must be checked on the rows it was not
+fitted to before it is taken; this prints both sides of that trade in one table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+import perf_published as pp  # noqa: E402
+from rows import calibration_rows, fresh_rows, holdout_rows  # noqa: E402
+
+
+def _programs(rows):
+    out = []
+    for r in rows:
+        if r.onnx is None or not pp.cache_path(r.onnx, r.march, r.calibration).exists():
+            continue
+        header, program = pp.compiled_program(r.onnx, r.march, False, r.calibration)
+        out.append((r, pp.replan_memory(header, program, r.march, True), program))
+    return out
+
+
+def _errors(programs, hw):
+    from hbtool.perf.schedule import estimate_program
+
+    errors = {}
+    for r, header, program in programs:
+        res = estimate_program(program, header.get("tensors", {}), hw, 1, r.variant, "O3",
+                               runtime_input_types={i["name"]: "nv12" for i in header.get("inputs", [])})
+        errors[r.variant] = (res.latency_ms / r.latency_ms - 1, res.fps_threads(r.threads or 1) / r.fps_multithread - 1)
+    return errors
+
+
+def _summary(errors, k):
+    e = [abs(v[k]) for v in errors.values()]
+    return f"{statistics.median(e):.1%} / {sum(x <= 0.25 for x in e) / len(e):.0%}" if e else "-"
+
+
+def main() -> None:
+    from hbtool.perf.hardware import hardware_for
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--march", default="bayes-e")
+    ap.add_argument("--rate", type=float, nargs="+", default=[1.0, 0.95, 0.9])
+    ap.add_argument("--per-op", type=float, nargs="+", default=None, help="per_op_cycles values (default: the march's)")
+    args = ap.parse_args()
+    fit = _programs([r for r in calibration_rows() if r.march == args.march])
+    unseen = _programs([r for r in holdout_rows() + fresh_rows() if r.march == args.march])
+    boards = {pp.BOARDS[r.board] for r, _, _ in fit + unseen}
+    if len(boards) != 1:
+        sys.exit(f"rows of {args.march} on several boards ({sorted(boards)}): sweep one board at a time")
+    base = hardware_for(args.march, boards.pop())
+    print(f"{len(fit)} fit rows, {len(unseen)} unseen rows (holdout + fresh) of {args.march}")
+    print("| e, p | fit latency | fit FPS | unseen latency | unseen FPS | fit FPS rows out of 25 % |")
+    print("|---|---|---|---|---|---|")
+    for e in args.rate:
+        for p in args.per_op or [base.per_op_cycles]:
+            hw = dataclasses.replace(base, macs_per_cycle=int(round(base.macs_per_cycle * e)), per_op_cycles=p)
+            f, u = _errors(fit, hw), _errors(unseen, hw)
+            out = sorted((v[1], k) for k, v in f.items() if abs(v[1]) > 0.25)
+            print(f"| {e:g}, {p:g} | {_summary(f, 0)} | {_summary(f, 1)} | {_summary(u, 0)} | {_summary(u, 1)} | "
+                  f"{len(out)}: {', '.join(f'{k} {v:+.0%}' for v, k in out)} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
