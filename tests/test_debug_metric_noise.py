@@ -115,3 +115,16 @@ def test_a_resolved_metric_difference_still_decides(monkeypatch):
 def test_without_fold_values_the_ranking_is_the_metric_as_before(monkeypatch):
     table = {0: (0.85, 0.950, None), 40: (0.946, 0.972, None), 80: (0.923, 0.983, None)}
     assert _run_groups(monkeypatch, table) == 40
+
+
+def test_a_metric_that_fails_on_a_fold_gives_no_fold_values():
+    """Folds are an extra: a hook that cannot score a few samples (it wants all of them) leaves the metric as it was."""
+    def needs_all(quantized, float_):
+        if len(quantized["y"]) < 16:
+            raise ValueError("need every sample")
+        return 1.0
+
+    y = np.zeros((16, 2), np.float32)
+    metric = Metric("all", needs_all)
+    assert metric.value({"y": y}, {"y": y}) == 1.0
+    assert metric.fold_values({"y": y}, {"y": y}, 16, 8) is None

@@ -48,7 +48,6 @@ class Metric:
             raise InputError(f"debug_parameters.metric {self.name} returned {v}", "return a finite float, higher is better")
         return v
 
-
     def fold_values(self, quantized: Outputs, float_: Outputs, samples: int, folds: int) -> list[float] | None:
         """The metric on each of ``folds`` interleaved folds of the ``samples`` debug samples (sample i in fold
         i mod folds), or None where the outputs do not split by sample or fewer than two samples fall in a fold.
@@ -69,8 +68,11 @@ class Metric:
                 per = a.shape[0] // samples
                 return a.reshape(samples, per, *a.shape[1:])[pick].reshape(-1, *a.shape[1:])
 
-            out.append(self.value({n: rows(np.asarray(a)) for n, a in quantized.items()},
-                                  {n: rows(np.asarray(a)) for n, a in float_.items()}))
+            try:
+                out.append(self.value({n: rows(np.asarray(a)) for n, a in quantized.items()},
+                                      {n: rows(np.asarray(a)) for n, a in float_.items()}))
+            except InputError:  # a metric undefined on a fold (too few samples for it): no noise estimate
+                return None
         return out
 
 
