@@ -128,3 +128,20 @@ def test_a_metric_that_fails_on_a_fold_gives_no_fold_values():
     metric = Metric("all", needs_all)
     assert metric.value({"y": y}, {"y": y}) == 1.0
     assert metric.fold_values({"y": y}, {"y": y}, 16, 8) is None
+
+
+def test_the_noise_of_each_try_is_in_the_steps_and_the_reports(monkeypatch):
+    from dataclasses import asdict
+
+    from hbtool.debug.report_html import _with_noise
+
+    table = {0: (0.85, 0.950, [0.85] * 8),
+             40: (0.946, 0.972, [0.95, 0.80, 1.00, 0.85, 0.90, 1.00, 0.80, 0.95])}
+    groups = [[f"n{i}" for i in range(40)]]
+    monkeypatch.setattr(auto, "int16_groups", lambda session, ranking: groups)
+    monkeypatch.setattr(auto, "estimate_fps", lambda session, m: 1000.0 - len(m.node_info))
+    res = run_auto(_GroupSession(table), [], target_cosine=0.99, max_fps_loss=0.1, ideal_metric=1.0)
+    step = asdict(res.steps[-1])
+    assert step["metric_noise"] == pytest.approx(paired_noise(_m(*table[40]), _m(*table[0])))
+    assert step["metric_noise"] > 0 and _with_noise(step) == f"{0.946:.6g} ±{step['metric_noise']:.2g}"
+    assert asdict(res.steps[0])["metric_noise"] == 0.0 and _with_noise(asdict(res.steps[0])) == 0.85

@@ -121,6 +121,7 @@ class Step:
     fps: float | None
     kept: bool
     note: str = ""
+    metric_noise: float = 0.0          # paired_noise against the model kept when the step was tried (0: unknown)
 
 
 @dataclass
@@ -322,7 +323,7 @@ def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: f
                     res.steps.append(Step(name, label, float("nan"), {}, float("nan"), None, False, f"not applicable: {type(exc).__name__}: {str(exc)[:120]}"))
                     continue
                 m.fps = cur.fps
-                res.steps.append(Step(name, label, m.cosine, {o: v["cosine"] for o, v in m.outputs.items()}, m.metric, m.fps, False, ", ".join(names)))
+                res.steps.append(Step(name, label, m.cosine, {o: v["cosine"] for o, v in m.outputs.items()}, m.metric, m.fps, False, ", ".join(names), paired_noise(m, cur)))
                 log.info("auto: %s on %s: worst cosine %.5f, metric %.5g", name, label, m.cosine, m.metric)
                 if better(m, cur) and (best_g is None or better(m, best_g[2])):
                     best_g = (name, names, m)
@@ -355,7 +356,7 @@ def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: f
                 continue
             ok = m.fps >= floor_fps
             note = ", ".join(names) if ok else f"over the FPS budget ({m.fps:.1f} < {floor_fps:.1f}): " + ", ".join(names)
-            res.steps.append(Step("group_int16_output", label, m.cosine, {o: v["cosine"] for o, v in m.outputs.items()}, m.metric, m.fps, False, note))
+            res.steps.append(Step("group_int16_output", label, m.cosine, {o: v["cosine"] for o, v in m.outputs.items()}, m.metric, m.fps, False, note, paired_noise(m, cur)))
             log.info("auto: group_int16_output on %s: worst cosine %.5f, metric %.5g, FPS %.1f", label, m.cosine, m.metric, m.fps)
             if ok and better(m, cur) and (best_a is None or better(m, best_a[1])):
                 best_a = (names, m)
@@ -398,7 +399,7 @@ def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: f
                 note = "" if kept_ok else f"over the FPS budget ({m.fps:.1f} < {floor_fps:.1f})"
                 if kept_ok and better(m, cur) and (best is None or better(m, best[1])):
                     best = (name, m)
-                res.steps.append(Step(name, name_s, m.cosine, {o: v["cosine"] for o, v in m.outputs.items()}, m.metric, m.fps, False, note))
+                res.steps.append(Step(name, name_s, m.cosine, {o: v["cosine"] for o, v in m.outputs.items()}, m.metric, m.fps, False, note, paired_noise(m, cur)))
                 log.info("auto: %s on %s: worst cosine %.5f, metric %.5g, FPS %s %s", name, name_s, m.cosine, m.metric, m.fps, note)
                 if best is not None and done(best[1]):
                     break

@@ -50,7 +50,7 @@ def print_debug(data: dict, console: Console | None = None, top: int = 10) -> No
             t.add_column(c)
         for st in a["steps"]:
             cos = "-" if st["cosine"] is None else f"{st['cosine']:.5f}"
-            met = "-" if st["metric"] is None else f"{st['metric']:.5g}"
+            met = "-" if st["metric"] is None else f"{st['metric']:.5g}" + (f" ±{st['metric_noise']:.2g}" if st.get("metric_noise") else "")
             t.add_row(st["remedy"], st["node"] or "", cos, met, "-" if st["fps"] is None else f"{st['fps']:.1f}", "yes" if st["kept"] else "", st["note"])
         notes = list(a.get("notes") or [])
         if a.get("stopped"):

@@ -124,6 +124,12 @@ def _table(rows: list[list[Any]], head: list[str]) -> str:
     return f"<table><tr>{h}</tr>{body}</table>"
 
 
+def _with_noise(step: dict[str, Any]) -> Any:
+    """A step's metric, with the noise of its difference to the kept model where the folds gave one."""
+    m, noise = step.get("metric"), step.get("metric_noise")
+    return f"{m:.6g} ±{noise:.2g}" if isinstance(m, float) and noise else m
+
+
 def write_report(r, data: dict[str, Any], out_dir: Path) -> dict[Path, bytes]:
     figs = _figures(r, data)
     d = data["directions"]
@@ -155,8 +161,8 @@ def write_report(r, data: dict[str, Any], out_dir: Path) -> dict[Path, bytes]:
                      f"FPS {a['base_fps']} -> {a['final_fps']}; target {'reached' if a['reached'] else 'not reached'}"
                      f"{'; stopped early: ' + html.escape(a['stopped']) if a.get('stopped') else ''}"
                      f"{''.join('; ' + html.escape(n) for n in a.get('notes') or [])}.</p>")
-        parts.append(_table([[st["remedy"], st["node"] or "", st["cosine"], st["metric"], st["fps"], "kept" if st["kept"] else "", st["note"]] for st in a["steps"]],
-                            ["remedy", "node", "worst output cosine (higher is better)", f"{data['metric']} (higher is better)", "estimated FPS (higher is better)", "", "note"]))
+        parts.append(_table([[st["remedy"], st["node"] or "", st["cosine"], _with_noise(st), st["fps"], "kept" if st["kept"] else "", st["note"]] for st in a["steps"]],
+                            ["remedy", "node", "worst output cosine (higher is better)", f"{data['metric']} (higher is better; ± the noise of its difference to the kept model)", "estimated FPS (higher is better)", "", "note"]))
     style = "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px}img{max-width:100%}"
     page = f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>hbtool debug</title><style>{style}</style></head><body>{''.join(parts)}</body></html>\n"
     out = {out_dir / name: png for name, png in figs.items()}
