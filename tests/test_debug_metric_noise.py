@@ -145,3 +145,14 @@ def test_the_noise_of_each_try_is_in_the_steps_and_the_reports(monkeypatch):
     assert step["metric_noise"] == pytest.approx(paired_noise(_m(*table[40]), _m(*table[0])))
     assert step["metric_noise"] > 0 and _with_noise(step) == f"{0.946:.6g} ±{step['metric_noise']:.2g}"
     assert asdict(res.steps[0])["metric_noise"] == 0.0 and _with_noise(asdict(res.steps[0])) == 0.85
+
+
+def test_a_noisy_tie_is_not_won_by_a_cosine_gain_in_the_fifth_decimal(monkeypatch):
+    """Past the cosine target, a variant whose metric is lower within the noise but whose cosine gains only
+    1e-5 is not kept: what is left to gain in cosine (to 1) sets the step, not the target already passed."""
+    table = {0: (0.984, 0.99631, [0.95, 0.80, 1.00, 0.85, 0.90, 1.00, 0.80, 0.95]),
+             40: (0.982, 0.99633, [0.80, 1.00, 0.85, 0.95, 1.00, 0.80, 0.95, 0.90]),
+             80: (0.982, 0.99900, [0.80, 1.00, 0.85, 0.95, 1.00, 0.80, 0.95, 0.90])}
+    assert paired_noise(_m(*table[40]), _m(*table[0])) > 0.002
+    assert _run_groups(monkeypatch, {0: table[0], 40: table[40]}) == 0
+    assert _run_groups(monkeypatch, table) == 80

@@ -284,14 +284,18 @@ def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: f
         """``a`` improves on ``b`` by a step worth a node: 10 % of what is left to gain, at least MIN_GAIN.
 
         With a task metric, a difference within its noise on the debug samples (:func:`paired_noise`)
-        is a tie, and a tie goes to the worst output's cosine, as a difference under MIN_GAIN does."""
+        is a tie, and a tie goes to the worst output's cosine, as a difference under MIN_GAIN does;
+        a noisy tie needs a cosine gain of 10 % of what is left to 1, also past the target: a metric
+        possibly given up is not traded for a cosine gain in the fifth decimal."""
         cosine_gain = a.cosine > b.cosine + max(MIN_GAIN, RELATIVE_GAIN * (target_cosine - b.cosine))
         if hook:
             need = max(MIN_GAIN, RELATIVE_GAIN * (ideal_metric - b.metric))
             noise = paired_noise(a, b)
             if a.metric > b.metric + max(need, noise):
                 return True
-            return abs(a.metric - b.metric) <= max(MIN_GAIN, noise) and cosine_gain
+            if abs(a.metric - b.metric) <= MIN_GAIN:
+                return cosine_gain
+            return abs(a.metric - b.metric) <= noise and a.cosine > b.cosine + max(MIN_GAIN, RELATIVE_GAIN * (1.0 - b.cosine))
         return cosine_gain
 
     corrected = bias_corrected_everywhere(session.cfg)
