@@ -60,17 +60,16 @@ class Metric:
         arrays = [*quantized.values(), *float_.values()]
         if not arrays or any(np.ndim(a) == 0 or np.shape(a)[0] % samples for a in arrays):
             return None
+        def fold(outputs: Outputs, pick: np.ndarray) -> dict[str, np.ndarray]:
+            """The rows of the picked samples (a sample may own several rows: a batch)."""
+            return {n: np.asarray(a).reshape(samples, -1, *np.shape(a)[1:])[pick].reshape(-1, *np.shape(a)[1:])
+                    for n, a in outputs.items()}
+
         out = []
         for k in range(folds):
             pick = np.arange(k, samples, folds)
-
-            def rows(a: np.ndarray) -> np.ndarray:
-                per = a.shape[0] // samples
-                return a.reshape(samples, per, *a.shape[1:])[pick].reshape(-1, *a.shape[1:])
-
             try:
-                out.append(self.value({n: rows(np.asarray(a)) for n, a in quantized.items()},
-                                      {n: rows(np.asarray(a)) for n, a in float_.items()}))
+                out.append(self.value(fold(quantized, pick), fold(float_, pick)))
             except InputError:  # a metric undefined on a fold (too few samples for it): no noise estimate
                 return None
         return out

@@ -21,10 +21,9 @@ from hbtool.debug.metrics_hook import Metric
 from hbtool.quant.calibrate import CalibrationResult, run_calibration
 from hbtool.quant.collect import float_session
 
-#: folds of the debug samples a task metric is also measured on, two samples or more each; with fewer
-#: than MIN_METRIC_FOLDS folds (under 16 samples) none: a spread over fewer folds says too little
+#: folds of the debug samples a task metric is also measured on, two samples or more each (so none under
+#: 16 samples: a spread over fewer folds says too little)
 METRIC_FOLDS = 8
-MIN_METRIC_FOLDS = 8
 
 Progress = Callable[[str, int, int], None]
 
@@ -78,8 +77,7 @@ class DebugSession:
         samples = [convert(s) for s in self.samples] if convert else self.samples
         quant = run_outputs(result.quantized, samples, self.output_names)
         outs = per_output(self.float_outputs, quant)
-        k = min(METRIC_FOLDS, len(samples) // 2)
-        folds = self.metric.fold_values(quant, self.float_outputs, len(samples), k) if self.metric.is_hook and k >= MIN_METRIC_FOLDS else None
+        folds = self.metric.fold_values(quant, self.float_outputs, len(samples), METRIC_FOLDS)
         return Measured(node_info, outs, self.metric.value(quant, self.float_outputs), result, folds=folds)
 
 
