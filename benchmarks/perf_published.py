@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "published"))
 
-from rows import CACHE, ROOT, SKIPPED, Row, calibration_rows, fresh_rows, holdout_rows  # noqa: E402
+from rows import CACHE, ROOT, SKIPPED, Row, calibration_rows, fresh2_rows, fresh_rows, holdout_rows  # noqa: E402
 
 EXPORT_PYTHON = Path("/work/zoo-export-venv/bin/python")
 EXPORT_SCRIPT = ROOT / "benchmarks" / "published" / "export_models.py"
@@ -235,6 +235,7 @@ def main() -> None:
     ap.add_argument("--march", action="append", help="only these marches (repeatable)")
     ap.add_argument("--holdout", action="store_true", help="also the held-out rows")
     ap.add_argument("--fresh", action="store_true", help="also the fresh hold-out (HOLDOUT_FRESH)")
+    ap.add_argument("--fresh2", action="store_true", help="also the second fresh hold-out (HOLDOUT_FRESH2)")
     ap.add_argument("--compile-only", action="store_true",
                     help="export and compile the selected rows into the cache, print no estimate (to prepare a hold-out unseen)")
     ap.add_argument("--only", action="append", help="only these variants")
@@ -246,7 +247,8 @@ def main() -> None:
     ap.add_argument("--plot", type=Path)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    rows = calibration_rows() + (holdout_rows() if args.holdout else []) + (fresh_rows() if args.fresh else [])
+    rows = (calibration_rows() + (holdout_rows() if args.holdout else []) + (fresh_rows() if args.fresh else [])
+            + (fresh2_rows() if args.fresh2 else []))
     if args.march:
         rows = [r for r in rows if r.march in args.march]
     if args.only:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import statistics
 import sys
 from pathlib import Path
@@ -61,23 +62,41 @@ def main() -> None:
     ap.add_argument("--march", default="bayes-e")
     ap.add_argument("--rate", type=float, nargs="+", default=[1.0, 0.95, 0.9])
     ap.add_argument("--per-op", type=float, nargs="+", default=None, help="per_op_cycles values (default: the march's)")
+    ap.add_argument("--set", action="append", default=[], metavar="FIELD=V1,V2",
+                    help="also sweep any other Hardware field (e.g. ddr_efficiency=0.8,0.6); repeatable")
+    ap.add_argument("--fit-only", action="store_true",
+                    help="cost and print only the fit rows: choose a change without seeing the unseen rows, then run once without it")
     args = ap.parse_args()
     fit = _programs([r for r in calibration_rows() if r.march == args.march])
-    unseen = _programs([r for r in holdout_rows() + fresh_rows() if r.march == args.march])
+    unseen = [] if args.fit_only else _programs([r for r in holdout_rows() + fresh_rows() if r.march == args.march])
     boards = {pp.BOARDS[r.board] for r, _, _ in fit + unseen}
     if len(boards) != 1:
         sys.exit(f"rows of {args.march} on several boards ({sorted(boards)}): sweep one board at a time")
     base = hardware_for(args.march, boards.pop())
     print(f"{len(fit)} fit rows, {len(unseen)} unseen rows (holdout + fresh) of {args.march}")
-    print("| e, p | fit latency | fit FPS | unseen latency | unseen FPS | fit FPS rows out of 25 % |")
+    extra = _extra_grid(base, args.set)
+    print(f"| e, p{''.join(', ' + f for f, _ in extra)} | fit latency | fit FPS | unseen latency | unseen FPS | fit FPS rows out of 25 % |")
     print("|---|---|---|---|---|---|")
-    for e in args.rate:
-        for p in args.per_op or [base.per_op_cycles]:
-            hw = dataclasses.replace(base, macs_per_cycle=int(round(base.macs_per_cycle * e)), per_op_cycles=p)
-            f, u = _errors(fit, hw), _errors(unseen, hw)
-            out = sorted((v[1], k) for k, v in f.items() if abs(v[1]) > 0.25)
-            print(f"| {e:g}, {p:g} | {_summary(f, 0)} | {_summary(f, 1)} | {_summary(u, 0)} | {_summary(u, 1)} | "
-                  f"{len(out)}: {', '.join(f'{k} {v:+.0%}' for v, k in out)} |", flush=True)
+    for e, p, *values in itertools.product(args.rate, args.per_op or [base.per_op_cycles], *(v for _, v in extra)):
+        changes = dict(zip((f for f, _ in extra), values))
+        hw = dataclasses.replace(base, macs_per_cycle=int(round(base.macs_per_cycle * e)), per_op_cycles=p, **changes)
+        f, u = _errors(fit, hw), _errors(unseen, hw)
+        out = sorted((v[1], k) for k, v in f.items() if abs(v[1]) > 0.25)
+        label = ", ".join(f"{v:g}" for v in (e, p, *values))
+        print(f"| {label} | {_summary(f, 0)} | {_summary(f, 1)} | {_summary(u, 0)} | {_summary(u, 1)} | "
+              f"{len(out)}: {', '.join(f'{k} {v:+.0%}' for v, k in out)} |", flush=True)
+
+
+def _extra_grid(base, settings: list[str]) -> list[tuple[str, list]]:
+    """``FIELD=V1,V2`` -> (field, values typed like the march's own value); an unknown field is an error."""
+    grid = []
+    for item in settings:
+        name, _, values = item.partition("=")
+        if not hasattr(base, name) or not values:
+            sys.exit(f"--set {item}: write FIELD=V1,V2 with FIELD one of {', '.join(f.name for f in dataclasses.fields(base))}")
+        kind = type(getattr(base, name))
+        grid.append((name, [kind(float(v)) if kind is not bool else v.lower() in ("1", "true") for v in values.split(",")]))
+    return grid
 
 
 if __name__ == "__main__":

@@ -76,6 +76,7 @@ class OpCost:
     weight_bytes: int = 0
     components: dict[str, float] = field(default_factory=dict)   # cycles per resource
     overhead: float = 0.0
+    exposed: float = 0.0         # cycles of the weight fetch from DDR not hidden behind the op's work
     note: str = ""
 
     @property
@@ -84,7 +85,7 @@ class OpCost:
 
     @property
     def cycles(self) -> float:
-        return self.busy + self.overhead
+        return self.busy + self.overhead + self.exposed
 
     @property
     def bound_by(self) -> str:
@@ -174,7 +175,11 @@ def _memory_traffic(op: OpCost, node: Node, ctx: CostContext, as_int8: bool = Fa
         # weights for every band: streamed again from DDR each band, or, kept in SRAM, read from there
         tile = node.meta.get("tile") or {}
         reads, n_bands = int(tile.get("weight_reads", 1)), int(tile.get("bands", 1))
-        ddr += reads * access.sequential_bytes(op.weight_bytes, hw.ddr_burst_bytes) if op.weight_bytes else 0
+        weight_ddr = reads * access.sequential_bytes(op.weight_bytes, hw.ddr_burst_bytes) if op.weight_bytes else 0
+        ddr += weight_ddr
+        # the share of the weight fetch the op waits for (memory.weight_fetch_exposed): the rest
+        # streams while the array works on weights already fetched
+        op.exposed = hw.weight_fetch_exposed * weight_ddr / hw.ddr_bytes_per_cycle
         if n_bands > 1 and reads == 1:
             sram += n_bands * op.weight_bytes
     op.sram_bytes, op.ddr_bytes, op.ddr_useful_bytes = sram, ddr, ddr
@@ -476,14 +481,15 @@ def movement_cost(node: Node, ctx: CostContext) -> OpCost:
 
 
 def image_input_cost(name: str, input_type: str, shape: tuple[int, ...], out_location: str, hw: Hardware,
-                     split: int = 1) -> OpCost:
+                     split: int = 1, out_bytes: int | None = None) -> OpCost:
     """The BPU's colour conversion of an image input (``nv12``), in place of the CPU quantize.
 
     NV12 holds a full-size 8-bit Y plane and a half-height interleaved UV plane: 1.5 bytes per
     pixel, read in bursts from DDR where the camera or decoder left it. The vector unit
     upsamples the chroma and computes each of the C output channels as a weighted sum of Y, U
     and V plus the mean/scale of the model's preprocessing (``colour_convert`` cycles per output
-    element); the converted int8 tensor is written where the compiler placed the input.
+    element); the converted int8 tensor is written where the compiler placed the input
+    (``out_bytes``: in the padded layout of its reader, see :func:`absorb_image_reorders`).
     """
     op = OpCost(f"{name}_{input_type}", "HzPreprocess", VECTOR, "ColourConvert")
     n, c, h, w = (list(shape) + [1, 1, 1, 1])[:4] if len(shape) >= 4 else (1, 3, 1, int(np.prod(shape)))
@@ -491,8 +497,9 @@ def image_input_cost(name: str, input_type: str, shape: tuple[int, ...], out_loc
     nv12_bytes = access.sequential_bytes(pixels + pixels // 2, hw.ddr_burst_bytes)
     out_elements = pixels * int(c)
     op.elements = op.vector_elements = out_elements
-    op.ddr_bytes = op.ddr_useful_bytes = nv12_bytes + (access.sequential_bytes(out_elements, hw.ddr_burst_bytes) if out_location == DDR else 0)
-    op.sram_bytes = out_elements if out_location != DDR else 0
+    written = out_elements if out_bytes is None else int(out_bytes)
+    op.ddr_bytes = op.ddr_useful_bytes = nv12_bytes + (access.sequential_bytes(written, hw.ddr_burst_bytes) if out_location == DDR else 0)
+    op.sram_bytes = written if out_location != DDR else 0
     op.components[VECTOR] = out_elements * hw.cpe_colour_convert / hw.vector_lanes / split
     op.components[DDR] = op.ddr_bytes / hw.ddr_bytes_per_cycle
     op.components[SRAM] = op.sram_bytes / hw.sram_bytes_per_cycle / split

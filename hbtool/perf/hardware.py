@@ -42,6 +42,7 @@ _PARAMS: tuple[tuple[str, str], ...] = (
     ("ddr_bytes_per_s", "memory.ddr_bytes_per_s"),
     ("ddr_efficiency", "memory.ddr_efficiency"),
     ("ddr_burst_bytes", "memory.ddr_burst_bytes"),
+    ("weight_fetch_exposed", "memory.weight_fetch_exposed"),
     ("per_op_cycles", "overheads.per_op_cycles"),
     ("per_frame_us", "overheads.per_frame_us"),
     ("host_per_frame_us", "overheads.host_per_frame_us"),
@@ -88,6 +89,7 @@ class Hardware:
     ddr_bytes_per_s: float
     ddr_efficiency: float
     ddr_burst_bytes: int
+    weight_fetch_exposed: float
     per_op_cycles: float
     per_frame_us: float
     host_per_frame_us: float
