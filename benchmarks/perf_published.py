@@ -197,7 +197,7 @@ def class_errors(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-MARKERS = {"fit": "o", "holdout": "x", "fresh": "^"}
+MARKERS = {"fit": "o", "holdout": "x", "fresh": "^", "fresh2": "v"}
 
 
 def plot(results: list[dict], path: Path) -> None:
@@ -223,8 +223,9 @@ def plot(results: list[dict], path: Path) -> None:
     axes[0].set_ylabel("error (%)")
     handles = [plt.Line2D([], [], ls="", marker="o", c=c, label=m) for m, c in colours.items()]
     handles += [plt.Line2D([], [], ls="", marker="o", c="k", label="fit (calibration csv)"),
-                plt.Line2D([], [], ls="", marker="x", c="k", label="hold-out of the last round (seen)"),
-                plt.Line2D([], [], ls="", marker="^", c="k", label="fresh hold-out (evaluated once)")]
+                plt.Line2D([], [], ls="", marker="x", c="k", label="classification hold-out (seen in earlier rounds)"),
+                plt.Line2D([], [], ls="", marker="^", c="k", label="fresh hold-out (never fitted)"),
+                plt.Line2D([], [], ls="", marker="v", c="k", label="second fresh hold-out (evaluated once)")]
     axes[1].legend(handles=handles, fontsize=8, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -7,6 +7,11 @@ share within 25 % of latency and FPS for the fit rows and for the rows no parame
 cached are used (``perf_published.py --compile-only`` fills the cache); nothing is written.
 
     PYTHONPATH=. .venv/bin/python benchmarks/published/sweep.py --march bayes-e --rate 1.0 0.95 0.9 --per-op 3000 2500
+    PYTHONPATH=. .venv/bin/python benchmarks/published/sweep.py --fit-only --set weight_fetch_exposed=0.2,0.3 --set groups_share_lanes=false,true
+
+``--set FIELD=V1,V2`` sweeps any other field of the cost model's ``Hardware`` (the grid is the product);
+``--fit-only`` costs and prints only the fit rows, so a change can be chosen without seeing the rows it
+will be checked on (perf8 chose ``memory.weight_fetch_exposed`` that way).
 
 Why it exists: a parameter change that meets the fit-row bars must be checked on the rows it was not
 fitted to before it is taken; this prints both sides of that trade in one table.
