@@ -96,3 +96,23 @@ def test_an_nv12_input_is_converted_straight_into_its_readers_layout(tmp_path, m
     copied = _quick(tmp_path, input_type_rt="nv12")
     assert copied.bpu_cycles > nv12.bpu_cycles
     assert next(o for o in copied.ops if o.op_type == "HzReorder").cycles > 0
+
+
+def test_the_report_says_what_an_op_waits_for_its_weights(tmp_path):
+    hw = hardware_for("bayes-e")
+    g, t = _conv()
+    op = schedule.estimate_program(g, t, hw).ops[0]
+    assert op.exposed > 0 and f"for {hw.weight_fetch_exposed:.0%} of its weight fetch" in op.note
+    g0, t0 = _conv()
+    none = schedule.estimate_program(g0, t0, dataclasses.replace(hw, weight_fetch_exposed=0.0)).ops[0]
+    assert none.exposed == 0 and "weight fetch" not in none.note
+
+
+def test_the_wait_for_weights_counts_as_ddr_time_in_the_bound_shares():
+    hw = hardware_for("bayes-e")
+    g, t = _conv()
+    with_wait = schedule.estimate_program(g, t, hw)
+    op = with_wait.ops[0]
+    assert op.bound_by != "ddr" and op.exposed > 0
+    assert with_wait.bound_share["ddr"] == pytest.approx(op.exposed / with_wait.latency_cycles)
+    assert sum(with_wait.bound_share.values()) == pytest.approx(1.0)

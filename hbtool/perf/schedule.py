@@ -134,8 +134,12 @@ class PerfResult:
 
     @property
     def bound_share(self) -> dict[str, float]:
-        """Share of the latency per binding resource (the unit, SRAM, DDR, dispatch overhead)."""
-        by = self.cycles_by(lambda o: o.bound_by)
+        """Share of the latency per binding resource (the unit, SRAM, DDR, dispatch overhead); the
+        time an op waits for its weights (``memory.weight_fetch_exposed``) is DDR time."""
+        by: dict[str, float] = {}
+        for o in self.ops:
+            by[o.bound_by] = by.get(o.bound_by, 0.0) + o.cycles - o.exposed
+            by[DDR] = by.get(DDR, 0.0) + o.exposed
         total = self.latency_cycles or 1.0
         keys = [TENSOR, VECTOR, DATA_MOVEMENT, CPU, SRAM, DDR, OVERHEAD]
         share = {k: by.get(k, 0.0) / total for k in keys}
@@ -259,7 +263,11 @@ def estimate_program(program: Graph, tensors: dict[str, dict[str, Any]], hw: Har
     images = {k: v for k, v in (runtime_input_types or {}).items() if v in IMAGE_INPUT_TYPES}
     def cost_all(split: int) -> list[OpCost]:
         ctx = CostContext(program, tensors, hw, split, images)
-        return absorb_image_reorders(program, fuse_output_stage(program, [cost_op(n, ctx) for n in program.nodes], hw), ctx)
+        ops = absorb_image_reorders(program, fuse_output_stage(program, [cost_op(n, ctx) for n in program.nodes], hw), ctx)
+        for op in ops:
+            if op.exposed >= 1:
+                op.note += f"; waits {op.exposed / hw.clock_hz * 1e6:.1f} us for {hw.weight_fetch_exposed:.0%} of its weight fetch"
+        return ops
 
     single = cost_all(1)
     ops = single if core_num == 1 else cost_all(2)
