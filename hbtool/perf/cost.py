@@ -545,4 +545,7 @@ def cost_op(node: Node, ctx: CostContext) -> OpCost:
     if tile and op.cycles > 0:
         weights = "" if not op.weight_bytes else ", weights re-read per band" if int(tile.get("weight_reads", 1)) > 1 else ", weights kept in SRAM"
         op.note += f"; chain {tile.get('group', '?')} in {bands(node)} row bands{weights}"
+    hw = ctx.hw
+    if op.exposed >= 1e-6 * hw.clock_hz:    # name waits of a microsecond or more
+        op.note += f"; waits {op.exposed / hw.clock_hz * 1e6:.1f} us for {hw.weight_fetch_exposed:.0%} of its weight fetch"
     return op
