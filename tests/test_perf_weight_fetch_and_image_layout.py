@@ -116,3 +116,17 @@ def test_the_wait_for_weights_counts_as_ddr_time_in_the_bound_shares():
     assert op.bound_by != "ddr" and op.exposed > 0
     assert with_wait.bound_share["ddr"] == pytest.approx(op.exposed / with_wait.latency_cycles)
     assert sum(with_wait.bound_share.values()) == pytest.approx(1.0)
+
+
+def test_a_lut_in_the_conv_output_stage_waits_for_nothing():
+    """The output stage moves no data of its own, its table fetch included."""
+    from hbtool.kernels.lut import Lut
+
+    hw = hardware_for("bayes-e")
+    assert hw.output_stage_lut
+    kern = Conv.build(np.ones((64, 64, 1, 1), np.int64), None, 1.0, 1.0, 1.0)
+    lut = Lut.build(np.tanh, 0.05, 8, 1 / 127, 8)
+    g, t = tiny_program({"x": (1, 64, 16, 16), "c": (1, 64, 16, 16), "y": (1, 64, 16, 16)},
+                        [node("HzConv", ["x"], ["c"], TENSOR, kern), node("HzLut", ["c"], ["y"], VECTOR, lut)])
+    act = schedule.estimate_program(g, t, dataclasses.replace(hw, weight_fetch_exposed=1.0)).ops[1]
+    assert "output stage" in act.note and act.ddr_bytes == 0 and act.exposed == 0.0

@@ -207,7 +207,7 @@ def fuse_output_stage(program: Graph, ops: list[OpCost], hw: Hardware, nodes: li
             continue
         extra = max(0.0, op.components.get(VECTOR, 0.0) - prod.busy)
         op.components = {VECTOR: extra}
-        op.overhead = 0.0
+        op.overhead = op.exposed = 0.0
         op.sram_bytes = op.ddr_bytes = op.ddr_useful_bytes = 0
         op.note += f"; in the output stage of {prod.name}"
     return ops
