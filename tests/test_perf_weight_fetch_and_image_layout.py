@@ -130,3 +130,21 @@ def test_a_lut_in_the_conv_output_stage_waits_for_nothing():
                         [node("HzConv", ["x"], ["c"], TENSOR, kern), node("HzLut", ["c"], ["y"], VECTOR, lut)])
     act = schedule.estimate_program(g, t, dataclasses.replace(hw, weight_fetch_exposed=1.0)).ops[1]
     assert "output stage" in act.note and act.ddr_bytes == 0 and act.exposed == 0.0
+
+
+@pytest.mark.parametrize("shape", [[1, 16], [1, 4, 16, 16], [1, 3, 15, 16]])
+def test_nv12_is_refused_for_an_input_that_is_not_an_even_sized_3_channel_image(tmp_path, shape):
+    """--input-type-rt nv12 on token ids or a feature map would be accepted and then ignored: a clear error."""
+    from click.testing import CliRunner
+    from onnx import helper
+
+    from hbtool.cli import main
+    from tests.helpers import make_model, vinfo
+
+    p = tmp_path / "m.onnx"
+    p.write_bytes(make_model([helper.make_node("Relu", ["x"], ["y"])], [vinfo("x", shape)], [vinfo("y", shape)]).SerializeToString())
+    res = CliRunner().invoke(main, ["perf", "--model", str(p), "--fast", "--march", "bayes-e", "--input-type-rt", "nv12"])
+    assert res.exit_code == 2, res.output
+    assert "input 'x'" in res.output and "not a 3-channel image" in res.output and "Traceback" not in res.output
+    ok = CliRunner().invoke(main, ["perf", "--model", str(p), "--fast", "--march", "bayes-e"])
+    assert ok.exit_code == 0, ok.output

@@ -32,9 +32,22 @@ class PerfRun:
 
 
 def runtime_types(header: dict[str, Any], input_type_rt: str | None) -> dict[str, str] | None:
-    """``--input-type-rt``: the run-time type of every model input (None: what the artifact says)."""
+    """``--input-type-rt``: the run-time type of every model input (None: what the artifact says).
+
+    nv12 is an image format: an input that is not a 4-D, 3-channel image of even height and width
+    (token ids, a feature vector) cannot arrive as nv12, and costing it as if it did would be an
+    option accepted and then ignored, so it is refused, as the config's ``input_type_rt`` is."""
     if not input_type_rt:
         return None
+    if input_type_rt == "nv12":
+        for i in header.get("inputs", []):
+            shape = [int(d) for d in i.get("shape", [])]
+            nhwc = i.get("layout") == "NHWC"
+            c, h, w = (shape[3], shape[1], shape[2]) if nhwc and len(shape) == 4 else (shape[1:4] + [0, 0, 0])[:3]
+            if len(shape) != 4 or c != 3 or h % 2 or w % 2:
+                raise InputError(f"--input-type-rt nv12: input '{i['name']}' is {'x'.join(map(str, shape)) or 'a scalar'} "
+                                 f"({i.get('dtype', '?')}), not a 3-channel image of even height and width",
+                                 "drop --input-type-rt (the input stays a feature map), or set input_type_rt per input in the config")
     return {i["name"]: input_type_rt for i in header.get("inputs", [])}
 
 
