@@ -74,7 +74,7 @@ class HbGroup(click.Group):
 @click.version_option(__version__, prog_name="hbtool")
 @click.option("-v", "--verbose", is_flag=True, help="Show debug logs and tracebacks.")
 def main(verbose: bool) -> None:
-    """Deploy float ONNX models to a Horizon Journey 5 (bayes) BPU: check, quantize, compile, simulate, estimate."""
+    """Deploy float ONNX models to Horizon BPUs (Journey 5 / RDK Ultra `bayes`, RDK X5 `bayes-e`, RDK X3 `bernoulli2`): check, quantize, compile, simulate, estimate."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
 
@@ -96,7 +96,7 @@ def parse_input_shapes(pairs: Sequence[tuple[str, str]]) -> dict[str, tuple[int,
 @click.option("--input-shape", "input_shapes", nargs=2, multiple=True, metavar="NAME SHAPE", help="Fix an input's shape, e.g. --input-shape input 1x3x224x224 (repeat per input).")
 @click.option("-c", "--config", "config_path", type=click.Path(path_type=Path), help="Horizon-style YAML config (model, input shapes, node_info).")
 @click.option("--output-dir", type=click.Path(path_type=Path), default=Path(".hb_check"), show_default=True, help="Where checker.json and the optimized float model go.")
-@click.option("--max-rows", type=int, default=None, help="Print at most this many BPU rows (CPU rows are always printed).")
+@click.option("--max-rows", type=click.IntRange(min=0), default=None, help="Print at most this many BPU rows (CPU rows are always printed).")
 def checker(model: Path | None, march: str | None, input_shapes, config_path: Path | None, output_dir: Path, max_rows: int | None) -> None:
     """Show which nodes run on the BPU and which fall back to the CPU, and why."""
     from hbtool.checker.report import print_checker_report
@@ -137,7 +137,7 @@ def _progress_callback(progress):
 @main.command()
 @click.option("-c", "--config", "config_path", required=True, type=click.Path(path_type=Path), help="Horizon-style YAML config.")
 @click.option("--model", "-m", "model", type=click.Path(path_type=Path), help="Override model_parameters.onnx_model.")
-@click.option("--max-rows", type=int, default=30, show_default=True, help="Node rows printed (least similar first); the log has all.")
+@click.option("--max-rows", type=click.IntRange(min=0), default=30, show_default=True, help="Node rows printed (least similar first); the log has all.")
 def calibrate(config_path: Path, model: Path | None, max_rows: int) -> None:
     """Quantize the model (PTQ) and write the calibrated/quantized models, quant_info.json and the log."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -208,7 +208,7 @@ def compile_cmd(config_path: Path, optimize_level: str | None, disabled: tuple[s
 @main.command()
 @click.option("-c", "--config", "config_path", required=True, type=click.Path(path_type=Path), help="Horizon-style YAML config (hb_mapper makertbin's).")
 @click.option("--model-type", type=click.Choice(["onnx", "caffe"]), default="onnx", show_default=True, help="Accepted for hb_mapper command lines; only onnx is supported.")
-@click.option("--max-rows", type=int, default=30, show_default=True, help="Rows of the checker and calibration tables (CPU rows always shown).")
+@click.option("--max-rows", type=click.IntRange(min=0), default=30, show_default=True, help="Rows of the checker and calibration tables (CPU rows always shown).")
 def makertbin(config_path: Path, model_type: str, max_rows: int) -> None:
     """Checker, calibrate and compile in one run, like hb_mapper makertbin."""
     from hbtool.checker.report import print_checker_report
@@ -284,7 +284,7 @@ def info(artifact: Path, as_json: bool) -> None:
 @click.option("--input", "-i", "inputs", multiple=True, required=True, metavar="NAME=PATH", help="Samples for an input: a .npy stacked on the first axis, or a folder of images/.npy (repeat per input).")
 @click.option("--output-dir", "-o", type=click.Path(path_type=Path), default=None, help="Write <output name>.npy (dequantized float32, one row per sample) here.")
 @click.option("--compare", type=click.Path(path_type=Path), default=None, help="ONNX model (float or quantized) to compare the outputs with.")
-@click.option("--threads", type=int, default=None, help="CPU threads for the emulator, CPU subgraphs and --compare (default: all cores).")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads for the emulator, CPU subgraphs and --compare (default: all cores).")
 @click.option("--batch-size", "-b", type=int, default=16, show_default=True, help="Samples per pass through the integer program (results do not depend on it).")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run into the same --output-dir where it stopped.")
 def simulate(artifact: Path, inputs: tuple[str, ...], output_dir: Path | None, compare: Path | None, threads: int | None,
@@ -334,7 +334,7 @@ def simulate(artifact: Path, inputs: tuple[str, ...], output_dir: Path | None, c
 @click.option("--output-dir", type=click.Path(path_type=Path), default=None, help="Write perf.html, perf_ops.png, perf_timeline.png and perf.json here.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help="Write the estimate as JSON to this file ('-': stdout).")
 @click.option("--compare-levels", is_flag=True, help="Also compile at O0..O3, one pass at a time, and show what each optimization buys (quick path or -c).")
-@click.option("--top", type=int, default=10, show_default=True, help="Ops listed in the console table.")
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Ops listed in the console table.")
 @click.option("--input-type-rt", type=click.Choice(["featuremap", "nv12"]), default=None,
               help="Cost the inputs as this run-time type (nv12: the BPU converts the image, no CPU quantize; default: the artifact's).")
 @click.option("--board", default=None,

@@ -220,6 +220,11 @@ def cli_flag_value_of_wrong_type(ws):
     return ["calibrate", "-c", ws.config(), "--max-rows", "many"], 2, ["--max-rows", "'many' is not a valid integer"]
 
 
+def cli_count_below_its_range(ws):
+    """A negative row count was accepted and quietly printed everything; counts are range-checked."""
+    return ["checker", "-m", ws.model, "--max-rows", "-3"], 2, ["--max-rows", "-3 is not in the range x>=0"]
+
+
 def cli_input_shape_not_a_shape(ws):
     return ["checker", "-m", ws.model, "--input-shape", "input", "3by32", "--output-dir", ws.root / "out" / "chk"], 2, ["--input-shape input 3by32: not a shape"]
 
@@ -410,7 +415,7 @@ CASES = [
     cfg_malformed_yaml, cfg_tab_indentation, cfg_duplicate_key, cfg_top_level_not_a_mapping, cfg_misspelled_group,
     cfg_misspelled_key, cfg_key_in_wrong_group, cfg_bool_of_wrong_type, cfg_number_of_wrong_type, cfg_integer_of_wrong_type,
     cfg_unknown_enum_value, cfg_lists_of_different_lengths, cfg_mean_value_count, cfg_input_type_rt_unsupported, cfg_file_missing,
-    cli_config_option_missing, cli_flag_value_of_wrong_type, cli_input_shape_not_a_shape,
+    cli_config_option_missing, cli_flag_value_of_wrong_type, cli_count_below_its_range, cli_input_shape_not_a_shape,
     model_missing, model_not_onnx_bytes, model_fails_onnx_checker, model_opset_too_old, model_dynamic_shape_not_given,
     model_input_name_unknown_cli, model_input_name_unknown_config, model_input_rank_mismatch, model_custom_domain_op_checker,
     model_custom_domain_op_calibrate, model_string_input, model_complex_input, model_nothing_for_the_bpu_calibrate,

@@ -291,7 +291,8 @@ def test_cli_quick_path_and_usage_errors(tmp_path):
     doc = json.loads((tmp_path / "q.json").read_text())
     assert doc["optimize_level"] == "O1" and doc["fps"] > 0
     for args, text in ((["--model", str(model)], "--fast"), ([], "exactly one"), (["x.hbm", "--compare-levels"], "already compiled"),
-                       (["--model", str(model), "--fast", "--input-shape", "nope", "1x1"], "no input of that name")):
+                       (["--model", str(model), "--fast", "--input-shape", "nope", "1x1"], "no input of that name"),
+                       (["--model", str(model), "--fast", "--top", "-1"], "'--top': -1 is not in the range x>=1")):
         bad = CliRunner().invoke(main, ["perf", *args])
         assert bad.exit_code == 2, bad.output
         assert text in bad.output and "fix:" in bad.output

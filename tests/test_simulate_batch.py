@@ -177,6 +177,7 @@ def test_cli_batch_size_does_not_change_outputs(cnn, tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--resume"], "--resume needs --output-dir"),
     (["--batch-size", "0"], "--batch-size 0"),
+    (["--threads", "0"], "'--threads': 0 is not in the range x>=1"),
 ])
 def test_bad_stream_options_are_one_line_errors(cnn, tmp_path, args, message):
     np.save(tmp_path / "x.npy", _images(2))
