@@ -1000,10 +1000,12 @@ def test_float_passes_order_and_names():
     assert names.index("fold_conv_bias") < names.index("fold_batchnorm")   # the BN after a bias Add folds once the Add is gone
     assert names.index("collapse_reshape_transpose") < names.index("fuse_roll")
     assert names.index("explicit_pads") < names.index("pool_to_global")  # the global test reads explicit pads
+    assert names.index("explicit_pads") < names.index("fold_pad_into_maxpool")  # it adds to explicit pads
     assert names.index("col2im_to_rearrange") < names.index("collapse_reshape_transpose")
     assert set(names) == {
         "explicit_pads",
         "pool_to_global",
+        "fold_pad_into_maxpool",
         "col2im_to_rearrange",
         "remove_identity",
         "fold_batchnorm",

@@ -147,6 +147,10 @@ CORPUS: list[ModelSpec] = [
     _timm("timm_regnety_008", 11),
     _timm("timm_convnext_atto", 17),
     _timm("timm_ghostnet_100", 11),
+    _timm("timm_nest_tiny_jx", 17),        # "same" max pooling: a -inf Pad (behind a Transpose) before MaxPool
+    _timm("timm_maxvit_nano_rw_256", 17, size=256),   # block + grid attention, MBConv with SE
+    _timm("timm_sequencer2d_s", 17),       # BiLSTM over rows and columns
+    _timm("timm_xcit_nano_12_p16_224", 17),   # cross-covariance attention (L2-normalised q, k over tokens)
 ]
 
 BY_NAME = {m.name: m for m in CORPUS}

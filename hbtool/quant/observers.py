@@ -62,7 +62,8 @@ class TensorStats:
         if amax == 0.0:
             self.hist[0] += flat.size
             return
-        if sample_index is not None and flat.size > sample_index.size:
+        if sample_index is not None and flat.size == x.size and flat.size > sample_index.size:
+            # the shared index was drawn for the whole tensor: after dropping non-finite values it no longer fits
             flat = flat[sample_index]
         elif flat.size > MAX_HIST_SAMPLES:
             flat = flat[:: int(np.ceil(flat.size / MAX_HIST_SAMPLES))]

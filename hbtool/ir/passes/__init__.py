@@ -1,7 +1,7 @@
 """Float graph optimizations: each module one rewrite, listed in run order in ``FLOAT_PASSES``.
 
 Order: pass-through nodes first (they hide patterns), then ``auto_pad`` made explicit (the
-whole-input pool test reads pads) and whole-input pools made global, Einsum rewritten into
+whole-input pool test reads pads), ``-inf`` borders folded into MaxPool pads, and whole-input pools made global, Einsum rewritten into
 MatMul early (the attention and Linear patterns below see MatMul), then bias-Add and BatchNorm
 folding (they need the layer right before them), then exact Col2Im folds as Reshape/Transpose, then
 layout-chain collapsing (it merges the reshapes that window and roll patterns are written
@@ -19,6 +19,7 @@ from hbtool.ir.passes.einsum_to_matmul import einsum_to_matmul
 from hbtool.ir.passes.explicit_pads import explicit_pads
 from hbtool.ir.passes.fold_batchnorm import fold_batchnorm
 from hbtool.ir.passes.fold_conv_bias import fold_conv_bias
+from hbtool.ir.passes.fold_pad_into_maxpool import fold_pad_into_maxpool
 from hbtool.ir.passes.fuse_activations import fuse_activations
 from hbtool.ir.passes.fuse_gelu import fuse_gelu
 from hbtool.ir.passes.fuse_group_norm import fuse_group_norm
@@ -34,6 +35,7 @@ from hbtool.ir.passes.remove_nan_guards import remove_nan_guards
 FLOAT_PASSES: list[GraphPass] = [
     GraphPass("remove_identity", remove_identity, "drop Identity and inference Dropout nodes"),
     GraphPass("explicit_pads", explicit_pads, "Conv / pool auto_pad SAME_* / VALID -> explicit pads"),
+    GraphPass("fold_pad_into_maxpool", fold_pad_into_maxpool, "Pad with -inf read only by a MaxPool -> that MaxPool's pads"),
     GraphPass("pool_to_global", pool_to_global, "AveragePool / MaxPool with one window over the whole input -> global pool"),
     GraphPass("remove_nan_guards", remove_nan_guards, "drop Where(IsNaN(x), c, x) guards: nothing is NaN in integer arithmetic"),
     GraphPass("einsum_to_matmul", einsum_to_matmul, "Einsum batched matrix products -> Transpose/Reshape + MatMul"),
@@ -65,6 +67,7 @@ __all__ = [
     "explicit_pads",
     "fold_batchnorm",
     "fold_conv_bias",
+    "fold_pad_into_maxpool",
     "fuse_activations",
     "fuse_gelu",
     "fuse_group_norm",
