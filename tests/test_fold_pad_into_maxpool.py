@@ -109,3 +109,18 @@ def test_histogram_sample_after_dropping_nonfinite_values():
     st = TensorStats("t")
     st.update(x, np.sort(np.random.default_rng(0).choice(x.size, 100, replace=False)))
     assert st.nonfinite == 100 and st.count == 900 and st.maximum == 999.0
+
+
+def test_the_folded_border_never_wins_a_max_on_negative_maps(tmp_path):
+    """Every value is negative (conv bias -20): a border of 0 would give 0 on the edges, 16+ off.
+    The integer MaxPool pads below every int8 value, so the simulated edges stay within one step."""
+    model = pad_pool_model([0, 0, 1, 1, 0, 0, 1, 1])
+    model.graph.node[0].input.append("b")
+    model.graph.initializer.append(tensor("b", np.full(4, -20.0, np.float32)))
+    _, compiled, _, simulated, quantized, floats = run_pipeline(model, tmp_path, (1, 3, 9, 9))
+    assert compiled.fallbacks == []
+    for sim, q, f in zip(simulated, quantized, floats):
+        assert np.array_equal(sim[0], q[0])
+        assert f[0].max() < -10
+        step = np.abs(f[0]).max() / 127
+        assert np.abs(sim[0] - f[0]).max() <= step
