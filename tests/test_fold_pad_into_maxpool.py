@@ -66,7 +66,7 @@ def test_minus_infinity_border_becomes_the_pool_pads(transpose, pads):
     assert_graph_matches(model, graph, _feeds(), tol=0.0)
 
 
-@pytest.mark.parametrize("case", ["zero_border", "finite_border", "channel_axis", "second_reader", "crop"])
+@pytest.mark.parametrize("case", ["zero_border", "finite_border", "channel_axis", "second_reader", "crop", "window_in_border"])
 def test_other_borders_and_shared_pads_stay(case):
     kw = {"pads": [0, 0, 0, 0, 0, 0, 1, 1]}
     if case == "zero_border":
@@ -79,6 +79,8 @@ def test_other_borders_and_shared_pads_stay(case):
         kw["second_reader"] = True
     elif case == "crop":
         kw["pads"] = [0, 0, 0, 0, 0, 0, -1, 1]
+    elif case == "window_in_border":
+        kw["pads"] = [0, 0, 3, 0, 0, 0, 0, 0]          # 3 rows of -inf before a 3x3 window: ONNX refuses pads >= kernel
     graph = import_onnx(pad_pool_model(**kw))
     assert fold_pad_into_maxpool(graph) == 0
     assert [n.op_type for n in graph.nodes].count("Pad") == 1

@@ -21,6 +21,8 @@ CASES = [
     ("AveragePool", {"kernel_shape": [3, 3], "pads": [1, 0, 2, 1], "strides": [2, 2]}, {}),
     ("AveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}, {}),
     ("MaxPool", {"kernel_shape": [2, 3], "pads": [0, 1, 1, 0], "strides": [2, 2]}, {}),
+    # symmetric pads above half the window (a folded -inf border): torch's own padding refuses them
+    ("MaxPool", {"kernel_shape": [3, 3], "pads": [2, 2, 2, 2], "strides": [2, 2]}, {}),
     ("Conv", {"pads": [1, 0, 2, 1], "strides": [1, 2], "group": 2}, {"w": RNG.standard_normal((6, 2, 3, 3)).astype(np.float32)}),
     ("Gather", {"axis": 2}, {"i": np.array(3, np.int64)}),
     ("Pad", {}, {"pads": np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64)}),

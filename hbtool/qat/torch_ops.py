@@ -218,6 +218,9 @@ def _max_pool(ctx, node, xs):
     asym = _conv_pads(pads, nd)
     strides = list(node.attr("strides") or [1] * nd)
     dil = list(node.attr("dilations") or [1] * nd)
+    if asym is None and any(p > ((ki - 1) * di + 1) // 2 for p, ki, di in zip(pads, k, dil)):
+        # torch takes at most half the window as padding; ONNX takes any pad below the window
+        asym = [p for i in reversed(range(nd)) for p in (pads[i], pads[nd + i])]
     if asym is not None:
         x = F.pad(x, asym, value=-math.inf)
         padding: Any = 0

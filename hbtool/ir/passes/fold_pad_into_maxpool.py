@@ -13,7 +13,8 @@ MaxPool's own ``pads`` mean exactly that border: a padded element never wins a m
   next step (no other reader sees the border; the pads are permuted through the Transposes), and
   is not a graph output;
 * the MaxPool has explicit pads (``explicit_pads`` runs first) and no dilation, so the added
-  pads shift its windows as the bigger input did.
+  pads shift its windows as the bigger input did, and each side's pads stay below the kernel size
+  (ONNX's rule: no window may lie wholly in the padding).
 
 The MaxPool's output size is unchanged: it depends only on input size plus pads.
 """
@@ -100,7 +101,10 @@ def fold_pad_into_maxpool(graph: Graph) -> int:
             continue   # Indices would count the border's positions
         extra = full[2:rank] + full[rank + 2:]
         own = list(pool.attr("pads") or [0] * len(extra))
-        pool.attrs["pads"] = [a + b for a, b in zip(own, extra)]
+        total = [a + b for a, b in zip(own, extra)]
+        if any(p >= k for p, k in zip(total, list(kernel) * 2)):
+            continue   # a window wholly in the border: ONNX (and onnxruntime) refuse pads that reach the kernel size
+        pool.attrs["pads"] = total
         remove_passthrough(graph, pad)   # its output is no graph output (sole_consumer), so this always succeeds
         consumers = graph.consumer_map()
         count += 1
