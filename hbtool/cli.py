@@ -260,6 +260,11 @@ def qat(config_path: Path, resume: bool) -> None:
                f"last loss {result.losses[-1] if result.losses else float('nan'):.4g}")
     if result.path is not None:
         click.echo(f"wrote {result.path}")
+    if result.cosine_after < result.cosine_before:
+        # training wrote its model anyway (the user asked for it), but must not pass for an improvement
+        click.echo(f"hbtool: warning: QAT lowered the validation output cosine ({result.cosine_before:.6f} -> "
+                   f"{result.cosine_after:.6f}); the PTQ model, which hbtool compile -c uses unless given the QAT one, is better so far; "
+                   "fix: lower qat_parameters.lr, or train longer or on more samples", err=True)
 
 
 @main.command()
