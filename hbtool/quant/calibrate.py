@@ -381,6 +381,10 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     result.program = program
     result.quantized = qgraph
     result.options = _options_summary(options, plan)
+    if ctype != "skip":   # random data (the quick path) says nothing about an output's real range
+        coarse = coarse_int8_outputs(graph, plan, stats, node_info, switches, march.has_int16)
+        if coarse:
+            result.options["coarse_outputs"] = coarse
     result.data = data
     for line in option_lines(result):
         log.info("%s", line)
@@ -439,6 +443,46 @@ def _options_summary(options: dict[str, Any], plan: QuantPlan) -> dict[str, Any]
     return out
 
 
+# below this an int8 model output keeps less than a tenth of its signal amplitude above the rounding noise
+OUTPUT_WARN_SQNR_DB = 20.0
+
+
+def coarse_int8_outputs(graph: Graph, plan: QuantPlan, stats: dict[str, TensorStats], node_info: dict | None,
+                        switches: Any, has_int16: bool) -> list[dict[str, Any]]:
+    """Model outputs whose int8 form drowns their values in rounding noise, with the setting that fixes each.
+
+    The classic case is a classifier ending in Softmax on a march that keeps int8 by default (X5):
+    the BPU's Softmax writes probabilities with a fixed step of 1/128, so every probability under
+    0.4 % becomes 0 and a flat distribution becomes all zeros. Nothing fails and the report's
+    output cosine is the only sign, so the user is told which output and what to write. Outputs the
+    user pinned to int8 (``set_model_output_int8``, node_info ``OutputType: int8``) are left alone.
+    """
+    if getattr(switches, "model_output_bits", None) == 8:
+        return []
+    producers = graph.producer_map()
+    out = []
+    for name in graph.outputs:
+        q, st = plan.tensors.get(name), stats.get(name)
+        node = producers.get(name)
+        if q is None or st is None or q.bits != 8 or node is None or q.is_log2:
+            continue
+        if str(((node_info or {}).get(node.name) or {}).get("OutputType", "")).lower() == "int8":
+            continue
+        db = sqnr_db(st, q.threshold, 127)
+        if db >= OUTPUT_WARN_SQNR_DB:
+            continue
+        if has_int16:
+            fix = (f"write calibration_parameters.optimization: set_model_output_int16, or node_info "
+                   f"{{'{node.name}': {{OutputType: int16}}}}")
+        else:
+            fix = f"this march has no int16: run '{node.name}' on the CPU (run_on_cpu) or end the model before it"
+        if node.op_type == "Softmax":
+            fix += "; or end the model at the logits and apply the Softmax after it"
+        out.append({"output": name, "node": node.name, "op_type": node.op_type, "sqnr_db": round(float(db), 1),
+                    "step": float(q.scale), "absmax": float(st.absmax), "fix": fix})
+    return out
+
+
 def option_lines(result: CalibrationResult) -> list[str]:
     """One line per enabled option: how many tensors / sites it changed (names in quant_info.json)."""
     lines = []
@@ -459,6 +503,10 @@ def option_lines(result: CalibrationResult) -> list[str]:
     if "int4" in o:
         lines.append(f"int4: {len(o['int4']['applied'])} tensor-unit node(s) on the 4-bit path, {len(o['int4']['kept_int8'])} kept int8")
         lines += [f"int4: {n} stays int8: {why}" for n, why in o["int4"]["kept_int8"].items()]
+    for c in o.get("coarse_outputs", []):
+        lines.append(f"warning: output '{c['output']}' ({c['op_type']}) is int8 with a step of {c['step']:.3g} for values up to "
+                     f"{c['absmax']:.3g}: {c['sqnr_db']:.1f} dB signal-to-noise (below {OUTPUT_WARN_SQNR_DB:g} dB"
+                     f"{', all of it under one step' if c['absmax'] < c['step'] / 2 else ''}); fix: {c['fix']}")
     return lines
 
 
