@@ -54,6 +54,23 @@ def test_simulate_reads_a_folder_of_images(cnn_artifact):
     assert cos > 0.999
 
 
+def _cosine(output: str) -> float:
+    return float(output.split("logits")[-1].split()[1].strip("│"))
+
+
+def test_compare_with_the_users_own_float_model_gets_the_artifacts_normalisation(cnn_artifact):
+    """tiny_cnn.onnx takes (x - 127.5) / 127.5, the artifact raw pixels: fed the raw pixels the user's own
+    model gave a cosine of a different computation; it is now normalised first, as the artifact does,
+    and the table is the one against hbtool's original float model (which carries the step itself)."""
+    images = f"input={ROOT / 'samples' / 'data' / 'digits_cal'}"
+    own = _run(cnn_artifact / "tiny_cnn.bin", "--input", images, "--compare", ROOT / "samples" / "tiny" / "tiny_cnn.onnx")
+    ours = _run(cnn_artifact / "tiny_cnn.bin", "--input", images, "--compare", cnn_artifact / "tiny_cnn_original_float_model.onnx")
+    assert own.exit_code == 0 and ours.exit_code == 0, own.output + ours.output
+    assert "got the artifact's (x - mean) * scale first" in " ".join(own.output.split())
+    assert "got the artifact's" not in " ".join(ours.output.split())
+    assert _cosine(own.output) == _cosine(ours.output) > 0.999
+
+
 @pytest.mark.parametrize("make, message", [
     (lambda p: np.save(p, np.zeros((2, 3, 32, 31), np.float32)), "does not fit the input's shape"),
     (lambda p: np.save(p, np.zeros((2, 3, 32, 32), np.complex64)), "not numbers"),

@@ -16,6 +16,9 @@ def print_simulation(result: SimulationResult, console: Console | None = None) -
     console.print(f"simulated {result.samples} samples in {result.seconds:.2f} s ({rate:.1f} samples/s){resumed}")
     if not result.comparisons:
         return
+    if result.compare_preprocessed:
+        console.print("--compare has no hbtool preprocessing: its input(s) " + ", ".join(f"'{n}'" for n in result.compare_preprocessed)
+                      + " got the artifact's (x - mean) * scale first")
     t = Table(title="simulated vs --compare")
     for col in ("Output", "Cosine", "L1", "L2", "Chebyshev", "Max error (LSB)", "Within 1 LSB"):
         t.add_column(col, justify="right" if col != "Output" else "left")

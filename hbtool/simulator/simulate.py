@@ -36,6 +36,42 @@ class SimulationResult:
     comparisons: list[OutputComparison] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)
     samples_run: int | None = None  # samples this call ran (fewer than ``samples`` after --resume)
+    compare_preprocessed: list[str] = field(default_factory=list)  # inputs fed to --compare after (x - mean) * scale
+
+
+def _compare_preprocessing(path: Path, session, header_inputs: list[dict]) -> dict[str, Callable[[np.ndarray], np.ndarray]]:
+    """What the artifact does to each input before the model proper, for a --compare model that lacks it.
+
+    The artifact takes raw pixels and folds ``(x - mean) * scale`` into the model; hbtool's own
+    stage models (``*_original_float_model.onnx`` and later) carry the same step and say so in
+    their metadata (``hbtool.preprocess.<input>``). A model without that metadata is the user's
+    own float model, which expects the normalised input: fed the raw pixels it compares two
+    different computations and shows a cosine near 0 for a correct artifact. So that model gets
+    the artifact's normalisation first. (A colour or layout conversion makes the artifact take a
+    run-time buffer, which ``_compare_session`` already matches against the model's input type.)
+    """
+    meta = session.get_modelmeta().custom_metadata_map or {}
+    out: dict[str, Callable[[np.ndarray], np.ndarray]] = {}
+    for d in header_inputs:
+        name = d["name"]
+        if f"hbtool.preprocess.{name}" in meta or d.get("runtime"):
+            continue   # hbtool's own model takes the same buffer, or the dtype check above handled the run-time buffer
+        if (d.get("norm_type") or "no_preprocess") == "no_preprocess":
+            continue
+        mean = np.asarray(d.get("mean") or [0.0], np.float32)
+        scale = np.asarray(d.get("scale") or [1.0], np.float32)
+        shape = d.get("shape") or []
+        if len(shape) == 4 and max(mean.size, scale.size) > 1:
+            axis = 3 if d.get("layout") == "NHWC" else 1
+            view = [1, 1, 1, 1]
+            view[axis] = -1
+            mean, scale = mean.reshape(view), scale.reshape(view)
+
+        def normalise(x: np.ndarray, mean=mean, scale=scale) -> np.ndarray:
+            return ((np.asarray(x, np.float32) - mean) * scale).astype(np.float32)
+
+        out[name] = normalise
+    return out
 
 
 def _compare_session(path: Path, input_names: list[str], output_names: list[str], runtime_types: dict[str, str] | None = None):
@@ -196,6 +232,7 @@ def simulate(artifact: Path, inputs: dict[str, Path], output_dir: Path | None = 
     scales = {o["name"]: (o.get("dequantize") or {}).get("scale") for o in art.header["outputs"]}
     runtime_types = {d["name"]: d["dtype"] for d in art.header["inputs"] if d.get("runtime")}
     session = _compare_session(Path(compare), executor.input_names, out_names, runtime_types) if compare is not None else None
+    compare_feed = _compare_preprocessing(Path(compare), session, art.header["inputs"]) if session is not None else {}
     errors = {o: RunningErrors() for o in out_names}
     lsb = {o: [0.0, 0, 0] for o in out_names}  # max, within-1-LSB count, total
     total = sources[0].count if sources else 0
@@ -223,6 +260,7 @@ def simulate(artifact: Path, inputs: dict[str, Path], output_dir: Path | None = 
         if session is not None:
             for k in range(stop - first):
                 one = {name: x[k * (x.shape[0] // (stop - first)):(k + 1) * (x.shape[0] // (stop - first))] for name, x in feeds.items()}
+                one = {name: compare_feed[name](x) if name in compare_feed else x for name, x in one.items()}
                 refs = session.run(out_names, one)
                 for o, ref in zip(out_names, refs):
                     rows = outs[o].shape[0] // (stop - first) if outs[o].ndim else 1
@@ -245,7 +283,7 @@ def simulate(artifact: Path, inputs: dict[str, Path], output_dir: Path | None = 
         if progress:
             progress("simulate", stop, total)
     seconds = time.perf_counter() - t0
-    result = SimulationResult(total, {}, seconds, samples_run=total - start)
+    result = SimulationResult(total, {}, seconds, samples_run=total - start, compare_preprocessed=sorted(compare_feed))
     if files is not None:
         if not started:  # everything was done before: the interrupted run had finished its last batch
             files.start()
