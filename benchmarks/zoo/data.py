@@ -399,8 +399,9 @@ def image_sample(spec: ModelSpec, index: int) -> np.ndarray:
 
 
 def float_feed(spec: ModelSpec, raw: np.ndarray) -> np.ndarray:
-    mean = np.asarray(spec.mean, np.float32).reshape(1, -1, 1, 1)
-    scale = np.asarray(spec.scale, np.float32).reshape(1, -1, 1, 1)
+    view = (1, 1, 1, -1) if spec.layout == "NHWC" else (1, -1, 1, 1)
+    mean = np.asarray(spec.mean, np.float32).reshape(view)
+    scale = np.asarray(spec.scale, np.float32).reshape(view)
     return ((raw - mean) * scale).astype(np.float32)
 
 
@@ -433,7 +434,12 @@ def samples(spec: ModelSpec, count: int, offset: int) -> list[dict[str, np.ndarr
     """``count`` samples in the deployed model's convention; ``offset`` separates calibration from held-out."""
     if spec.inputs == "text":
         return text_samples(spec, count, offset)
-    return [{spec.input_name: image_sample(spec, offset + k)} for k in range(count)]
+    return [{spec.input_name: _in_layout(spec, image_sample(spec, offset + k))} for k in range(count)]
+
+
+def _in_layout(spec: ModelSpec, nchw: np.ndarray) -> np.ndarray:
+    """A (1, C, H, W) sample in the model's own input layout."""
+    return np.ascontiguousarray(nchw.transpose(0, 2, 3, 1)) if spec.layout == "NHWC" else nchw
 
 
 def float_samples(spec: ModelSpec, feeds: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:

