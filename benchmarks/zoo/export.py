@@ -31,7 +31,7 @@ TIMM_PYTHON = "/work/zoo-export-venv/bin/python"
 KERAS_PYTHON = "/work/tf-export-venv/bin/python"
 
 
-def export_one(spec: ModelSpec, timm_python: str, keras_python: str = "") -> None:
+def export_one(spec: ModelSpec, timm_python: str = TIMM_PYTHON, keras_python: str = KERAS_PYTHON) -> None:
     path = spec.onnx_path
     path.parent.mkdir(parents=True, exist_ok=True)
     if spec.source == "hf":

@@ -20,6 +20,7 @@ import numpy as np
 
 from hbtool.checker.placement import place_graph
 from hbtool.config import HbConfig
+from hbtool.config.optimization import Switches
 from hbtool.errors import InputError, NotDeployableError
 from hbtool.ir.graph import Graph
 from hbtool.ir.onnx_export import to_onnx
@@ -448,7 +449,7 @@ OUTPUT_WARN_SQNR_DB = 20.0
 
 
 def coarse_int8_outputs(graph: Graph, plan: QuantPlan, stats: dict[str, TensorStats], node_info: dict | None,
-                        switches: Any, has_int16: bool) -> list[dict[str, Any]]:
+                        switches: Switches, has_int16: bool) -> list[dict[str, Any]]:
     """Model outputs whose int8 form drowns their values in rounding noise, with the setting that fixes each.
 
     The classic case is a classifier ending in Softmax on a march that keeps int8 by default (X5):
@@ -457,7 +458,7 @@ def coarse_int8_outputs(graph: Graph, plan: QuantPlan, stats: dict[str, TensorSt
     output cosine is the only sign, so the user is told which output and what to write. Outputs the
     user pinned to int8 (``set_model_output_int8``, node_info ``OutputType: int8``) are left alone.
     """
-    if getattr(switches, "model_output_bits", None) == 8:
+    if switches.model_output_bits == 8:
         return []
     producers = graph.producer_map()
     out = []

@@ -39,7 +39,7 @@ class SimulationResult:
     compare_preprocessed: list[str] = field(default_factory=list)  # inputs fed to --compare after (x - mean) * scale
 
 
-def _compare_preprocessing(path: Path, session, header_inputs: list[dict]) -> dict[str, Callable[[np.ndarray], np.ndarray]]:
+def _compare_preprocessing(session, header_inputs: list[dict]) -> dict[str, Callable[[np.ndarray], np.ndarray]]:
     """What the artifact does to each input before the model proper, for a --compare model that lacks it.
 
     The artifact takes raw pixels and folds ``(x - mean) * scale`` into the model; hbtool's own
@@ -232,7 +232,7 @@ def simulate(artifact: Path, inputs: dict[str, Path], output_dir: Path | None = 
     scales = {o["name"]: (o.get("dequantize") or {}).get("scale") for o in art.header["outputs"]}
     runtime_types = {d["name"]: d["dtype"] for d in art.header["inputs"] if d.get("runtime")}
     session = _compare_session(Path(compare), executor.input_names, out_names, runtime_types) if compare is not None else None
-    compare_feed = _compare_preprocessing(Path(compare), session, art.header["inputs"]) if session is not None else {}
+    compare_feed = _compare_preprocessing(session, art.header["inputs"]) if session is not None else {}
     errors = {o: RunningErrors() for o in out_names}
     lsb = {o: [0.0, 0, 0] for o in out_names}  # max, within-1-LSB count, total
     total = sources[0].count if sources else 0
