@@ -77,3 +77,73 @@ class RunningErrors:
     def result(self) -> dict[str, float]:
         n = max(self.n, 1)
         return {"cosine": self.cos.value, "l1": self.abs_sum / n, "l2": float(np.sqrt(self.sq_sum / n)), "chebyshev": self.cheb}
+
+
+def output_channel_axis(shape: tuple[int, ...] | list[int], layout: str | None = None) -> int | None:
+    """The axis an output's channels lie on: 1, or the last axis of an NHWC or rank-2 output.
+
+    Why: a model output often concatenates quantities of unrelated ranges (a detector's box
+    pixels beside its class scores); judged as one tensor, the large channels hide the small
+    ones. ``None`` for a rank-0/1 output, which is one channel."""
+    rank = len(shape)
+    if rank < 2:
+        return None
+    if rank == 2 or (layout or "").upper() in ("NHWC", "NLC", "NWC"):
+        return rank - 1
+    return 1
+
+
+def _channels_first(x: np.ndarray, axis: int | None) -> np.ndarray:
+    x = np.asarray(x)
+    if axis is None:
+        return x.reshape(1, -1)
+    return np.moveaxis(x, axis, 0).reshape(x.shape[axis], -1)
+
+
+class RunningChannelErrors:
+    """Cosine and SNR of every channel of one output, accumulated over samples.
+
+    One definition used wherever an output is reported or compared (calibrate, debug,
+    ``simulate --compare``, the gates): a channel quantized to zero shows as cosine 0 and
+    an SNR near 0 dB even when the whole output's cosine is 0.99."""
+
+    def __init__(self, axis: int | None) -> None:
+        self.axis = axis
+        self.dot = self.na = self.nb = self.err = None
+
+    def update(self, ref: np.ndarray, got: np.ndarray) -> None:
+        r = _channels_first(np.asarray(ref, np.float64), self.axis)
+        g = _channels_first(np.asarray(got, np.float64), self.axis)
+        if self.dot is None:
+            self.dot, self.na, self.nb, self.err = (np.zeros(r.shape[0]) for _ in range(4))
+        self.dot += (r * g).sum(1)
+        self.na += (r * r).sum(1)
+        self.nb += (g * g).sum(1)
+        self.err += ((r - g) ** 2).sum(1)
+
+    @property
+    def cosine(self) -> np.ndarray:
+        """Per channel; 1 where both are all zero, 0 where exactly one is."""
+        if self.dot is None:
+            return np.ones(0)
+        denom = np.sqrt(self.na * self.nb)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            c = np.where(denom > 0, self.dot / np.where(denom > 0, denom, 1), 0.0)
+        return np.where((self.na == 0) & (self.nb == 0), 1.0, c)
+
+    @property
+    def snr_db(self) -> np.ndarray:
+        """Per channel signal-to-noise ratio in dB (inf where the channel is exact)."""
+        if self.dot is None:
+            return np.ones(0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            snr = 10 * np.log10(np.where(self.err > 0, self.na / np.where(self.err > 0, self.err, 1), np.inf))
+        snr = np.where(self.err == 0, np.inf, snr)
+        return np.where((self.na == 0) & (self.err > 0), -np.inf, snr)
+
+
+def channel_errors(ref: np.ndarray, got: np.ndarray, axis: int | None) -> RunningChannelErrors:
+    """Per-channel cosine / SNR of one pair of tensors (see :class:`RunningChannelErrors`)."""
+    acc = RunningChannelErrors(axis)
+    acc.update(ref, got)
+    return acc
