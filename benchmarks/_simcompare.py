@@ -17,7 +17,7 @@ import numpy as np
 def compare_with_ort(executor, header: dict, wd: Path, prefix: str, feeds: list[dict], threads: int) -> dict:
     import onnxruntime as ort
 
-    from hbtool.quant.metrics import RunningCosine
+    from hbtool.io.metrics import RunningCosine
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads

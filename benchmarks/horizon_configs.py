@@ -91,7 +91,7 @@ def _compare(case: Path, work: Path, prefix: str, sample: np.ndarray) -> dict:
     (desc,) = art.header["inputs"]
     x = sample
     if desc.get("runtime"):  # input_type_rt nv12/yuv444/...: the chip's buffer, made as the camera does
-        from hbtool.quant.runtime_input import to_runtime
+        from hbtool.io.runtime_input import to_runtime
         from hbtool.simulator.runtime_files import spec_of
 
         x = to_runtime(sample, spec_of(desc))

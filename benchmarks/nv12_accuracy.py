@@ -5,7 +5,7 @@
 Calibrates and compiles ``configs/tiny_cnn.yaml`` twice into a temporary folder, once as given
 (``input_type_rt: rgb``) and once with ``input_type_rt: nv12``, then runs each quantized ONNX on
 the committed held-out digits (``samples/data/digits_heldout.npz``). The nv12 model gets every
-image converted as the camera pipeline would (:func:`hbtool.quant.runtime_input.to_runtime`:
+image converted as the camera pipeline would (:func:`hbtool.io.runtime_input.to_runtime`:
 BT.601 full range, 2x2 chroma means). The first ``--simulate`` images also run in the
 artifact's simulator, which must give the quantized ONNX's outputs bit for bit.
 """
@@ -28,7 +28,7 @@ def top1_pair(calibration_type: str = "default", simulate: int = 0, work: Path |
     from hbtool.compiler.compile import compile_model
     from hbtool.config import config_from_dict
     from hbtool.quant.calibrate import run_calibration, write_outputs
-    from hbtool.quant.runtime_input import to_runtime
+    from hbtool.io.runtime_input import to_runtime
     from hbtool.simulator.executor import Executor
 
     raw = yaml.safe_load((ROOT / "configs" / "tiny_cnn.yaml").read_text())

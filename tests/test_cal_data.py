@@ -17,8 +17,8 @@ from PIL import Image
 from hbtool.config import config_from_dict, load_config
 from hbtool.errors import InputError
 from hbtool.ir import Graph
-from hbtool.quant.data import (CalibrationSet, load_calibration_data, random_calibration_data,
-                               rgb_to_yuv444)
+from hbtool.io.colour import rgb_to_yuv444
+from hbtool.quant.data import CalibrationSet, load_calibration_data, random_calibration_data
 
 REPO = Path(__file__).resolve().parents[1]
 DIGITS = REPO / "samples" / "data" / "digits_cal"

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from hbtool.quant.metrics import RunningChannelErrors, channel_errors, cosine, output_channel_axis
+from hbtool.io.metrics import RunningChannelErrors, channel_errors, cosine, output_channel_axis
 
 
 def test_channel_axis_rule():

@@ -20,7 +20,7 @@ from hbtool.config import config_from_dict
 from hbtool.errors import InputError
 from hbtool.kernels.colour import InputConvert
 from hbtool.quant.calibrate import run_calibration, write_outputs
-from hbtool.quant.runtime_input import to_runtime
+from hbtool.io.runtime_input import to_runtime
 from hbtool.simulator.executor import Executor
 
 MEAN = (123.675, 116.28, 103.53)

@@ -17,7 +17,7 @@ from onnx import helper
 from hbtool.config import config_from_dict
 from hbtool.errors import InputError
 from hbtool.ir import HBTOOL_DOMAIN, import_onnx, to_onnx
-from hbtool.quant.data import rgb_to_yuv444
+from hbtool.io.colour import rgb_to_yuv, rgb_to_yuv444
 from hbtool.quant.preprocess import find_preprocess, insert_preprocess
 from tests.helpers import make_model, run_ort, tensor, vinfo
 
@@ -191,10 +191,8 @@ def test_runtime_bgr_swaps_channels_first():
 
 
 def yuv_float(rgb_hwc: np.ndarray) -> np.ndarray:
-    """rgb_to_yuv444 without the 8-bit rounding and clipping."""
-    r, g, b = (rgb_hwc[..., k].astype(np.float64) for k in range(3))
-    y = 0.299 * r + 0.587 * g + 0.114 * b
-    return np.stack([y, 0.564 * (b - y) + 128, 0.713 * (r - y) + 128], -1).astype(np.float32)
+    """rgb_to_yuv444 without the 8-bit rounding and clipping (hbtool's one RGB -> YUV)."""
+    return rgb_to_yuv(rgb_hwc).astype(np.float32)
 
 
 @pytest.mark.parametrize("layout,train", [("NCHW", "rgb"), ("NHWC", "bgr")])

@@ -29,7 +29,7 @@ from hbtool.ir.graph import Graph, Node
 from hbtool.kernels.resize import COORDINATE_MODES, NEAREST_MODES, WEIGHT_BITS, BilinearResize, axis_scales
 from hbtool.march import op_rules
 from hbtool.quant.calibrate import run_calibration, write_outputs
-from hbtool.quant.metrics import cosine
+from hbtool.io.metrics import cosine
 from hbtool.perf.schedule import estimate
 from hbtool.simulator.executor import Executor
 from hbtool.simulator.movement import MOVEMENT

@@ -5,7 +5,7 @@
 For each model: the runner's config (``run.py``), calibrated and compiled twice in
 ``benchmarks/_out/zoo_nv12/<model>/`` (as trained, and with ``input_type_rt: nv12``), then both
 quantized ONNX models on held-out rendered samples (``data.py``); the nv12 one gets each sample
-converted as the camera would (:func:`hbtool.quant.runtime_input.to_runtime`). Prints the top-1
+converted as the camera would (:func:`hbtool.io.runtime_input.to_runtime`). Prints the top-1
 agreement with the float model and the output cosine for both, and checks the nv12 artifact's
 simulator against its quantized ONNX bit for bit on the first samples.
 """
@@ -36,7 +36,7 @@ def run_model(spec, eval_samples: int, cal_samples: int = 8) -> dict:
     from hbtool.compiler.compile import compile_model
     from hbtool.config import config_from_dict
     from hbtool.quant.calibrate import run_calibration, write_outputs
-    from hbtool.quant.runtime_input import to_runtime
+    from hbtool.io.runtime_input import to_runtime
     from hbtool.simulator.executor import Executor
 
     case = OUT_DIR.parent / "zoo_nv12" / spec.name

@@ -112,7 +112,7 @@ def simulated_outputs(sim_dir: Path, ref: dict[str, list]) -> dict[str, list]:
     shaped like the reference outputs ``ref`` (output name -> one array per sample)."""
     import numpy as np
 
-    from hbtool.simulator.simulate import safe_file_name
+    from hbtool.io.files import safe_file_name
 
     out = {}
     for n, parts in ref.items():

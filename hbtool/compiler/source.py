@@ -44,7 +44,7 @@ def load_calibrated(path: Path) -> Graph:
 
 def lower_calibrated(calibrated: Graph, march: March, node_info=None, rounding: str = "half_up", inputs=None) -> LoweredModel:
     """The integer program of a calibrated graph (see the module docstring); ``inputs``: the config's
-    InputSpecs, for the run-time input formats (:mod:`hbtool.quant.runtime_input`)."""
+    InputSpecs, for the run-time input formats (:mod:`hbtool.io.runtime_input`)."""
     graph, plan, weights = extract_plan(calibrated)
     place_graph(graph, march, node_info)
     program, report = lower_to_integer(graph, plan, weights, rounding, inputs=inputs)

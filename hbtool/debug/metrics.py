@@ -11,7 +11,7 @@ from typing import Mapping
 
 import numpy as np
 
-from hbtool.quant.metrics import RunningErrors
+from hbtool.io.metrics import RunningErrors
 
 #: metric -> "higher" or "lower" (which way is better); the order of the table columns
 DIRECTION = {"cosine": "higher", "mse": "lower", "sqnr_db": "higher", "l1": "lower", "chebyshev": "lower"}
@@ -21,7 +21,7 @@ BUILTIN = {"cosine": "cosine", "mse": "mse", "sqnr": "sqnr_db", "chebyshev": "ch
 
 
 class Accumulator(RunningErrors):
-    """:class:`~hbtool.quant.metrics.RunningErrors` (what calibrate and simulate report) plus the
+    """:class:`~hbtool.io.metrics.RunningErrors` (what calibrate and simulate report) plus the
     debug tables' MSE, SQNR and mean relative error, over many samples with nothing kept."""
 
     def __init__(self) -> None:

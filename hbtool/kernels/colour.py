@@ -14,6 +14,8 @@ input and does all of it in integers:
    the pyramid / BPU input path does, no interpolation);
 3. ``acc[c] = sum_k A[c, k] p[k] + B[c]``: one integer matrix per pixel, ``A`` and ``B`` the
    real colour conversion and ``-mean`` in fixed point at ``2**-F`` (:data:`FRACTION_BITS`);
+   ``B`` holds ``-A o``, the YUV offset ``o`` (chroma 128, video range's Y 16) subtracted in
+   integers, so zero chroma gives R = G = B = Y exactly (:func:`fixed_point_conversion`);
    the sign of a negative ``scale_value`` is folded into ``A`` and ``B``;
 4. ``y[c] = requantize(acc[c])`` per channel, ratio ``|scale[c]| 2**-F / s_out``
    (:class:`~.requantize.Requantize`): the mean/scale normalisation and the output step;
@@ -51,8 +53,15 @@ FORMAT_CHANNELS = {"nv12": ("Y", "U", "V"), "yuv444": ("Y", "U", "V"), "rgb": ("
 #: training colour orders the output can be in
 TRAIN_CHANNELS = {"rgb": ("R", "G", "B"), "bgr": ("B", "G", "R"), "yuv444": ("Y", "U", "V"), "gray": ("Y",)}
 
+# BT.601's luma weights: the one place hbtool writes the colour conversion's coefficients
+# (hbtool.io.colour, the camera's RGB -> YUV, and the float preprocessing read these matrices)
 _KR, _KB = 0.299, 0.114
 _KG = 1.0 - _KR - _KB
+#: BT.601 video range: ``[Y, U, V] = VIDEO_OFFSET + full-range [Y, U-128, V-128] * VIDEO_SPAN / 255``
+VIDEO_OFFSET = np.array([16.0, 128.0, 128.0])
+VIDEO_SPAN = np.array([219.0, 224.0, 224.0])
+#: the chroma offset of full-range YUV: ``[Y, U, V] = M [R, G, B] + YUV_OFFSET``
+YUV_OFFSET = np.array([0.0, 128.0, 128.0])
 
 
 def rgb_to_yuv_matrix() -> np.ndarray:
@@ -66,10 +75,10 @@ def rgb_to_yuv_matrix() -> np.ndarray:
 def yuv_to_rgb_matrix(video_range: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """``(M, t)`` with ``[R, G, B] = M [Y, U, V] + t`` for BT.601 full range or video range (see module doc)."""
     m = np.linalg.inv(rgb_to_yuv_matrix())
-    offset = np.array([0.0, 128.0, 128.0])
+    offset = YUV_OFFSET
     if video_range:
-        m = m @ np.diag([255.0 / 219.0, 255.0 / 224.0, 255.0 / 224.0])
-        offset = np.array([16.0, 128.0, 128.0])
+        m = m @ np.diag(255.0 / VIDEO_SPAN)
+        offset = VIDEO_OFFSET
     return m, -(m @ offset)
 
 
@@ -88,10 +97,61 @@ def conversion_matrix(fmt: str, train: str, video_range: bool = False) -> tuple[
         return m[rows], t[rows]
     if yuv_in == yuv_out:                          # a channel permutation (rgb <-> bgr, yuv -> yuv)
         if yuv_in and video_range:                 # video-range yuv to the full range the model was trained on
-            d = np.diag([255.0 / 219.0, 255.0 / 224.0, 255.0 / 224.0])
-            return d, 128.0 - d @ np.array([16.0, 128.0, 128.0]) - np.array([128.0, 0.0, 0.0])
+            d = np.diag(255.0 / VIDEO_SPAN)
+            return d, YUV_OFFSET - d @ VIDEO_OFFSET
         return np.array([[1.0 if s == c else 0.0 for s in src] for c in dst]), np.zeros(3)
     raise ValueError(f"cannot convert {fmt} to {train} (a model trained on yuv444 takes nv12 or yuv444)")
+
+
+def input_offset(fmt: str, video_range: bool = False) -> np.ndarray:
+    """The pixel value the converter subtracts in integers before its matrix: YUV's zero chroma (128) and, in
+    video range, its black (Y 16); nothing for RGB and gray."""
+    src = FORMAT_CHANNELS[fmt]
+    if src[0] == "Y" and len(src) == 3:
+        return VIDEO_OFFSET if video_range else YUV_OFFSET
+    return np.zeros(len(src))
+
+
+def fixed_point_conversion(fmt: str, train: str, mean: Sequence[float] = (0.0,), scale: Sequence[float] = (1.0,),
+                           video_range: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``(A, B)``, int64 at ``2**-FRACTION_BITS``: ``sign(scale) ((M p + t) - mean) ~ (A p + B) 2**-F`` per channel.
+
+    ``A p + B = A (p - o) + round((M o + t - mean) 2**F)`` with ``o`` the :func:`input_offset`: the offset is
+    subtracted in integers, so zero chroma (U = V = 128) gives R = G = B = Y exactly. The integer colour
+    matrix of the chip's converter; with the default mean 0 and scale 1 it is the colour conversion alone
+    (what :mod:`hbtool.io.colour` gives calibration, so both see the same values).
+    """
+    m, t = conversion_matrix(fmt, train, video_range)
+    offset = input_offset(fmt, video_range)
+    c = m.shape[0]
+    mean_c = np.broadcast_to(np.asarray(mean, np.float64).reshape(-1), (c,))
+    scale_c = np.broadcast_to(np.asarray(scale, np.float64).reshape(-1), (c,))
+    if not np.all(np.isfinite(scale_c)) or np.any(scale_c == 0):
+        raise ValueError("scale values must be finite and nonzero")
+    sign = np.sign(scale_c)
+    one = float(2**FRACTION_BITS)
+    weight = np.rint(m * one * sign[:, None]).astype(np.int64)
+    at_offset = m @ offset + t                    # the value of the pixel ``o``: 0, or 128 for yuv -> yuv
+    bias = np.rint((at_offset - mean_c) * one * sign).astype(np.int64) - weight @ offset.astype(np.int64)
+    return weight, bias
+
+
+def buffer_pixels(x: np.ndarray, fmt: str, height: int, width: int, layout_in: str) -> np.ndarray:
+    """A run-time buffer's pixel values (offset already added) as ``(N, H, W, C_in)``: nv12 chroma upsampled by
+    nearest neighbour (each U/V sample covers its 2x2 block of Y samples), NCHW transposed."""
+    h, w = height, width
+    if fmt == "nv12":
+        n = x.shape[0]
+        y = x[:, :h, :, None]
+        uv = x[:, h:, :].reshape(n, h // 2, 1, w // 2, 1, 2)
+        uv = np.broadcast_to(uv, (n, h // 2, 2, w // 2, 2, 2)).reshape(n, h, w, 2)
+        return np.concatenate([y, uv], axis=-1)
+    return x if layout_in == "NHWC" else np.transpose(x, (0, 2, 3, 1))
+
+
+def colour_sums(pixels: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """``A p + B`` per pixel (int64, at ``2**-FRACTION_BITS``) of ``(..., C_in)`` integer pixels."""
+    return (pixels[..., None, :] * weight).sum(axis=-1) + bias
 
 
 @dataclass(frozen=True, eq=False)
@@ -126,16 +186,10 @@ class InputConvert(Kernel):
             raise ValueError(f"nv12 needs an even height and width, got {height}x{width}")
         if offset not in (0, 128):
             raise ValueError("offset must be 0 or 128")
-        m, t = conversion_matrix(fmt, train, video_range)
-        c = m.shape[0]
-        mean_c = np.broadcast_to(np.asarray(mean, np.float64).reshape(-1), (c,))
+        weight, bias = fixed_point_conversion(fmt, train, mean, scale, video_range)
+        c = weight.shape[0]
         scale_c = np.broadcast_to(np.asarray(scale, np.float64).reshape(-1), (c,))
-        if not np.all(np.isfinite(scale_c)) or np.any(scale_c == 0):
-            raise ValueError("scale values must be finite and nonzero")
-        sign = np.sign(scale_c)
         one = float(2**FRACTION_BITS)
-        weight = np.rint(m * one * sign[:, None]).astype(np.int64)
-        bias = np.rint((t - mean_c) * one * sign).astype(np.int64)
         s_out = np.broadcast_to(np.asarray(scale_out, np.float64).reshape(-1), (c,))
         check_scales("InputConvert", scale_out=s_out)
         bound = int(np.abs(weight).sum(axis=1).max()) * 255 + int(np.abs(bias).max())
@@ -169,19 +223,10 @@ class InputConvert(Kernel):
         lo, hi = (-128, 127) if self.offset else (0, 255)
         if x.size:
             check(lo <= int(x.min()) and int(x.max()) <= hi, f"image buffer values outside [{lo}, {hi}]")
-        x = x + self.offset
-        h, w = self.height, self.width
-        if self.fmt == "nv12":
-            n = x.shape[0]
-            y = x[:, :h, :, None]
-            uv = x[:, h:, :].reshape(n, h // 2, 1, w // 2, 1, 2)
-            uv = np.broadcast_to(uv, (n, h // 2, 2, w // 2, 2, 2)).reshape(n, h, w, 2)
-            return np.concatenate([y, uv], axis=-1)
-        return x if self.layout_in == "NHWC" else np.transpose(x, (0, 2, 3, 1))
+        return buffer_pixels(x + self.offset, self.fmt, self.height, self.width, self.layout_in)
 
     def apply_numpy(self, x: np.ndarray) -> np.ndarray:
-        p = self._pixels_numpy(x)
-        acc = (p[..., None, :] * self.weight).sum(axis=-1) + self.bias
+        acc = colour_sums(self._pixels_numpy(x), self.weight, self.bias)
         y = self.requant.apply_trusted(acc)
         return np.ascontiguousarray(np.transpose(y, (0, 3, 1, 2))) if self.layout_out == "NCHW" else y
 

@@ -1,6 +1,6 @@
 """QAT training data: the calibration readers on ``train_data_dir``, labels, image augmentations.
 
-Samples are read exactly like ``cal_data_dir`` (:mod:`hbtool.quant.data`: images, ``.npy``,
+Samples are read exactly like ``cal_data_dir`` (:mod:`hbtool.io.samples`: images, ``.npy``,
 ``.bin``; raw 0-255 pixels when preprocessing is folded into the model). One folder for a
 one-input model; for several inputs, one sub-folder per input named after it. Without
 ``train_data_dir`` the calibration data is used (every sample, not just ``num_samples``).
@@ -18,7 +18,8 @@ import numpy as np
 
 from hbtool.config.types import HbConfig
 from hbtool.errors import InputError
-from hbtool.quant.data import CalibrationSet, _FileInput, _resize_policy, _resolve_inputs, load_calibration_data
+from hbtool.io.samples import InputFolder, resolve_inputs
+from hbtool.quant.data import CalibrationSet, load_calibration_data, resize_policy
 
 AUGMENTATIONS = ("flip", "crop", "color")
 
@@ -28,7 +29,7 @@ def training_data(cfg: HbConfig, graph) -> CalibrationSet:
     folder = cfg.qat.train_data_dir
     if folder is None:
         return load_calibration_data(cfg, graph, max_samples=10**12)
-    infos = _resolve_inputs(list(cfg.inputs), graph)
+    infos = resolve_inputs(list(cfg.inputs), graph)
     folder = Path(folder)
     if not folder.is_dir():
         raise InputError(f"qat_parameters.train_data_dir {folder} is not a folder", "give a folder of samples read like cal_data_dir")
@@ -37,7 +38,7 @@ def training_data(cfg: HbConfig, graph) -> CalibrationSet:
         if not f.is_dir():
             raise InputError(f"qat_parameters.train_data_dir: {f} is missing",
                              "a model with several inputs needs one sub-folder per input, named after the input")
-    readers = [_FileInput(info, f, _resize_policy(cfg)) for info, f in zip(infos, folders)]
+    readers = [InputFolder(info, f, resize_policy(cfg)) for info, f in zip(infos, folders)]
     counts = {len(r) for r in readers}
     if len(counts) != 1:
         raise InputError("qat_parameters.train_data_dir: the input folders hold different numbers of samples",

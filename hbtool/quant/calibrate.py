@@ -22,6 +22,8 @@ from hbtool.checker.placement import place_graph
 from hbtool.config import HbConfig
 from hbtool.config.optimization import Switches
 from hbtool.errors import InputError, NotDeployableError
+from hbtool.io.files import safe_file_name
+from hbtool.io.metrics import RunningErrors
 from hbtool.ir.graph import Graph
 from hbtool.ir.onnx_export import to_onnx
 from hbtool.ir.onnx_import import import_onnx
@@ -32,7 +34,6 @@ from hbtool.quant.data import CalibrationSet, load_calibration_data
 from hbtool.quant.fqvit import apply_ptf, apply_softmax_log2, log2_decode, ptf_tensors
 from hbtool.quant.masks import clamp_masks
 from hbtool.quant.node_weights import adaround_subset, bias_correction_everywhere, clip_node_weights, mean_inputs, nodes_asking
-from hbtool.quant.metrics import RunningErrors
 from hbtool.quant.observers import TensorStats
 from hbtool.quant.plan import INT8_MIN_SQNR_DB, QuantPlan, bpu_activation_tensors, build_plan
 from hbtool.quant.load import apply_loaded_scales, strip_quantization
@@ -172,7 +173,7 @@ def evaluate_outputs(
 
 def runtime_feeds(cfg: HbConfig, input_names: list[str]) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None:
     """Training-type feeds -> the quantized model's, for inputs with a run-time format (converted as the camera does)."""
-    from hbtool.quant.runtime_input import runtime_specs, to_runtime
+    from hbtool.io.runtime_input import runtime_specs, to_runtime
 
     specs = runtime_specs(input_names, cfg.inputs)
     if not specs:
@@ -551,8 +552,6 @@ def calibration_dump(working_dir: Path, data: CalibrationSet) -> dict[Path, byte
     float32 for image inputs; what Horizon's precision debugger reads as ``calibrated_data``.
     """
     import io
-
-    from hbtool.simulator.simulate import safe_file_name
 
     out: dict[Path, bytes] = {}
     for k in range(data.num_samples):

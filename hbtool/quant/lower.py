@@ -652,7 +652,7 @@ class _Lowerer:
     def _input_conversion(self, node: Node, spec: Any) -> bool:
         """The preprocessing of an input fed in its run-time format: one InputConvert from the chip's buffer."""
         from hbtool.kernels.colour import InputConvert
-        from hbtool.quant.runtime_input import base_type, offset_of, runtime_layout, runtime_shape
+        from hbtool.io.runtime_input import base_type, offset_of, runtime_layout, runtime_shape
 
         name = node.inputs[0]
         shape = tuple(int(d) for d in self.src.shape(name))
@@ -871,10 +871,10 @@ def lower_to_integer(graph: Graph, plan: QuantPlan, weights: dict[str, tuple[np.
 
     ``bias_delta`` ``{node: per-channel float delta}`` is added to biases before they are
     quantized (bias correction). ``inputs`` (the config's InputSpecs): image inputs with a
-    run-time format of their own (:mod:`hbtool.quant.runtime_input`) take that buffer, and
+    run-time format of their own (:mod:`hbtool.io.runtime_input`) take that buffer, and
     their preprocessing node becomes an :class:`~hbtool.kernels.colour.InputConvert`.
     """
-    from hbtool.quant.runtime_input import runtime_specs
+    from hbtool.io.runtime_input import runtime_specs
 
     if bias_delta is None:
         bias_delta = plan.bias_delta

@@ -20,11 +20,12 @@ Run-time input types: by default the node takes the *training* colour order, as 
 and quantized models do (``input_type = input_type_train``). With ``runtime_input=True`` (the
 compiled artifact's view) it takes ``input_type_rt`` instead and converts first:
 ``rgb``<->``bgr`` by a Gather on the channel axis, ``yuv444`` to ``rgb``/``bgr`` by the inverse
-of full-range BT.601 (see :func:`hbtool.quant.data.rgb_to_yuv444`; no clipping), ``gray`` and
+of full-range BT.601 (:func:`hbtool.kernels.colour.conversion_matrix`, the matrix the chip's
+converter rounds to integers; the inverse of :func:`hbtool.io.colour.rgb_to_yuv`; no clipping), ``gray`` and
 same-type pairs need nothing. This float view has no ``nv12`` form (an InputError names the key):
 the compiled artifact and the quantized model take nv12 through the integer kernel
 :class:`hbtool.kernels.colour.InputConvert`, which the lowering makes of this node
-(:mod:`hbtool.quant.runtime_input`).
+(:mod:`hbtool.io.runtime_input`).
 
 Idempotent: an existing ``HzPreprocess`` reading the same input is rebuilt in place (never a
 second one), so inserting twice, or inserting into a model hbtool wrote, does not apply the
@@ -40,17 +41,12 @@ import numpy as np
 
 from hbtool.config.types import InputSpec
 from hbtool.errors import InputError
+from hbtool.io.runtime_input import needs_conversion
 from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node, Value
-from hbtool.quant.runtime_input import needs_conversion
+from hbtool.kernels.colour import conversion_matrix
 
 OP_TYPE = "HzPreprocess"
 METADATA_PREFIX = "hbtool.preprocess."
-
-# full-range BT.601 RGB -> YUV, as in hbtool.quant.data.rgb_to_yuv444
-_RGB_TO_YUV = np.array([[0.299, 0.587, 0.114],
-                        [-0.564 * 0.299, -0.564 * 0.587, 0.564 * (1 - 0.114)],
-                        [0.713 * (1 - 0.299), -0.713 * 0.587, -0.713 * 0.114]], dtype=np.float64)
-_YUV_OFFSET = np.array([0.0, 128.0, 128.0])
 
 
 def find_preprocess(graph: Graph, input_name: str) -> Node | None:
@@ -129,10 +125,7 @@ def _build_body(name: str, out: str, spec: InputSpec, shape: tuple[int, ...],
     if conversion == "swap":
         steps.append(("Gather", [None, np.array([2, 1, 0], dtype=np.int64)], {"axis": axis}))
     elif conversion == "yuv":
-        w = np.linalg.inv(_RGB_TO_YUV)                # rgb = w @ (yuv - offset)
-        if spec.type_train == "bgr":
-            w = w[::-1]
-        bias = -(w @ _YUV_OFFSET)
+        w, bias = conversion_matrix("yuv444", spec.type_train)   # training colour = w @ yuv + bias
         if spec.layout_train == "NCHW":
             steps.append(("Conv", [None, w.reshape(3, 3, 1, 1).astype(dtype), bias.astype(dtype)],
                           {}))
@@ -168,7 +161,7 @@ def insert_preprocess(graph: Graph, inputs: Sequence[InputSpec], *,
 
     An input needs it when its ``norm_type`` is not ``no_preprocess`` (a featuremap with a norm
     type gets one too: the config asked for it), or when it has a run-time format of its own
-    (:func:`hbtool.quant.runtime_input.needs_conversion`: the node, an Identity in float, is
+    (:func:`hbtool.io.runtime_input.needs_conversion`: the node, an Identity in float, is
     where the integer program converts the chip's buffer). Idempotent; see the module doc.
     Raises InputError for an unknown input name, a non-float input with a norm type, and nv12
     run-time input with ``runtime_input``.

@@ -5,10 +5,10 @@ input's shape), or a folder of images / ``.npy`` / ``.bin`` files read like cali
 (one sample per file, sorted by name). Every problem is a one-line InputError.
 
 An input the artifact takes in a run-time format (its description has ``runtime``: nv12,
-yuv444, rgb/bgr/gray in another layout, ``*_128``; see :mod:`hbtool.quant.runtime_input`)
+yuv444, rgb/bgr/gray in another layout, ``*_128``; see :mod:`hbtool.io.runtime_input`)
 takes the chip's buffer: a ``.npy`` in that shape and dtype, raw ``.nv12`` files (each a whole
 number of ``H*W*3/2``-byte frames), or images, which are converted as the camera pipeline
-would (:func:`hbtool.quant.runtime_input.to_runtime`); PATH may be one such file or a folder
+would (:func:`hbtool.io.runtime_input.to_runtime`); PATH may be one such file or a folder
 of them.
 """
 
@@ -21,6 +21,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from hbtool.errors import InputError
+from hbtool.io.samples import InputFolder, InputInfo
 
 _FLOAT_OK = "fiu"  # float inputs take float or integer arrays (raw pixels as uint8 are fine)
 
@@ -135,10 +136,8 @@ def open_inputs(descriptions: list[dict[str, Any]], paths: dict[str, Path]) -> l
             sources.append(InputSource(name, shape, dtype, len(reader), reader=reader))
             continue
         if path.is_dir():
-            from hbtool.quant.data import _FileInput, _InputInfo
-
-            info = _InputInfo(_spec_for(desc, path), name, shape, dtype)
-            reader = _FileInput(info, path, resize=True)
+            info = InputInfo(_spec_for(desc, path), name, shape, dtype)
+            reader = InputFolder(info, path, resize=True)
             sources.append(InputSource(name, shape, dtype, len(reader), reader=reader))
             continue
         if path.suffix.lower() != ".npy":

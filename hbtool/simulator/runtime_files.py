@@ -6,9 +6,10 @@ file or a folder of them (sorted by name, hidden files skipped):
 * ``.nv12``: raw frames, ``H*W*3/2`` bytes each (the Y plane then the interleaved UV plane);
   a file may hold several frames back to back (one sample each);
 * ``.npy``: one sample (the buffer's shape, or without the batch axis) per file;
-* images (``.jpg``, ``.png``, ...): read as RGB (gray for a gray model), resized bilinearly to
-  the input's height and width, put in the training colour order, then converted as the
-  camera pipeline would (:func:`hbtool.quant.runtime_input.to_runtime`).
+* images (:data:`hbtool.io.files.IMAGE_SUFFIXES`: ``.png``, ``.jpg``, ``.webp``, ...): read as a
+  calibration image is (:mod:`hbtool.io.images`: RGB, gray for a gray model, resized bilinearly
+  to the input's height and width, in the training colour order), then converted as the camera
+  pipeline would (:func:`hbtool.io.runtime_input.to_runtime`).
 
 A size that does not fit is a one-line InputError naming the bytes or shape expected.
 """
@@ -22,10 +23,11 @@ import numpy as np
 
 from hbtool.config.types import InputSpec
 from hbtool.errors import InputError
-from hbtool.quant.runtime_input import nv12_bytes, to_runtime
+from hbtool.io.files import IMAGE_SUFFIXES, NPY_SUFFIXES, NV12_SUFFIXES, visible_files
+from hbtool.io.images import decode_image, image_to_train_pixels
+from hbtool.io.runtime_input import nv12_bytes, to_runtime
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".pgm", ".tif", ".tiff", ".webp")
-KNOWN = IMAGE_SUFFIXES + (".nv12", ".npy")
+KNOWN = IMAGE_SUFFIXES + NV12_SUFFIXES + NPY_SUFFIXES
 
 
 def spec_of(desc: dict[str, Any]) -> InputSpec:
@@ -47,8 +49,7 @@ class RuntimeReader:
         self.spec = spec_of(desc)
         self.runtime = desc["runtime"]
         self.path = path
-        files = sorted((p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")), key=lambda p: p.name) \
-            if path.is_dir() else [path]
+        files = visible_files(path) if path.is_dir() else [path]
         known = [p for p in files if p.suffix.lower() in KNOWN]
         if not known:
             raise InputError(f"--input {self.name}={path}: no .nv12, .npy or image file",
@@ -66,7 +67,7 @@ class RuntimeReader:
 
     def _frames(self, p: Path) -> int:
         suffix = p.suffix.lower()
-        if suffix == ".nv12":
+        if suffix in NV12_SUFFIXES:
             if self.runtime["format"] != "nv12":
                 raise InputError(f"--input {self.name}={p}: a raw nv12 file, but the input takes {self.describe()}",
                                  "give .npy arrays or images for this input")
@@ -76,7 +77,7 @@ class RuntimeReader:
                 raise InputError(f"--input {self.name}={p}: {size} bytes, but an nv12 frame of {w}x{h} is {frame} bytes "
                                  f"(H*W*3/2; Y plane then interleaved UV)", f"give whole frames of {frame} bytes each")
             return size // frame
-        if suffix == ".npy":
+        if suffix in NPY_SUFFIXES:
             try:
                 arr = np.load(p, mmap_mode="r", allow_pickle=False)
             except (ValueError, OSError, EOFError) as exc:
@@ -96,31 +97,18 @@ class RuntimeReader:
     def read(self, i: int) -> np.ndarray:
         p, k = self.items[i]
         suffix = p.suffix.lower()
-        if suffix == ".nv12":
+        if suffix in NV12_SUFFIXES:
             frame = self._frame_bytes()
             with open(p, "rb") as f:
                 f.seek(k * frame)
                 data = f.read(frame)
             return np.frombuffer(data, np.uint8).reshape(self.shape)
-        if suffix == ".npy":
+        if suffix in NPY_SUFFIXES:
             return np.asarray(np.load(p, allow_pickle=False)).reshape(self.shape)
         return to_runtime(self._image(p), self.spec)
 
     def _image(self, p: Path) -> np.ndarray:
         """The image as training-type pixels (1, train layout), like a calibration image with resizing on."""
-        from PIL import Image
-
-        from hbtool.quant.data import image_to_train_pixels
-
-        spec = self.spec
         h, w = int(self.runtime["height"]), int(self.runtime["width"])
-        try:
-            with Image.open(p) as im:
-                im = im.convert("L" if spec.type_train == "gray" else "RGB")
-                if im.size != (w, h):
-                    im = im.resize((w, h), Image.Resampling.BILINEAR)
-                pixels = np.asarray(im, dtype=np.float32)
-        except Exception as exc:  # Pillow raises many kinds for broken files
-            raise InputError(f"--input {self.name}={p}: cannot read the image ({type(exc).__name__})",
-                             "give a readable image file") from None
-        return image_to_train_pixels(pixels, spec)
+        pixels = decode_image(p, h, w, gray=self.spec.type_train == "gray", resize=True, label=f"--input {self.name}")
+        return image_to_train_pixels(pixels, self.spec)

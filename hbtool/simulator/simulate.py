@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +11,8 @@ import numpy as np
 
 from hbtool.compiler.artifact import read_artifact
 from hbtool.errors import InputError
-from hbtool.quant.metrics import RunningErrors
+from hbtool.io.files import safe_file_name
+from hbtool.io.metrics import RunningErrors
 from hbtool.simulator.executor import Executor
 from hbtool.simulator.inputs import iter_batches, open_inputs, release_pages
 
@@ -99,10 +99,6 @@ def _compare_session(path: Path, input_names: list[str], output_names: list[str]
     if missing:
         raise InputError(f"--compare {path}: has no output '{missing[0]}'", "compare with a model of the same outputs")
     return sess
-
-
-def safe_file_name(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "output"
 
 
 class _OutputFiles:

@@ -21,11 +21,10 @@ Buffers (:func:`runtime_shape`, :func:`runtime_dtype`):
 
 The camera's conversion (:func:`to_runtime`), how ``hbtool simulate`` turns images into the
 run-time format and how calibrate feeds its quantized model: pixel values are rounded to
-whole numbers and clipped to 0-255; full-range BT.601 (JFIF) ``Y = 0.299 R + 0.587 G + 0.114 B``,
-``U = (B - Y) / 1.772 + 128``, ``V = (R - Y) / 1.402 + 128`` in float64; for ``bt601_video``
-``Y = 16 + Y 219/255``, ``U = 128 + (U - 128) 224/255`` (same for V); nv12 chroma is the
-mean of each 2x2 block of the full-resolution U and V; every value is then rounded half up
-(``floor(v + 0.5)``) and clipped to 0-255.
+whole numbers and clipped to 0-255; then :mod:`hbtool.io.colour`'s one RGB -> YUV (full-range
+BT.601 (JFIF) in float64, or ``bt601_video``); nv12 chroma is the mean of each 2x2 block of the
+full-resolution U and V; every value is then rounded half up (``floor(v + 0.5)``) and clipped
+to 0-255.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ import numpy as np
 
 from hbtool.config.types import InputSpec
 from hbtool.errors import InputError
-from hbtool.kernels.colour import rgb_to_yuv_matrix
+from hbtool.io.colour import rgb_to_yuv, round_pixels, to_video_range, yuv_to_nv12
 
 _128 = "_128"
 
@@ -90,37 +89,11 @@ def runtime_dtype(spec: InputSpec) -> np.dtype:
     return np.dtype(np.int8 if offset_of(spec.type_rt) else np.uint8)
 
 
-def _round_clip(v: np.ndarray) -> np.ndarray:
-    return np.clip(np.floor(v + 0.5), 0, 255)
-
-
-def rgb_to_yuv(rgb: np.ndarray, video_range: bool = False) -> np.ndarray:
-    """Unrounded BT.601 YUV (last axis Y, U, V) of RGB pixel values (last axis R, G, B), float64."""
-    yuv = np.asarray(rgb, np.float64) @ rgb_to_yuv_matrix().T + np.array([0.0, 128.0, 128.0])
-    return to_video_range(yuv) if video_range else yuv
-
-
-def to_video_range(yuv: np.ndarray) -> np.ndarray:
-    """Full-range YUV -> BT.601 video range (Y 16-235, U/V 16-240), unrounded."""
-    return np.array([16.0, 128.0, 128.0]) + (yuv - np.array([0.0, 128.0, 128.0])) * np.array([219.0, 224.0, 224.0]) / 255.0
-
-
-def yuv_to_nv12(yuv: np.ndarray) -> np.ndarray:
-    """Unrounded YUV ``(..., H, W, 3)`` -> nv12 ``(..., 3H/2, W)`` uint8 (2x2 chroma means, rounded half up)."""
-    h, w = yuv.shape[-3], yuv.shape[-2]
-    if h % 2 or w % 2:
-        raise InputError(f"nv12 needs an even height and width, got {h}x{w}", "give images of even height and width")
-    y = _round_clip(yuv[..., 0])
-    c = yuv[..., 1:].reshape(yuv.shape[:-3] + (h // 2, 2, w // 2, 2, 2)).mean(axis=(-4, -2))
-    uv = _round_clip(c).reshape(yuv.shape[:-3] + (h // 2, w))
-    return np.concatenate([y, uv], axis=-2).astype(np.uint8)
-
-
 def to_runtime(x: np.ndarray, spec: InputSpec) -> np.ndarray:
     """Training-type pixels (a batch in the training layout, values 0-255) -> the run-time buffer, as the camera makes it."""
     x = np.asarray(x, np.float64)
     nhwc = x if spec.layout_train == "NHWC" else np.transpose(x, (0, 2, 3, 1))
-    nhwc = _round_clip(nhwc)
+    nhwc = round_pixels(nhwc)
     fmt = base_type(spec.type_rt)
     train = spec.type_train
     video = spec.space_and_range == "bt601_video"
@@ -134,7 +107,7 @@ def to_runtime(x: np.ndarray, spec: InputSpec) -> np.ndarray:
         if fmt == "nv12":
             out = yuv_to_nv12(yuv).astype(np.float64)
         else:
-            out = _round_clip(yuv)
+            out = round_pixels(yuv)
     elif fmt == "bgr":
         out = nhwc[..., ::-1]
     else:  # rgb, gray: the same values
