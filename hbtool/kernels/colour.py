@@ -225,8 +225,12 @@ class InputConvert(Kernel):
             check(lo <= int(x.min()) and int(x.max()) <= hi, f"image buffer values outside [{lo}, {hi}]")
         return buffer_pixels(x + self.offset, self.fmt, self.height, self.width, self.layout_in)
 
+    def accumulate(self, x: np.ndarray) -> np.ndarray:
+        """The integer sums ``A p + B`` (int64 ``(N, H, W, C_out)`` at ``2**-FRACTION_BITS``) the requantize reads."""
+        return colour_sums(self._pixels_numpy(x), self.weight, self.bias)
+
     def apply_numpy(self, x: np.ndarray) -> np.ndarray:
-        acc = colour_sums(self._pixels_numpy(x), self.weight, self.bias)
+        acc = self.accumulate(x)
         y = self.requant.apply_trusted(acc)
         return np.ascontiguousarray(np.transpose(y, (0, 3, 1, 2))) if self.layout_out == "NCHW" else y
 
