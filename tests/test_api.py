@@ -10,14 +10,13 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 from click.testing import CliRunner
 
 from hbtool import api
 from hbtool.cli import main
 from hbtool.errors import ConfigError, HbError, InputError
-from tests.helpers import small_conv_model
+from tests.helpers import featuremap_config, small_conv_model
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPE = (1, 3, 16, 16)
@@ -29,22 +28,10 @@ def _samples(n: int, seed: int = 0) -> list[np.ndarray]:
 
 
 def _config(tmp: Path, working_dir: str = "wd", folder: bool = True, **overrides):
-    """A one-input featuremap config on a small conv model (8 samples as .npy files in ``tmp/cal`` when ``folder``)."""
-    model = tmp / "m.onnx"
-    if not model.exists():
-        onnx.save(small_conv_model(), model)
-    cal = tmp / "cal"
-    if folder and not cal.exists():
-        cal.mkdir()
-        for k, x in enumerate(_samples(8)):
-            np.save(cal / f"{k:03d}.npy", x)
-    data = {
-        "model_parameters": {"onnx_model": str(model), "working_dir": str(tmp / working_dir), "output_model_file_prefix": "m"},
-        "input_parameters": {"input_name": "x", "input_shape": "1x3x16x16", "input_type_train": "featuremap",
-                             "input_type_rt": "featuremap", "norm_type": "no_preprocess"},
-        "calibration_parameters": {"calibration_type": "max", **({"cal_data_dir": str(cal)} if folder else {})},
-    }
-    return api.load_config(data, overrides=overrides or None, base_dir=tmp)
+    """A one-input featuremap config on a small conv model, its 8 samples as .npy files when ``folder``."""
+    samples = [{"x": x} for x in _samples(8)] if folder else None
+    return featuremap_config(tmp, small_conv_model(), samples, working_dir,
+                             **{"calibration_parameters.calibration_type": "max", **overrides})
 
 
 @pytest.fixture(scope="module")
