@@ -34,7 +34,7 @@ from hbtool.errors import ConfigError, InputError
 
 __all__ = [
     "load_config", "check", "calibrate", "compile", "simulate", "simulate_report", "perf", "makertbin", "is_calibrated",
-    "CalibrateResult", "CompileResult", "PerfReport",
+    "qat", "debug", "CalibrateResult", "CompileResult", "PerfReport", "DebugReport",
 ]
 
 Progress = Callable[[str, int, int], None]
@@ -295,3 +295,43 @@ def perf(target: HbConfig | str | Path, *, optimize_level: str | None = None, co
                              "use hbtool perf -c cfg.yaml or --model M.onnx --fast with them")
         run = perf_artifact(Path(target), core_num, input_type_rt, board)
     return PerfReport(run.result.latency_ms, run.result.fps, run.result, run.levels, list(run.notes))
+
+
+# ------------------------------------------------------------------------------------- qat, debug
+def qat(cfg: HbConfig, *, resume: bool = False, metric: Callable[[Any, Any], float] | None = None,
+        progress: Callable[[int, int, float], None] | None = None):
+    """Quantization-aware training from the PTQ result (``hbtool qat``; docs/qat.md); writes ``<prefix>_qat_model.onnx``.
+
+    ``resume`` continues from ``<prefix>_qat_checkpoint.pt``; ``metric(outputs, float_outputs)`` is
+    a score of one's own, measured before and after; ``progress(step, total, loss)``. Returns the
+    :class:`~hbtool.qat.train.QatResult` (``.path``, ``.cosine_before``, ``.cosine_after``, ``.losses``).
+    """
+    from hbtool.qat.train import run_qat
+
+    return run_qat(cfg, progress=progress, resume=resume, metric=metric)
+
+
+@dataclass
+class DebugReport:
+    """What ``debug`` wrote (``debug.json``, the HTML report, and after ``auto`` the fixed node_info and models)."""
+
+    files: list[Path]
+    details: Any = field(repr=False, default=None)   # the DebugResult; ``details.data`` is debug.json's document
+
+
+def debug(cfg: HbConfig, *, auto: bool = False, target_cosine: float = 0.99, max_fps_loss: float | str = 0.10,
+          samples: int | None = None, time_limit: float | str | None = "30m", output_dir: str | Path | None = None,
+          progress: Progress | None = None) -> DebugReport:
+    """Find the nodes that lose accuracy and, with ``auto``, fix them at a measured FPS cost (``hbtool debug``).
+
+    ``max_fps_loss``: a fraction or a text like ``"10%"``; ``time_limit``: seconds or ``"30m"``/``"90s"``
+    (None or 0: no limit); ``output_dir`` defaults to ``debug_parameters.report_dir``.
+    """
+    from hbtool.debug.run import parse_fps_loss, parse_time_limit, run_debug, write_debug
+
+    if samples is not None and samples < 1:
+        raise InputError(f"--samples {samples}: must be at least 1", "pass --samples 8, say")
+    result = run_debug(cfg, auto, target_cosine, parse_fps_loss(max_fps_loss), samples, progress=progress,
+                       time_limit=parse_time_limit(time_limit))
+    files = write_debug(result, Path(output_dir) if output_dir is not None else cfg.debug.report_dir)
+    return DebugReport(files, result)

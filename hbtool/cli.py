@@ -1,4 +1,5 @@
-"""The ``hbtool`` command line: one click group, each subcommand a thin wrapper over a library call.
+"""The ``hbtool`` command line: one click group; each subcommand parses its arguments, calls
+:mod:`hbtool.api` (which prints nothing) and prints the result.
 
 Exit codes: 0 success, 1 the model cannot be deployed, 2 bad usage or bad input, 3 an internal
 error (a bug: please report it). Errors are one line on stderr; ``--verbose`` adds the traceback.
@@ -216,7 +217,6 @@ def qat(config_path: Path, resume: bool) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from hbtool import api
-    from hbtool.qat.train import run_qat
 
     cfg = api.load_config(config_path)
     console = Console()
@@ -227,7 +227,7 @@ def qat(config_path: Path, resume: bool) -> None:
         def update(step: int, total: int, loss: float) -> None:
             progress.update(task, completed=step, total=total, loss=f"{loss:.4g}")
 
-        result = run_qat(cfg, progress=update, resume=resume)
+        result = api.qat(cfg, progress=update, resume=resume)
     click.echo(f"qat: {result.steps} steps in {result.seconds:.1f} s on {result.world} process(es); "
                f"output cosine vs float {result.cosine_before:.6f} -> {result.cosine_after:.6f}; "
                f"last loss {result.losses[-1] if result.losses else float('nan'):.4g}")
@@ -383,18 +383,13 @@ def debug(config_path: Path, output_dir: Path | None, auto: bool, target_cosine:
 
     from hbtool import api
     from hbtool.debug.report_console import print_debug
-    from hbtool.debug.run import parse_fps_loss, parse_time_limit, run_debug, write_debug
 
-    if samples is not None and samples < 1:
-        raise InputError(f"--samples {samples}: must be at least 1", "pass --samples 8, say")
     cfg = api.load_config(config_path)
-    budget = parse_fps_loss(max_fps_loss)
-    limit = parse_time_limit(time_limit)
     with _progress_bar() as progress:
-        result = run_debug(cfg, auto, target_cosine, budget, samples, progress=_progress_callback(progress), time_limit=limit)
-    files = write_debug(result, output_dir or cfg.debug.report_dir)
-    print_debug(result.data, Console(), top=cfg.debug.top_k)
-    for path in files:
+        report = api.debug(cfg, auto=auto, target_cosine=target_cosine, max_fps_loss=max_fps_loss, samples=samples,
+                           time_limit=time_limit, output_dir=output_dir, progress=_progress_callback(progress))
+    print_debug(report.details.data, Console(), top=cfg.debug.top_k)
+    for path in report.files:
         click.echo(f"wrote {path}")
 
 
