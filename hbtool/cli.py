@@ -1,4 +1,5 @@
-"""The ``hbtool`` command line: one click group, each subcommand a thin wrapper over a library call.
+"""The ``hbtool`` command line: one click group; each subcommand parses its arguments, calls
+:mod:`hbtool.api` (which prints nothing) and prints the result.
 
 Exit codes: 0 success, 1 the model cannot be deployed, 2 bad usage or bad input, 3 an internal
 error (a bug: please report it). Errors are one line on stderr; ``--verbose`` adds the traceback.
@@ -99,25 +100,17 @@ def parse_input_shapes(pairs: Sequence[tuple[str, str]]) -> dict[str, tuple[int,
 @click.option("--max-rows", type=click.IntRange(min=0), default=None, help="Print at most this many BPU rows (CPU rows are always printed).")
 def checker(model: Path | None, march: str | None, input_shapes, config_path: Path | None, output_dir: Path, max_rows: int | None) -> None:
     """Show which nodes run on the BPU and which fall back to the CPU, and why."""
+    from hbtool import api
     from hbtool.checker.report import print_checker_report
-    from hbtool.checker.run import run_checker
-    shapes: dict[str, tuple[int, ...]] = {}
-    node_info = None
-    output_nodes: list[str] = []
-    if config_path is not None:
-        from hbtool.config import load_config
 
+    if config_path is not None:
         overrides = {"model_parameters": {"onnx_model": model.resolve()}} if model is not None else None
-        cfg = load_config(config_path, overrides=overrides)
-        model = cfg.model.onnx_model
-        march = march or cfg.model.march
-        node_info = cfg.model.node_info
-        output_nodes = cfg.model.output_nodes
-        shapes = {inp.name: inp.shape for inp in cfg.inputs if inp.name and inp.shape}
-    if model is None:
+        target = api.load_config(config_path, overrides=overrides)
+    elif model is None:
         raise InputError("no model given", "pass --model M.onnx or -c cfg.yaml with model_parameters.onnx_model")
-    shapes.update(parse_input_shapes(input_shapes))
-    result = run_checker(model, march or "bayes", shapes, output_dir, node_info, output_nodes=output_nodes)
+    else:
+        target = model
+    result = api.check(target, march=march, input_shapes=parse_input_shapes(input_shapes), output_dir=output_dir)
     print_checker_report(result, max_rows=max_rows)
     result.require_deployable()
 
@@ -140,28 +133,20 @@ def _progress_callback(progress):
 @click.option("--max-rows", type=click.IntRange(min=0), default=30, show_default=True, help="Node rows printed (least similar first); the log has all.")
 def calibrate(config_path: Path, model: Path | None, max_rows: int) -> None:
     """Quantize the model (PTQ) and write the calibrated/quantized models, quant_info.json and the log."""
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from hbtool.config import load_config
-    from hbtool.quant.calibrate import run_calibration, write_outputs
-    from hbtool.quant.report import print_report, render_report
+    from hbtool import api
+    from hbtool.quant.report import print_report
 
     overrides = {"model_parameters": {"onnx_model": model.resolve()}} if model is not None else None
-    cfg = load_config(config_path, overrides=overrides)
-    from rich.console import Console
-
+    cfg = api.load_config(config_path, overrides=overrides)
     console = Console()  # progress bars only on a terminal: a pipe or CI log gets no stray lines
-    from hbtool.utils.stage_log import stage_log
-
-    with stage_log(cfg.model.log_level) as stage:  # log_level: what hb_calibrate.log records
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True, console=console, disable=not console.is_terminal) as progress:
-            result = run_calibration(cfg, progress=_progress_callback(progress))
-        text = render_report(result).export_text()
-        files = write_outputs(cfg, result, text + stage.text())
-    print_report(result, max_rows=max_rows)
-    for path in files.values():
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True, console=console, disable=not console.is_terminal) as progress:
+        result = api.calibrate(cfg, progress=_progress_callback(progress))
+    print_report(result.details, max_rows=max_rows)
+    for path in result.files.values():
         click.echo(f"wrote {path}")
-
 
 
 def _progress_bar():
@@ -177,31 +162,20 @@ def _progress_bar():
 @click.option("--output", "-o", "output", type=click.Path(path_type=Path), default=None, help="Artifact path (default: <working_dir>/<prefix>.bin).")
 def compile_cmd(config_path: Path, optimize_level: str | None, disabled: tuple[str, ...], output: Path | None) -> None:
     """Compile the calibrated model into a BPU artifact (<prefix>.bin), calibrating first if needed."""
-    from hbtool.compiler.compile import artifact_path, calibrated_path, compile_model, write_compile_outputs
-    from hbtool.compiler.passes import PASSES
-    from hbtool.config import load_config
+    from hbtool import api
+    from hbtool.compiler.compile import calibrated_path, print_compile_summary
 
-    cfg = load_config(config_path)
-    known = {p.name for p in PASSES}
-    for name in disabled:
-        if name not in known:
-            raise InputError(f"--disable-pass {name}: no such pass", f"use one of: {', '.join(sorted(known))}")
-    if not calibrated_path(cfg).exists():
-        from hbtool.quant.calibrate import run_calibration, write_outputs
-        from hbtool.quant.report import render_report
-
+    cfg = api.load_config(config_path)
+    if not api.is_calibrated(cfg):
         click.echo(f"{calibrated_path(cfg)} not found: calibrating first", err=True)
-        with _progress_bar() as progress:
-            cal = run_calibration(cfg, progress=_progress_callback(progress))
-        for path in write_outputs(cfg, cal, render_report(cal).export_text()).values():
+    with _progress_bar() as progress:
+        result = api.compile(cfg, optimize_level=optimize_level, disabled_passes=disabled, output=output,
+                             progress=_progress_callback(progress))
+    if result.calibration is not None:
+        for path in result.calibration.files.values():
             click.echo(f"wrote {path}")
-    from hbtool.utils.stage_log import stage_log
-
-    with stage_log(cfg.model.log_level) as stage:  # log_level: what hb_compile.log records
-        with _progress_bar() as progress:
-            result = compile_model(cfg, optimize_level=optimize_level, disabled_passes=set(disabled), progress=_progress_callback(progress))
-        written = write_compile_outputs(cfg, result, output or artifact_path(cfg), log_text=stage.text())
-    for path in written:
+    print_compile_summary(cfg, result.details)
+    for path in result.files:
         click.echo(f"wrote {path}")
 
 
@@ -211,25 +185,25 @@ def compile_cmd(config_path: Path, optimize_level: str | None, disabled: tuple[s
 @click.option("--max-rows", type=click.IntRange(min=0), default=30, show_default=True, help="Rows of the checker and calibration tables (CPU rows always shown).")
 def makertbin(config_path: Path, model_type: str, max_rows: int) -> None:
     """Checker, calibrate and compile in one run, like hb_mapper makertbin."""
+    from hbtool import api
     from hbtool.checker.report import print_checker_report
-    from hbtool.config import load_config
-    from hbtool.makertbin import run_makertbin
+    from hbtool.compiler.compile import print_compile_summary
     from hbtool.quant.report import print_report
 
     if model_type == "caffe":
         raise InputError("--model-type caffe: Caffe models are not supported", "convert the model to ONNX and pass --model-type onnx")
-    cfg = load_config(config_path)
+    cfg = api.load_config(config_path)
 
     def report(stage: str, result) -> None:
         if stage == "checker":
             print_checker_report(result, max_rows=max_rows)
-        else:
+        elif stage == "calibrate":
             print_report(result, max_rows=max_rows)
+        elif stage == "compile":
+            print_compile_summary(cfg, result)
 
-    from hbtool.utils.stage_log import stage_log
-
-    with stage_log(cfg.model.log_level) as stage, _progress_bar() as progress:
-        result = run_makertbin(cfg, progress=_progress_callback(progress), report=report, log_text=stage.text)
+    with _progress_bar() as progress:
+        result = api.makertbin(cfg, progress=_progress_callback(progress), report=report)
     for path in result.files:
         click.echo(f"wrote {path}")
 
@@ -242,10 +216,9 @@ def qat(config_path: Path, resume: bool) -> None:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from hbtool.config import load_config
-    from hbtool.qat.train import run_qat
+    from hbtool import api
 
-    cfg = load_config(config_path)
+    cfg = api.load_config(config_path)
     console = Console()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
                   TimeElapsedColumn(), transient=True, console=console, disable=not console.is_terminal) as progress:
@@ -254,7 +227,7 @@ def qat(config_path: Path, resume: bool) -> None:
         def update(step: int, total: int, loss: float) -> None:
             progress.update(task, completed=step, total=total, loss=f"{loss:.4g}")
 
-        result = run_qat(cfg, progress=update, resume=resume)
+        result = api.qat(cfg, progress=update, resume=resume)
     click.echo(f"qat: {result.steps} steps in {result.seconds:.1f} s on {result.world} process(es); "
                f"output cosine vs float {result.cosine_before:.6f} -> {result.cosine_after:.6f}; "
                f"last loss {result.losses[-1] if result.losses else float('nan'):.4g}")
@@ -297,9 +270,9 @@ def simulate(artifact: Path, inputs: tuple[str, ...], output_dir: Path | None, c
     """Run an artifact's integer program on inputs, bit-exactly, and compare with an ONNX model."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+    from hbtool import api
     from hbtool.simulator.inputs import parse_input_args
     from hbtool.simulator.report import print_simulation
-    from hbtool.simulator.simulate import simulate as run_simulation
 
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TextColumn("[progress.data.speed]{task.fields[rate]}"),
@@ -315,8 +288,8 @@ def simulate(artifact: Path, inputs: tuple[str, ...], output_dir: Path | None, c
             progress.update(tasks[stage], rate=f"{speed:.1f} samples/s" if speed else "")
 
         try:
-            result = run_simulation(artifact, parse_input_args(list(inputs)), output_dir, compare, progress=update,
-                                    threads=threads, batch_size=batch_size, resume=resume, keep_outputs=False)
+            result = api.simulate_report(artifact, parse_input_args(list(inputs)), output_dir=output_dir, compare=compare,
+                                         progress=update, threads=threads, batch_size=batch_size, resume=resume, keep_outputs=False)
         except KeyboardInterrupt:
             if output_dir is None:
                 raise
@@ -350,8 +323,8 @@ def perf(artifact: Path | None, config_path: Path | None, model: Path | None, fa
     """Estimate latency, FPS, DDR traffic and what binds them, from the march's hardware description."""
     import json
 
-    from hbtool.perf.report import print_levels, print_report, to_json
-    from hbtool.perf.run import perf_artifact, perf_config, perf_fast
+    from hbtool import api
+    from hbtool.perf.report import print_levels, print_report
 
     given = [name for name, v in (("ARTIFACT", artifact), ("-c", config_path), ("--model", model)) if v is not None]
     if len(given) != 1:
@@ -362,21 +335,12 @@ def perf(artifact: Path | None, config_path: Path | None, model: Path | None, fa
                          "hbtool perf --model M.onnx --fast, or compile first and pass the .bin")
     if model is None and (fast or input_shapes):
         raise InputError("--fast and --input-shape belong to the quick path", "use them with --model M.onnx")
-    if artifact is not None and (optimize_level or compare_levels):
-        raise InputError("an artifact is already compiled: --optimize-level and --compare-levels need the calibrated model",
-                         "use hbtool perf -c cfg.yaml or --model M.onnx --fast with them")
     cores = int(core_num) if core_num is not None else None
+    target = artifact if artifact is not None else api.load_config(config_path) if config_path is not None else model
     with _progress_bar() as progress:
-        callback = _progress_callback(progress)
-        if artifact is not None:
-            run = perf_artifact(artifact, cores, input_type_rt, board)
-        elif config_path is not None:
-            from hbtool.config import load_config
-
-            run = perf_config(load_config(config_path), optimize_level, cores, compare_levels, callback, input_type_rt, board)
-        else:
-            run = perf_fast(model, parse_input_shapes(input_shapes), march, optimize_level, cores, compare_levels, callback,
-                            input_type_rt, board)
+        run = api.perf(target, optimize_level=optimize_level, core_num=cores, compare_levels=compare_levels,
+                       input_type_rt=input_type_rt, board=board, input_shapes=parse_input_shapes(input_shapes), march=march,
+                       quick=model is not None, progress=_progress_callback(progress))
     from rich.console import Console
 
     to_stdout = json_path is not None and str(json_path) == "-"
@@ -388,7 +352,7 @@ def perf(artifact: Path | None, config_path: Path | None, model: Path | None, fa
     if run.levels:
         print_levels(run.levels, console)
     if json_path is not None:
-        text = json.dumps(to_json(run.result, run.levels), indent=1) + "\n"
+        text = json.dumps(run.to_json(), indent=1) + "\n"
         if to_stdout:
             click.echo(text, nl=False)
         else:
@@ -417,20 +381,15 @@ def debug(config_path: Path, output_dir: Path | None, auto: bool, target_cosine:
     """Find the nodes that lose accuracy (op, model and accuracy error) and, with --auto, fix them at a measured FPS cost."""
     from rich.console import Console
 
-    from hbtool.config import load_config
+    from hbtool import api
     from hbtool.debug.report_console import print_debug
-    from hbtool.debug.run import parse_fps_loss, parse_time_limit, run_debug, write_debug
 
-    if samples is not None and samples < 1:
-        raise InputError(f"--samples {samples}: must be at least 1", "pass --samples 8, say")
-    cfg = load_config(config_path)
-    budget = parse_fps_loss(max_fps_loss)
-    limit = parse_time_limit(time_limit)
+    cfg = api.load_config(config_path)
     with _progress_bar() as progress:
-        result = run_debug(cfg, auto, target_cosine, budget, samples, progress=_progress_callback(progress), time_limit=limit)
-    files = write_debug(result, output_dir or cfg.debug.report_dir)
-    print_debug(result.data, Console(), top=cfg.debug.top_k)
-    for path in files:
+        report = api.debug(cfg, auto=auto, target_cosine=target_cosine, max_fps_loss=max_fps_loss, samples=samples,
+                           time_limit=time_limit, output_dir=output_dir, progress=_progress_callback(progress))
+    print_debug(report.details.data, Console(), top=cfg.debug.top_k)
+    for path in report.files:
         click.echo(f"wrote {path}")
 
 

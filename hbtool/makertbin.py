@@ -2,7 +2,8 @@
 
 Each stage is the library call its own subcommand makes, so ``makertbin`` writes exactly what
 ``checker`` (into ``<working_dir>/.hb_check``), ``calibrate`` and ``compile`` write, and stops at
-the first stage that fails with that stage's one-line error. A model with no BPU node stops
+the first stage that fails with that stage's one-line error. This module is the implementation
+behind :func:`hbtool.api.makertbin`, which the CLI calls; it prints nothing. A model with no BPU node stops
 after the checker (exit 1), before any calibration work.
 """
 
@@ -22,6 +23,11 @@ class MakertbinResult:
     compiled: object
     files: list[Path] = field(default_factory=list)
 
+    @property
+    def path(self) -> Path:
+        """The artifact."""
+        return self.compiled.path
+
 
 def checker_dir(cfg: HbConfig) -> Path:
     return Path(cfg.model.working_dir) / ".hb_check"
@@ -30,9 +36,10 @@ def checker_dir(cfg: HbConfig) -> Path:
 def run_makertbin(cfg: HbConfig, progress: Callable[[str, int, int], None] | None = None,
                   report: Callable[[str, object], None] | None = None,
                   log_text: Callable[[], str] | None = None) -> MakertbinResult:
-    """Run the three stages on ``cfg`` and write every stage's files.
+    """Run the three stages on ``cfg`` and write every stage's files (the implementation of :func:`hbtool.api.makertbin`).
 
-    ``report(stage, result)`` is called after each stage (the CLI prints the stage's table);
+    ``report(stage, result)`` is called after each stage: ``checker``, ``calibrate``, ``compile``
+    (the CLI prints the stage's table);
     ``log_text()`` is the log (at ``log_level``) collected so far, appended to each stage's log file.
     """
     log_text = log_text or (lambda: "")
@@ -57,4 +64,6 @@ def run_makertbin(cfg: HbConfig, progress: Callable[[str, int, int], None] | Non
 
     compiled = compile_model(cfg, progress=progress)
     files += write_compile_outputs(cfg, compiled, artifact_path(cfg), log_text=log_text())
+    if report:
+        report("compile", compiled)
     return MakertbinResult(checked, calibration, compiled, files)

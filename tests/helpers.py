@@ -112,3 +112,47 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
     a = np.asarray(a, dtype=np.float64).ravel()
     b = np.asarray(b, dtype=np.float64).ravel()
     return float(a @ b / max(np.linalg.norm(a) * np.linalg.norm(b), 1e-30))
+
+
+def featuremap_config(tmp: Path, model: onnx.ModelProto | Path, samples=None, working_dir: str = "wd", prefix: str = "m",
+                      **overrides):
+    """The config of a featuremap model without preprocessing, through ``hbtool.api.load_config``.
+
+    ``model``: a ModelProto (saved as ``tmp/<prefix>.onnx`` unless there) or a path; its inputs and
+    their shapes come from the model. ``samples``: a list of ``{input: array}`` written as ``.npy``
+    folders under ``tmp/cal_<k>`` and named in ``cal_data_dir`` (None: no folder). ``overrides``:
+    config keys, dotted (``**{"calibration_parameters.calibration_type": "max"}``) or nested by group.
+    """
+    from hbtool import api
+
+    if isinstance(model, onnx.ModelProto):
+        path = tmp / f"{prefix}.onnx"
+        if not path.exists():
+            onnx.save(model, path)
+        model = onnx.load(str(path), load_external_data=False)
+    else:
+        path = Path(model)
+        model = onnx.load(str(path), load_external_data=False)
+    inits = {t.name for t in model.graph.initializer}
+    inputs = [(vi.name, [d.dim_value for d in vi.type.tensor_type.shape.dim]) for vi in model.graph.input if vi.name not in inits]
+    cal: dict = {}
+    if samples is not None:
+        folders = []
+        for k, (name, _) in enumerate(inputs):
+            folder = tmp / f"cal_{k}"
+            if not folder.exists():
+                folder.mkdir()
+                for j, sample in enumerate(samples):
+                    np.save(folder / f"{j:05d}.npy", sample[name])
+            folders.append(str(folder))
+        cal["cal_data_dir"] = ";".join(folders)
+    data = {
+        "model_parameters": {"onnx_model": str(path), "working_dir": str(tmp / working_dir), "output_model_file_prefix": prefix},
+        "input_parameters": {"input_name": ";".join(n for n, _ in inputs),
+                             "input_shape": ";".join("x".join(str(d) for d in s) for _, s in inputs),
+                             "input_type_train": ";".join(["featuremap"] * len(inputs)),
+                             "input_type_rt": ";".join(["featuremap"] * len(inputs)),
+                             "norm_type": ";".join(["no_preprocess"] * len(inputs))},
+        "calibration_parameters": cal,
+    }
+    return api.load_config(data, overrides=overrides or None, base_dir=tmp)

@@ -265,11 +265,8 @@ def compile_log(result: CompiledModel) -> str:
 
 
 def write_compile_outputs(cfg: HbConfig, result: CompiledModel, path: Path, log_text: str = "") -> list[Path]:
-    """Write the artifact and ``hb_compile.log`` (all or nothing; ``log_text`` appended); print the summary."""
-    from rich.console import Console
-
-    from hbtool.compiler.artifact import from_bytes
-    from hbtool.compiler.info import print_info
+    """Write the artifact and ``hb_compile.log`` (all or nothing; ``log_text`` appended); prints nothing
+    (the CLI prints :func:`print_compile_summary`)."""
     from hbtool.utils.atomic import atomic_write_files
 
     path = Path(path)
@@ -280,11 +277,20 @@ def write_compile_outputs(cfg: HbConfig, result: CompiledModel, path: Path, log_
         files[layer_details_path(path)] = layer_details(result)
     atomic_write_files(files)
     result.path = path
+    return list(files)
+
+
+def print_compile_summary(cfg: HbConfig, result: CompiledModel) -> None:
+    """The artifact's description, the compiler's advice and the time taken, on stdout (``hbtool compile``)."""
+    from rich.console import Console
+
+    from hbtool.compiler.artifact import from_bytes
+    from hbtool.compiler.info import print_info
+
     print_info(from_bytes(result.data), Console())
     for line in advice_lines(result, cfg.compiler.advice):
         print(line)
     print(f"compiled in {result.seconds:.2f} s")
-    return list(files)
 
 
 def advice_lines(result: CompiledModel, threshold_us: int) -> list[str]:

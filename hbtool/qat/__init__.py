@@ -68,13 +68,6 @@ def prepare(model: Any, example_inputs: Any, config: Mapping[str, Any] | None = 
     proto = onnx.load(str(path), load_external_data=False)
     init = {i.name for i in proto.graph.initializer}
     input_names = [i.name for i in proto.graph.input if i.name not in init]
-    dirs = []
-    for k, name in enumerate(input_names):
-        d = work / f"cal_{k}"
-        d.mkdir(exist_ok=True)
-        for j, s in enumerate(samples):
-            np.save(d / f"{j:05d}.npy", s[k])
-        dirs.append(d)
     shapes = ";".join("x".join(str(v) for v in samples[0][k].shape) for k in range(len(input_names)))
     raw: dict[str, Any] = {
         "model_parameters": {"onnx_model": str(path), "working_dir": str(work / "out"), "output_model_file_prefix": "model"},
@@ -82,12 +75,14 @@ def prepare(model: Any, example_inputs: Any, config: Mapping[str, Any] | None = 
                              "input_type_train": ";".join(["featuremap"] * len(input_names)),
                              "input_type_rt": ";".join(["featuremap"] * len(input_names)),
                              "norm_type": ";".join(["no_preprocess"] * len(input_names))},
-        "calibration_parameters": {"cal_data_dir": ";".join(str(d) for d in dirs), "calibration_type": "default"},
+        "calibration_parameters": {"calibration_type": "default"},
     }
     for group, values in (config or {}).items():
         raw.setdefault(group, {}).update(values)
     cfg = config_from_dict(raw, base_dir=work)
-    calibration = run_calibration(cfg)
+    # the caller's arrays go to calibration as they are (what hbtool.api.calibrate(cfg, data=...) does), no .npy folders
+    given = None if raw["calibration_parameters"].get("cal_data_dir") else [dict(zip(input_names, s)) for s in samples]
+    calibration = run_calibration(cfg, samples=given)
     from hbtool.qat.train import build_model
 
     qat = build_model(cfg, calibration)

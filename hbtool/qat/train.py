@@ -207,6 +207,58 @@ def build_model(cfg: HbConfig, calibration) -> QatModel:
                     per_channel=cfg.calibration.per_channel, train_scales=cfg.qat.train_scales)
 
 
+def _split_samples(num_samples: int, val_samples: int) -> tuple[np.ndarray, np.ndarray]:
+    """(training, validation) sample indices: the last ``val_samples`` are held out when there are
+    more than twice as many samples; with fewer, validation uses the first ones, also trained on."""
+    n_val = min(val_samples, num_samples)
+    held_out = num_samples > 2 * n_val
+    train_ids = np.arange(num_samples - n_val if held_out else num_samples)
+    val_ids = np.arange(num_samples - n_val, num_samples) if held_out else np.arange(n_val)
+    return train_ids, val_ids
+
+
+def _cross_entropy(student: Sequence[torch.Tensor], labels: np.ndarray, batch_size: int, device) -> torch.Tensor:
+    """``loss: ce``: the first output as logits against the labels, summed and divided by the global batch."""
+    target = torch.from_numpy(labels).to(device)
+    logits = student[0].reshape(student[0].shape[0], -1)
+    return torch.nn.functional.cross_entropy(logits, target, reduction="sum") / batch_size
+
+
+def _teacher_outputs(teacher, cached: TeacherCache | None, xs: Sequence[torch.Tensor], indices: np.ndarray,
+                     tensors: Sequence[str], outputs: bool) -> tuple[torch.Tensor, ...]:
+    """The float teacher's outputs for the batch, from the cache when there is one (no augmentation)."""
+    if cached is not None:
+        return cached(xs, indices, tensors, outputs)
+    with torch.no_grad():
+        return teacher(*xs, tensors=tensors, outputs=outputs)
+
+
+def _summed_over_processes(value: float, info: DistInfo) -> float:
+    """A step's loss summed over the data-parallel processes (each holds its shard's share)."""
+    if not info.active:
+        return value
+    import torch.distributed as dist
+
+    t = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(t)
+    return float(t)
+
+
+def _save_checkpoint(path: Path, model: QatModel, opt: torch.optim.Optimizer, step: int, losses: list[float]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, "losses": losses}, path)
+
+
+def _load_checkpoint(path: Path, model: QatModel, opt: torch.optim.Optimizer, device) -> tuple[int, list[float]]:
+    """``--resume``: weights, scales and optimizer state back from ``path``; (the step it stopped at, the losses so far)."""
+    if not path.exists():
+        raise InputError(f"qat --resume: no checkpoint at {path}", "run hbtool qat without --resume first (checkpoint_every > 0 writes one)")
+    state = torch.load(path, map_location=device, weights_only=False)
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["optimizer"])
+    return int(state["step"]), list(state.get("losses", []))
+
+
 def run_qat(cfg: HbConfig, progress: Progress | None = None, resume: bool = False, metric: Metric | None = None,
             calibration=None, export: bool = True) -> QatResult:
     """Train the quantized model of ``cfg`` (module docstring); ``metric(outputs, float_outputs)`` is the user's score."""
@@ -228,10 +280,7 @@ def run_qat(cfg: HbConfig, progress: Progress | None = None, resume: bool = Fals
     labels = read_labels(q.labels, data.num_samples)
     if q.loss == "ce" and labels is None:
         raise InputError("qat_parameters.loss is ce but no labels are given", "set qat_parameters.labels, or use loss: distill")
-    n_val = min(q.val_samples, data.num_samples)
-    held_out = data.num_samples > 2 * n_val
-    train_ids = np.arange(data.num_samples - n_val if held_out else data.num_samples)
-    val_ids = np.arange(data.num_samples - n_val, data.num_samples) if held_out else np.arange(n_val)
+    train_ids, val_ids = _split_samples(data.num_samples, q.val_samples)
     sampler = ShardSampler(train_ids.size, q.batch_size, info, q.seed)
     total = q.steps or q.epochs * sampler.steps_per_epoch
     image_inputs = {spec.name or names[0]: spec.layout_train or "NCHW" for spec in cfg.inputs if spec.is_image}
@@ -255,13 +304,7 @@ def run_qat(cfg: HbConfig, progress: Progress | None = None, resume: bool = Fals
     start = 0
     ckpt = checkpoint_path(cfg)
     if resume:
-        if not ckpt.exists():
-            raise InputError(f"qat --resume: no checkpoint at {ckpt}", "run hbtool qat without --resume first (checkpoint_every > 0 writes one)")
-        state = torch.load(ckpt, map_location=device, weights_only=False)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        start = int(state["step"])
-        result.losses = list(state.get("losses", []))
+        start, result.losses = _load_checkpoint(ckpt, model, opt, device)
     model.train()
     for step in range(start, total):
         local = train_ids[sampler.local_indices(step)]
@@ -269,38 +312,23 @@ def run_qat(cfg: HbConfig, progress: Progress | None = None, resume: bool = Fals
         xs = _to_torch(batch, names, device)
         student = model(*xs, tensors=tensors, outputs=q.loss != "kl")  # kl: the logits (and distill tensors) only
         if q.loss == "ce":
-            target = torch.from_numpy(labels[local]).to(device)
-            logits = student[0].reshape(student[0].shape[0], -1)
-            loss = torch.nn.functional.cross_entropy(logits, target, reduction="sum") / q.batch_size
+            loss = _cross_entropy(student, labels[local], q.batch_size, device)
         else:
-            if cached_teacher is not None:
-                expected = cached_teacher(xs, local, tensors, q.loss != "kl")
-            else:
-                with torch.no_grad():
-                    expected = teacher(*xs, tensors=tensors, outputs=q.loss != "kl")
-            loss = loss_fn(student, expected, q.batch_size)
+            loss = loss_fn(student, _teacher_outputs(teacher, cached_teacher, xs, local, tensors, q.loss != "kl"), q.batch_size)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         all_reduce_gradients(model.parameters(), info)
         for group in opt.param_groups:
             group["lr"] = q.lr * lr_factor(q.lr_schedule, step, total)
         opt.step()
-        value = float(loss.detach())
-        if info.active:
-            import torch.distributed as dist
-
-            t = torch.tensor([value], dtype=torch.float64)
-            dist.all_reduce(t)
-            value = float(t)
+        value = _summed_over_processes(float(loss.detach()), info)
         result.losses.append(value)
         if progress:
             progress(step + 1, total, value)
         if q.checkpoint_every and (step + 1) % q.checkpoint_every == 0 and info.is_main:
-            ckpt.parent.mkdir(parents=True, exist_ok=True)
-            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step + 1, "losses": result.losses}, ckpt)
+            _save_checkpoint(ckpt, model, opt, step + 1, result.losses)
     if info.is_main and total > start:
-        ckpt.parent.mkdir(parents=True, exist_ok=True)
-        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": total, "losses": result.losses}, ckpt)
+        _save_checkpoint(ckpt, model, opt, total, result.losses)
     model.eval()
     after = _outputs(model, val_batch, names, device, chunk)
     result.cosine_after = output_cosine(after, ref)

@@ -14,7 +14,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -192,7 +192,8 @@ def _mean_cosine(errs: dict[str, dict[str, float]]) -> float:
 
 
 def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | None = None,
-                    stats_cache: dict[str, Any] | None = None, evaluate: bool = True) -> CalibrationResult:
+                    stats_cache: dict[str, Any] | None = None, evaluate: bool = True,
+                    samples: Iterable[Mapping[str, np.ndarray]] | None = None) -> CalibrationResult:
     """Quantize the model of ``cfg``; returns the plan and its measured errors (writes nothing).
 
     ``stats_cache`` (a dict the caller keeps between calls on the same model and data, as
@@ -201,196 +202,275 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     numbers. ``evaluate=False`` skips the per-tensor evaluation of the quantized model (a third of
     a call on a recogniser): the plan, models and method are the same, ``output_errors`` and
     ``node_errors`` are empty. ``hbtool debug --auto`` measures every variant itself.
+    ``samples`` (``{input name: array}`` per sample, as :func:`hbtool.quant.samples.array_calibration_data`
+    takes them) replaces the config's ``cal_data_dir``: the caller's arrays give exactly what the same
+    arrays saved as ``.npy`` files in the folders give.
     """
-    t0 = time.perf_counter()
-    cal = cfg.calibration
-    ctype = cal.calibration_type
-    check_int16_supported(load_march(cfg.model.march), cfg.model.node_info, bool(cal.enable_int16), list(cal.optimization or []))
-    loaded: dict | None = {} if ctype == "load" else None
-    node_info: dict[str, dict[str, Any]] = {}
-    original, graph = prepare_float_graph(cfg, loaded, node_info)
-    if not any(n.meta.get("on") == "BPU" for n in graph.nodes):
-        raise NotDeployableError(
-            "no node of the model can run on the BPU, so there is nothing to quantize",
-            "see the reason of every node with hbtool checker -c cfg.yaml; the model needs at least one supported op (Conv, MatMul, ...)",
-        )
-    clamp_masks(graph)
-    tensors = bpu_activation_tensors(graph)
-    if loaded is not None:
-        if not loaded:
-            raise InputError(
-                "calibration_parameters.calibration_type: load, but the model has no QuantizeLinear/DequantizeLinear pairs or HzCalibration nodes",
-                "give a QAT/QDQ export or an hbtool *_calibrated_model.onnx, or choose another calibration_type",
+    return _Calibration(cfg, progress, stats_cache, samples).run(evaluate)
+
+
+class _Calibration:
+    """One run of :func:`run_calibration`, as named steps in the order they run.
+
+    The steps share what earlier steps found (the float graph, the statistics, the weight plan,
+    the bias corrections, the graph that gets quantized), so they are methods of one object
+    rather than closures; each attribute is set by exactly one step, before any later step reads it.
+    """
+
+    def __init__(self, cfg: HbConfig, progress: Callable[[str, int, int], None] | None,
+                 stats_cache: dict[str, Any] | None, samples: Iterable[Mapping[str, np.ndarray]] | None):
+        self.cfg = cfg
+        self.cal = cfg.calibration
+        self.progress = progress
+        self.stats_cache = stats_cache
+        self.samples = samples
+        self.options: dict[str, Any] = {}   # what each option did: {option: {"applied": ..., "skipped": ...}}
+        self.bias_delta: dict[str, Any] | None = None
+
+    def run(self, evaluate: bool) -> CalibrationResult:
+        t0 = time.perf_counter()
+        self.prepare_graph()
+        self.load_data()
+        self.collect_statistics()
+        self.reference_outputs()
+        self.plan_weights()
+        self.correct_biases()
+        self.quantization_source()
+        method, candidates = self.choose_method()
+        result = self.final_result(method, candidates, evaluate)
+        result.seconds = time.perf_counter() - t0
+        return result
+
+    # ------------------------------------------------------------------------------ the steps
+    def prepare_graph(self) -> None:
+        """The float graph with placement; a loaded model's scales; the BPU tensors to quantize."""
+        cfg, cal = self.cfg, self.cal
+        check_int16_supported(load_march(cfg.model.march), cfg.model.node_info, bool(cal.enable_int16), list(cal.optimization or []))
+        self.loaded: dict | None = {} if cal.calibration_type == "load" else None
+        self.node_info: dict[str, dict[str, Any]] = {}
+        self.original, self.graph = prepare_float_graph(cfg, self.loaded, self.node_info)
+        if not any(n.meta.get("on") == "BPU" for n in self.graph.nodes):
+            raise NotDeployableError(
+                "no node of the model can run on the BPU, so there is nothing to quantize",
+                "see the reason of every node with hbtool checker -c cfg.yaml; the model needs at least one supported op (Conv, MatMul, ...)",
             )
-        missing = [t for t in tensors if t not in loaded]
-        if missing and not any(cfg.calibration.cal_data_dir):
-            raise InputError(
-                f"calibration_type load: {len(missing)} BPU tensors have no scale in the model (first: '{missing[0]}')",
-                "add cal_data_dir so hbtool can calibrate the rest, or export scales for every tensor",
-            )
-    if loaded is not None and not any(cfg.calibration.cal_data_dir):
-        data = CalibrationSet.random(cfg, 8, graph=graph)
-    else:
-        data = load_calibration_data(cfg, graph)
-    total = data.num_samples
-    done = [0]
+        clamp_masks(self.graph)
+        self.tensors = bpu_activation_tensors(self.graph)
+        loaded = self.loaded
+        if loaded is not None:
+            if not loaded:
+                raise InputError(
+                    "calibration_parameters.calibration_type: load, but the model has no QuantizeLinear/DequantizeLinear pairs or HzCalibration nodes",
+                    "give a QAT/QDQ export or an hbtool *_calibrated_model.onnx, or choose another calibration_type",
+                )
+            missing = [t for t in self.tensors if t not in loaded]
+            if missing and not self._has_data():
+                raise InputError(
+                    f"calibration_type load: {len(missing)} BPU tensors have no scale in the model (first: '{missing[0]}')",
+                    "add cal_data_dir so hbtool can calibrate the rest, or export scales for every tensor",
+                )
 
-    def tick(n: int) -> None:
-        done[0] += n
-        if progress:
-            progress("statistics", done[0], total)
+    def _has_data(self) -> bool:
+        return self.samples is not None or any(self.cfg.calibration.cal_data_dir)
 
-    options: dict[str, Any] = {}
-    if getattr(cal, "smooth_quant", False):
-        options["smooth_quant"] = _smooth(graph, data, float(getattr(cal, "smooth_alpha", 0.5)), loaded is not None)
-    reps = stat_representatives(graph, tensors)
-    observed = sorted(set(reps.values()), key=tensors.index)
-    use_ptf = bool(getattr(cal, "ptf", False))
-    ptf_axes = {t: -1 for t in ptf_tensors(graph)[0]} if use_ptf else {}
-    from hbtool.config.optimization import switches as optimization_switches
+    def load_data(self) -> None:
+        """The samples: the caller's, the config's folders, or random ones for a fully loaded model."""
+        if self.samples is not None:
+            from hbtool.quant.samples import array_calibration_data
 
-    switches = optimization_switches(cal.optimization)
-    # bias correction everywhere (the key or Horizon's optimization switch), or on node_info's nodes only
-    # (not for a loaded model: its biases are its own, and an hbtool calibrated model already carries its correction)
-    everywhere = bias_correction_everywhere(cal) and loaded is None
-    bias_nodes = nodes_asking(node_info, "bias_correction") if loaded is None else set()
-    mean_axes: dict[str, int] = mean_inputs(graph, None if everywhere else bias_nodes) if (everywhere or bias_nodes) else {}
-    root_stats = _cached_stats(stats_cache, graph, observed, data, tick, mean_axes, ptf_axes, cal.batch_size)
-    stats = {t: root_stats[reps[t]] for t in tensors}
-    n_eval = EVAL_SAMPLES if _total_macs(graph) < 1e9 else EVAL_SAMPLES // 2
-    eval_batches = [b for _, b in zip(range(n_eval), data.iter_batches(1))]
-    f_sess = float_session(graph)
-    f_refs = [f_sess.run(list(graph.outputs), b) for b in eval_batches]
-    wclip = getattr(cal, "weight_clip", "none") or "none"
-    weights = plan_weights(graph, per_channel=cal.per_channel, clip=wclip)
-    weights = clip_node_weights(graph, weights, nodes_asking(node_info, "mse"), cal.per_channel)
-    output16 = "set_model_output_int16" in (cal.optimization or [])
-    march = load_march(cfg.model.march)
-    from hbtool.quant.int4 import apply_int4, choose_int4_nodes
+            self.data = array_calibration_data(self.cfg, self.graph, self.samples)
+        elif self.loaded is not None and not self._has_data():
+            self.data = CalibrationSet.random(self.cfg, 8, graph=self.graph)
+        else:
+            self.data = load_calibration_data(self.cfg, self.graph)
+        self.total = self.data.num_samples
+        self._done = 0
 
-    int4_choice = choose_int4_nodes(graph, node_info, getattr(cal, "default_precision", "int8") or "int8", march)
-    weights8 = dict(weights)
-    # int8-only marches (X3) have no int16 to promote to, and X5 promotes only on request; random data (skip) gives no signal-to-noise
-    # worth promoting by, so a quick-path estimate never depends on the accident of a random scale
-    auto16 = bool(getattr(cal, "auto_int16", True)) and march.auto_int16
-    min_sqnr = float("-inf") if ctype == "skip" else INT8_MIN_SQNR_DB
+    def _tick(self, n: int) -> None:
+        self._done += n
+        if self.progress:
+            self.progress("statistics", self._done, self.total)
 
-    def plan_for(method: str | dict[str, str]) -> QuantPlan:
-        plan = build_plan(graph, stats, method, auto16, node_info, output16, cal.max_percentile, min_sqnr_db=min_sqnr,
-                          all_int16=bool(cal.enable_int16), switches=switches)
-        plan.bias_delta = dict(bias_delta or {})
-        if getattr(cal, "softmax_log2", False):
-            done, skipped = apply_softmax_log2(graph, plan)
-            options["softmax_log2"] = {"applied": done, "skipped": skipped}
-        if use_ptf:
-            done, skipped = apply_ptf(graph, plan, stats)
-            options["ptf"] = {"applied": done, "skipped": skipped}
-        if int4_choice or int4_choice.kept:
-            options["int4"] = apply_int4(graph, plan, stats, int4_choice, weights, weights8)
-        return plan
+    def collect_statistics(self) -> None:
+        """smooth_quant's migration, then one statistics pass (or the cache) over the observed tensors."""
+        cal, graph, data = self.cal, self.graph, self.data
+        if getattr(cal, "smooth_quant", False):
+            self.options["smooth_quant"] = _smooth(graph, data, float(getattr(cal, "smooth_alpha", 0.5)), self.loaded is not None)
+        reps = stat_representatives(graph, self.tensors)
+        observed = sorted(set(reps.values()), key=self.tensors.index)
+        self.use_ptf = bool(getattr(cal, "ptf", False))
+        ptf_axes = {t: -1 for t in ptf_tensors(graph)[0]} if self.use_ptf else {}
+        from hbtool.config.optimization import switches as optimization_switches
 
-    def per_tensor_methods() -> dict[str, str]:
-        """``mix``: for every tensor the method with the best expected SQNR on its own histogram."""
-        choice = {}
-        for t, st in stats.items():
-            choice[t] = max(CANDIDATES, key=lambda m: sqnr_db(st, threshold(st, m, 127, cal.max_percentile), 127))
-        return choice
+        self.switches = optimization_switches(cal.optimization)
+        # bias correction everywhere (the key or Horizon's optimization switch), or on node_info's nodes only
+        # (not for a loaded model: its biases are its own, and an hbtool calibrated model already carries its correction)
+        self.everywhere = bias_correction_everywhere(cal) and self.loaded is None
+        self.bias_nodes = nodes_asking(self.node_info, "bias_correction") if self.loaded is None else set()
+        self.mean_axes: dict[str, int] = (mean_inputs(graph, None if self.everywhere else self.bias_nodes)
+                                          if (self.everywhere or self.bias_nodes) else {})
+        self.root_stats = _cached_stats(self.stats_cache, graph, observed, data, self._tick, self.mean_axes, ptf_axes, cal.batch_size)
+        self.stats = {t: self.root_stats[reps[t]] for t in self.tensors}
 
-    if loaded is not None:   # an older hbtool calibrated model kept its correction beside the graph
-        bias_delta = loaded_bias_delta(graph) or None
-    else:
-        bias_delta = bias_corrections(graph, weights, {t: root_stats[t].channel_mean for t in mean_axes}) if mean_axes else None
-        if bias_delta and not everywhere:  # node_info Weight: bias_correction on some nodes only
-            bias_delta = {k: v for k, v in bias_delta.items() if k in bias_nodes}
-    # the graph that gets quantized: the float graph, with learned-rounding weights when asked for;
-    # ``graph`` itself stays the float reference
-    qsrc = graph
-    round_nodes = nodes_asking(node_info, "adaround")
-    if cal.adaround or round_nodes:
-        from hbtool.quant.adaround import adaround
+    def reference_outputs(self) -> None:
+        """The evaluation samples and the float model's outputs on them (what every candidate is scored against)."""
+        n_eval = EVAL_SAMPLES if _total_macs(self.graph) < 1e9 else EVAL_SAMPLES // 2
+        self.eval_batches = [b for _, b in zip(range(n_eval), self.data.iter_batches(1))]
+        f_sess = float_session(self.graph)
+        self.f_refs = [f_sess.run(list(self.graph.outputs), b) for b in self.eval_batches]
 
-        learn = weights if cal.adaround else adaround_subset(graph, weights, round_nodes)
-        learned = adaround(graph, learn, data.iter_batches(1), progress=(lambda d, t: progress("adaround", d, t)) if progress else None,
-                           context=weights)
-        qsrc = graph.copy()
-        for name, value in learned.items():
-            qsrc.values[name].data = value
-    if bias_delta:   # into the bias constants, so calibrated model, quantized model and compile agree (fold_bias_delta)
-        grouped = sorted(n for n in bias_delta if (node := graph.node(n)) is not None and int(node.attr("group", 1) or 1) > 1)
-        options["bias_correction"] = {"applied": sorted(bias_delta), "grouped": grouped}
-        qsrc, bias_delta = fold_bias_delta(qsrc, bias_delta)
+    def plan_weights(self) -> None:
+        """Weight scales (clipped where node_info asks), the int4 choice and the precision policy of the plans."""
+        cfg, cal, graph = self.cfg, self.cal, self.graph
+        wclip = getattr(cal, "weight_clip", "none") or "none"
+        weights = plan_weights(graph, per_channel=cal.per_channel, clip=wclip)
+        self.weights = clip_node_weights(graph, weights, nodes_asking(self.node_info, "mse"), cal.per_channel)
+        self.output16 = "set_model_output_int16" in (cal.optimization or [])
+        self.march = load_march(cfg.model.march)
+        from hbtool.quant.int4 import choose_int4_nodes
 
-    def quantized(plan: QuantPlan) -> tuple[Graph, Graph]:
-        program, _ = lower_to_integer(qsrc, plan, weights, rounding=cfg.compiler.rounding, inputs=cfg.inputs)
-        return program, build_quantized_graph(program)
+        self.int4_choice = choose_int4_nodes(graph, self.node_info, getattr(cal, "default_precision", "int8") or "int8", self.march)
+        self.weights8 = dict(self.weights)
+        # int8-only marches (X3) have no int16 to promote to, and X5 promotes only on request; random data (skip) gives no signal-to-noise
+        # worth promoting by, so a quick-path estimate never depends on the accident of a random scale
+        self.auto16 = bool(getattr(cal, "auto_int16", True)) and self.march.auto_int16
+        self.min_sqnr = float("-inf") if cal.calibration_type == "skip" else INT8_MIN_SQNR_DB
 
-    def output_cosine(test: Graph) -> float:
-        sess = float_session(test, basic=True)
-        acc = {o: RunningErrors() for o in graph.outputs}
-        for b, refs in zip(eval_batches, f_refs):
-            for o, r, v in zip(graph.outputs, refs, sess.run(list(graph.outputs), b)):
-                acc[o].update(r, v)
-        return _mean_cosine({o: a.result() for o, a in acc.items()})
+    def correct_biases(self) -> None:
+        """The bias shift that weight rounding causes, per layer (or a loaded model's own)."""
+        graph = self.graph
+        if self.loaded is not None:   # an older hbtool calibrated model kept its correction beside the graph
+            self.bias_delta = loaded_bias_delta(graph) or None
+            return
+        mean_axes = self.mean_axes
+        bias_delta = bias_corrections(graph, self.weights, {t: self.root_stats[t].channel_mean for t in mean_axes}) if mean_axes else None
+        if bias_delta and not self.everywhere:  # node_info Weight: bias_correction on some nodes only
+            bias_delta = {k: v for k, v in bias_delta.items() if k in self.bias_nodes}
+        self.bias_delta = bias_delta
 
-    if ctype == "load":
-        method = "max"
-        candidates = {}
-    elif ctype in ("default", "mix"):
-        candidates = {}
+    def quantization_source(self) -> None:
+        """The graph that gets quantized: the float graph, with learned-rounding weights when asked for
+        and the bias corrections folded in; ``self.graph`` itself stays the float reference."""
+        cal, graph, progress = self.cal, self.graph, self.progress
+        qsrc = graph
+        round_nodes = nodes_asking(self.node_info, "adaround")
+        if cal.adaround or round_nodes:
+            from hbtool.quant.adaround import adaround
+
+            learn = self.weights if cal.adaround else adaround_subset(graph, self.weights, round_nodes)
+            learned = adaround(graph, learn, self.data.iter_batches(1), progress=(lambda d, t: progress("adaround", d, t)) if progress else None,
+                               context=self.weights)
+            qsrc = graph.copy()
+            for name, value in learned.items():
+                qsrc.values[name].data = value
+        if self.bias_delta:   # into the bias constants, so calibrated model, quantized model and compile agree (fold_bias_delta)
+            grouped = sorted(n for n in self.bias_delta if (node := graph.node(n)) is not None and int(node.attr("group", 1) or 1) > 1)
+            self.options["bias_correction"] = {"applied": sorted(self.bias_delta), "grouped": grouped}
+            qsrc, self.bias_delta = fold_bias_delta(qsrc, self.bias_delta)
+        self.qsrc = qsrc
+
+    def choose_method(self) -> tuple[str, dict[str, float]]:
+        """(method, {candidate: output cosine}): the candidate closest to float for default/mix, else the configured one."""
+        ctype = self.cal.calibration_type
+        if ctype == "load":
+            return "max", {}
+        if ctype not in ("default", "mix"):
+            return {"skip": "max"}.get(ctype, ctype), {}
+        candidates: dict[str, float] = {}
         best = None
         seen: dict[tuple, str] = {}
         methods: list[Any] = list(CANDIDATES) + (["mix"] if ctype == "mix" else [])
         for k, method in enumerate(methods):
-            plan = plan_for(per_tensor_methods() if method == "mix" else method)
+            plan = self.plan_for(self.per_tensor_methods() if method == "mix" else method)
             key = tuple(sorted((t, q.bits, q.scale) for t, q in plan.tensors.items()))
             if key in seen:  # the same scales as an earlier method (small histograms): same result
                 candidates[method] = candidates[seen[key]]
                 continue
             seen[key] = method
             # candidates are compared on the fake-quantized float model: the same plan, float speed
-            cgraph, _ = build_calibrated_graph(qsrc, plan, weights)
-            candidates[method] = output_cosine(cgraph)
+            cgraph, _ = build_calibrated_graph(self.qsrc, plan, self.weights)
+            candidates[method] = self.output_cosine(cgraph)
             log.info("calibration candidate %s: output cosine %.6f", method, candidates[method])
-            if progress:
-                progress("candidates", k + 1, len(methods))
+            if self.progress:
+                self.progress("candidates", k + 1, len(methods))
             if best is None or candidates[method] > candidates[best]:
                 best = method
-        method = best
-    else:
-        method = {"skip": "max"}.get(ctype, ctype)
-        candidates = {}
-    plan = plan_for(per_tensor_methods() if method == "mix" else method)
-    if loaded is not None:
-        apply_loaded_scales(plan, loaded)
-        method = "load"
-    cgraph, _ = build_calibrated_graph(qsrc, plan, weights)
-    program, qgraph = quantized(plan)
-    present = {o for n in program.nodes for o in n.outputs}
-    node_tensors = [t for t in plan.tensors if t in present and t not in graph.outputs]
-    node_scales = {t: log2_decode if plan.tensors[t].is_log2 else plan.tensors[t].channel_scales() for t in node_tensors}
-    if evaluate:
-        out_err, node_err = evaluate_outputs(graph, qgraph, eval_batches, None, node_tensors, node_scales,
-                                             test_feeds=runtime_feeds(cfg, list(graph.inputs)))
-    else:
-        out_err, node_err = {}, {}
-    if not candidates and out_err:
-        candidates = {method: _mean_cosine(out_err)}
-    result = CalibrationResult(graph, plan, weights, method, candidates, node_err, out_err, num_samples=total)
-    result.seconds = time.perf_counter() - t0
-    result.original = original
-    result.calibrated = cgraph
-    result.quantized_source = qsrc
-    result.program = program
-    result.quantized = qgraph
-    result.options = _options_summary(options, plan)
-    if ctype != "skip":   # random data (the quick path) says nothing about an output's real range
-        coarse = coarse_int8_outputs(graph, plan, stats, node_info, switches, march.has_int16)
-        if coarse:
-            result.options["coarse_outputs"] = coarse
-    result.data = data
-    for line in option_lines(result):
-        log.info("%s", line)
-    return result
+        return best, candidates
+
+    def final_result(self, method: str, candidates: dict[str, float], evaluate: bool) -> CalibrationResult:
+        """The chosen plan's calibrated and integer models, their measured errors and the options' summary."""
+        cfg, graph = self.cfg, self.graph
+        plan = self.plan_for(self.per_tensor_methods() if method == "mix" else method)
+        if self.loaded is not None:
+            apply_loaded_scales(plan, self.loaded)
+            method = "load"
+        cgraph, _ = build_calibrated_graph(self.qsrc, plan, self.weights)
+        program, qgraph = self.quantized(plan)
+        present = {o for n in program.nodes for o in n.outputs}
+        node_tensors = [t for t in plan.tensors if t in present and t not in graph.outputs]
+        node_scales = {t: log2_decode if plan.tensors[t].is_log2 else plan.tensors[t].channel_scales() for t in node_tensors}
+        if evaluate:
+            out_err, node_err = evaluate_outputs(graph, qgraph, self.eval_batches, None, node_tensors, node_scales,
+                                                 test_feeds=runtime_feeds(cfg, list(graph.inputs)))
+        else:
+            out_err, node_err = {}, {}
+        if not candidates and out_err:
+            candidates = {method: _mean_cosine(out_err)}
+        result = CalibrationResult(graph, plan, self.weights, method, candidates, node_err, out_err, num_samples=self.total)
+        result.original = self.original
+        result.calibrated = cgraph
+        result.quantized_source = self.qsrc
+        result.program = program
+        result.quantized = qgraph
+        result.options = _options_summary(self.options, plan)
+        stats, node_info, switches, march = self.stats, self.node_info, self.switches, self.march
+        if self.cal.calibration_type != "skip":   # random data (the quick path) says nothing about an output's real range
+            coarse = coarse_int8_outputs(graph, plan, stats, node_info, switches, march.has_int16)
+            if coarse:
+                result.options["coarse_outputs"] = coarse
+        result.data = self.data
+        for line in option_lines(result):
+            log.info("%s", line)
+        return result
+
+    # ------------------------------------------------------------------------- shared by the steps
+    def plan_for(self, method: str | dict[str, str]) -> QuantPlan:
+        """The activation plan for one method (or per-tensor methods), with the enabled options applied."""
+        cal, graph, stats = self.cal, self.graph, self.stats
+        plan = build_plan(graph, stats, method, self.auto16, self.node_info, self.output16, cal.max_percentile, min_sqnr_db=self.min_sqnr,
+                          all_int16=bool(cal.enable_int16), switches=self.switches)
+        plan.bias_delta = dict(self.bias_delta or {})
+        if getattr(cal, "softmax_log2", False):
+            done, skipped = apply_softmax_log2(graph, plan)
+            self.options["softmax_log2"] = {"applied": done, "skipped": skipped}
+        if self.use_ptf:
+            done, skipped = apply_ptf(graph, plan, stats)
+            self.options["ptf"] = {"applied": done, "skipped": skipped}
+        if self.int4_choice or self.int4_choice.kept:
+            from hbtool.quant.int4 import apply_int4
+
+            self.options["int4"] = apply_int4(graph, plan, stats, self.int4_choice, self.weights, self.weights8)
+        return plan
+
+    def per_tensor_methods(self) -> dict[str, str]:
+        """``mix``: for every tensor the method with the best expected SQNR on its own histogram."""
+        mp = self.cal.max_percentile
+        return {t: max(CANDIDATES, key=lambda m: sqnr_db(st, threshold(st, m, 127, mp), 127)) for t, st in self.stats.items()}
+
+    def quantized(self, plan: QuantPlan) -> tuple[Graph, Graph]:
+        """(integer program, the program with ONNX bodies) of ``plan``."""
+        program, _ = lower_to_integer(self.qsrc, plan, self.weights, rounding=self.cfg.compiler.rounding, inputs=self.cfg.inputs)
+        return program, build_quantized_graph(program)
+
+    def output_cosine(self, test: Graph) -> float:
+        """Mean output cosine of ``test`` against the float model on the evaluation samples."""
+        outputs = list(self.graph.outputs)
+        sess = float_session(test, basic=True)
+        acc = {o: RunningErrors() for o in outputs}
+        for b, refs in zip(self.eval_batches, self.f_refs):
+            for o, r, v in zip(outputs, refs, sess.run(outputs, b)):
+                acc[o].update(r, v)
+        return _mean_cosine({o: a.result() for o, a in acc.items()})
 
 
 def _cached_stats(cache: dict[str, Any] | None, graph: Graph, observed: list[str], data: CalibrationSet, tick: Callable[[int], None],

@@ -113,8 +113,11 @@ def _spec_for(desc: dict[str, Any], folder: Path):
     )
 
 
-def open_inputs(descriptions: list[dict[str, Any]], paths: dict[str, Path]) -> list[InputSource]:
-    """Check names, shapes and dtypes; returns one source per model input (same sample count)."""
+def open_inputs(descriptions: list[dict[str, Any]], paths: dict[str, Path | np.ndarray]) -> list[InputSource]:
+    """Check names, shapes and dtypes; returns one source per model input (same sample count).
+
+    A value may be an array in memory instead of a path: it is read as the same array saved as a ``.npy``.
+    """
     names = [d["name"] for d in descriptions]
     for name in paths:
         if name not in names:
@@ -127,6 +130,9 @@ def open_inputs(descriptions: list[dict[str, Any]], paths: dict[str, Path]) -> l
     for desc in descriptions:
         name, shape, dtype = desc["name"], tuple(int(d) for d in desc["shape"]), np.dtype(desc["dtype"])
         path = paths[name]
+        if isinstance(path, np.ndarray):   # the library's in-memory samples: read as the same array in a .npy file
+            sources.append(_stacked_source(name, path, shape, dtype, f"input '{name}'"))
+            continue
         if not path.exists():
             raise InputError(f"--input {name}={path}: no such file or folder", "check the path")
         if desc.get("runtime") and (path.is_dir() or path.suffix.lower() != ".npy"):
@@ -146,22 +152,27 @@ def open_inputs(descriptions: list[dict[str, Any]], paths: dict[str, Path]) -> l
             arr = np.load(path, mmap_mode="r", allow_pickle=False)
         except (ValueError, OSError, EOFError) as exc:
             raise InputError(f"--input {name}={path}: cannot read it as .npy ({exc})", "save the samples with numpy.save") from None
-        if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "biuf" or arr.dtype.fields is not None:
-            raise InputError(f"--input {name}={path}: holds {getattr(arr, 'dtype', type(arr).__name__)} data, not numbers",
-                             "store a plain numeric array (float32, uint8, int64...)")
-        if dtype.kind == "f" and arr.dtype.kind not in _FLOAT_OK or dtype.kind in "iu" and arr.dtype.kind not in "iuf":
-            raise InputError(f"--input {name}={path}: holds {arr.dtype} but the input takes {dtype.name}",
-                             f"save the array as {dtype.name}")
-        if tuple(arr.shape[1:]) != shape[1:] or arr.ndim != len(shape) or arr.shape[0] % shape[0]:
-            raise InputError(f"--input {name}={path}: shape {tuple(arr.shape)} does not fit the input's shape {shape}",
-                             f"stack samples along the first axis: (N, {', '.join(str(d) for d in shape[1:])})")
-        if arr.shape[0] == 0:
-            raise InputError(f"--input {name}={path}: holds no samples", "give at least one sample")
-        sources.append(InputSource(name, shape, dtype, arr.shape[0] // shape[0], array=arr))
+        sources.append(_stacked_source(name, arr, shape, dtype, f"--input {name}={path}"))
     counts = {s.name: s.count for s in sources}
     if len(set(counts.values())) > 1:
         raise InputError(f"inputs hold different numbers of samples: {counts}", "give every input the same number of samples")
     return sources
+
+
+def _stacked_source(name: str, arr: Any, shape: tuple[int, ...], dtype: np.dtype, where: str) -> InputSource:
+    """Samples stacked on the first axis (a ``.npy`` file or an array in memory), checked against the input."""
+    if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "biuf" or arr.dtype.fields is not None:
+        raise InputError(f"{where}: holds {getattr(arr, 'dtype', type(arr).__name__)} data, not numbers",
+                         "store a plain numeric array (float32, uint8, int64...)")
+    if dtype.kind == "f" and arr.dtype.kind not in _FLOAT_OK or dtype.kind in "iu" and arr.dtype.kind not in "iuf":
+        raise InputError(f"{where}: holds {arr.dtype} but the input takes {dtype.name}",
+                         f"save the array as {dtype.name}")
+    if tuple(arr.shape[1:]) != shape[1:] or arr.ndim != len(shape) or arr.shape[0] % shape[0]:
+        raise InputError(f"{where}: shape {tuple(arr.shape)} does not fit the input's shape {shape}",
+                         f"stack samples along the first axis: (N, {', '.join(str(d) for d in shape[1:])})")
+    if arr.shape[0] == 0:
+        raise InputError(f"{where}: holds no samples", "give at least one sample")
+    return InputSource(name, shape, dtype, arr.shape[0] // shape[0], array=arr)
 
 
 def iter_samples(sources: list[InputSource]) -> Iterator[dict[str, np.ndarray]]:

@@ -194,7 +194,9 @@ def _run_key(artifact: Path, inputs: dict[str, Path], compare: Path | None, tota
         for block in iter(lambda: f.read(1 << 22), b""):
             digest.update(block)
 
-    def stamp(p: Path) -> list:
+    def stamp(p: Path | np.ndarray) -> list:
+        if isinstance(p, np.ndarray):  # samples given in memory: their bytes are their identity
+            return ["array", list(p.shape), str(p.dtype), hashlib.sha256(np.ascontiguousarray(p).tobytes()).hexdigest()]
         st = Path(p).stat()
         return [str(Path(p).resolve()), st.st_size, st.st_mtime_ns]
 
@@ -202,7 +204,7 @@ def _run_key(artifact: Path, inputs: dict[str, Path], compare: Path | None, tota
             "compare": stamp(compare) if compare is not None else None, "samples": total}
 
 
-def simulate(artifact: Path, inputs: dict[str, Path], output_dir: Path | None = None, compare: Path | None = None,
+def simulate(artifact: Path, inputs: dict[str, Path | np.ndarray], output_dir: Path | None = None, compare: Path | None = None,
              progress: Callable[[str, int, int], None] | None = None, threads: int | None = None,
              batch_size: int = 1, resume: bool = False, keep_outputs: bool = True) -> SimulationResult:
     """Run every sample of ``inputs`` through the artifact, ``batch_size`` samples per pass.
