@@ -123,9 +123,9 @@ def replan_memory(header: dict, program, march: str, tiling: bool = True) -> dic
 
 
 def estimate_row(r: Row, recompile: bool = False, tiling: bool = True) -> dict:
-    from hbtool.perf.classes import measurement_class
-    from hbtool.perf.hardware import hardware_for
-    from hbtool.perf.schedule import estimate_program
+    from hbtool.costmodel.classes import measurement_class
+    from hbtool.costmodel.hardware import hardware_for
+    from hbtool.costmodel.schedule import estimate_program
 
     header, program = compiled_program(r.onnx, r.march, recompile, r.calibration)
     header = replan_memory(header, program, r.march, tiling)

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from hbtool.kernels.conv import Conv
-from hbtool.perf import access, schedule
-from hbtool.perf.cost import TENSOR, VECTOR, CostContext, cost_op
-from hbtool.perf.hardware import hardware_for, parameter_table
+from hbtool.costmodel import access, schedule
+from hbtool.costmodel.cost import TENSOR, VECTOR, CostContext, cost_op
+from hbtool.costmodel.hardware import hardware_for, parameter_table
 from hbtool.perf.report import op_json
 from hbtool.perf.run import perf_fast
 from tests.helpers import small_conv_model

@@ -23,9 +23,8 @@ import numpy as np
 
 from hbtool.compiler.units import CPU, DATA_MOVEMENT
 from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node
+from hbtool.ir.hz_ops import HZ_REORDER
 from hbtool.march.description import March
-
-REORDER_OP = "HzReorder"
 
 
 @dataclass
@@ -126,7 +125,7 @@ def plan_layout(program: Graph, march: March, tensor_bits: dict[str, int]) -> La
             continue
         for reader in list(consumers.get(name, [])):
             r_unit = reader.meta.get("unit", CPU)
-            if r_unit in (CPU, DATA_MOVEMENT) or reader.op_type == REORDER_OP:
+            if r_unit in (CPU, DATA_MOVEMENT) or reader.op_type == HZ_REORDER:
                 continue
             need_c, need_w = unit_alignment(march, r_unit, reading=True)
             shape = tensors[name].shape
@@ -137,7 +136,7 @@ def plan_layout(program: Graph, march: March, tensor_bits: dict[str, int]) -> La
             if key not in program.values:
                 v = program.values[name]
                 program.set_value(key, v.shape, v.dtype)
-                node = Node(program.unique_name(f"{name}/{REORDER_OP}"), REORDER_OP, [name], [key], {}, HBTOOL_DOMAIN)
+                node = Node(program.unique_name(f"{name}/{HZ_REORDER}"), HZ_REORDER, [name], [key], {}, HBTOOL_DOMAIN)
                 node.meta.update(on="BPU", unit=DATA_MOVEMENT, subgraph=reader.meta.get("subgraph"), in_sram=True)
                 program.nodes.insert(program.nodes.index(reader), node)
                 if name in tensor_bits:

@@ -18,6 +18,7 @@ and three wrappers around ``emit`` shared by all kernels: :meth:`Kernel.onnx_nod
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Sequence
 
 import numpy as np
@@ -35,6 +36,10 @@ class Kernel:
     #: ONNX element type of the inputs / output of the emitted subgraph
     onnx_input_type: int = TensorProto.DOUBLE
     onnx_output_type: int = TensorProto.DOUBLE
+
+    def param_bytes(self) -> int:
+        """Bytes of the kernel's constant arrays as the artifact stores them (see :func:`param_bytes`)."""
+        return param_bytes(self)
 
     def apply_numpy(self, *inputs: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -93,6 +98,38 @@ class Kernel:
         if input_shapes is not None:  # fills the output's type for onnx.checker's full check
             model = onnx.shape_inference.infer_shapes(model)
         return model
+
+
+def narrowest_int(a: np.ndarray) -> np.ndarray:
+    """An integer array in the narrowest signed type holding its values (how the artifact stores constants)."""
+    if a.dtype.kind not in "iu" or a.size == 0:
+        return a
+    lo, hi = int(a.min()), int(a.max())
+    for dt in (np.int8, np.int16, np.int32, np.int64):
+        info = np.iinfo(dt)
+        if info.min <= lo and hi <= info.max:
+            return a.astype(dt)
+    return a
+
+
+def param_bytes(kernel: Any) -> int:
+    """Bytes of a kernel's constant arrays as stored (narrowest integer type): weights, biases, tables.
+
+    The weights the BPU streams for the kernel every frame: the compiler's memory plan and the cost
+    model's weight fetch both read this. int4 weights count two per byte (:mod:`.packing`); nested
+    kernels (a fused requantize) count with their owner; scalars ride in the instruction, not here.
+    """
+    total = 0
+    packed = getattr(kernel, "weight_bits", 8) == 4
+    for f in dataclasses.fields(kernel):
+        v = getattr(kernel, f.name)
+        if packed and f.name == "weight" and isinstance(v, np.ndarray):
+            total += (v.size + 1) // 2
+        elif isinstance(v, np.ndarray) and v.size > 1:
+            total += narrowest_int(v).nbytes
+        elif dataclasses.is_dataclass(v):
+            total += param_bytes(v)
+    return total
 
 
 class RangeError(ValueError):

@@ -18,7 +18,7 @@ where the rule would shift it, e.g. ``tf_half_pixel_for_nn``).
 
 * **nearest** moves integer codes (input and output share the scale): the source index is
   the coordinate rounded by ``nearest_mode`` and clamped to the axis. It runs as data
-  movement (:mod:`hbtool.simulator.movement` calls :func:`nearest_indices`); no kernel.
+  movement (:mod:`hbtool.kernels.movement` calls :func:`nearest_indices`); no kernel.
 * **bilinear** (:class:`BilinearResize`, ``mode=linear`` on H and W of NCHW): per axis two
   source indices and integer weights ``w0 + w1 = 2**k`` (``k =`` :data:`WEIGHT_BITS`),
   ``w1 = round(lambda 2**k)`` for the float fraction ``lambda`` of the clamped coordinate.

@@ -41,9 +41,9 @@ from typing import Any
 
 import numpy as np
 
+from hbtool.costmodel import access
+from hbtool.costmodel.hardware import Hardware
 from hbtool.ir.graph import Graph, Node
-from hbtool.perf import access
-from hbtool.perf.hardware import Hardware
 
 TENSOR, VECTOR, DATA_MOVEMENT, CPU = "tensor", "vector", "data_movement", "cpu"
 SRAM, DDR = "sram", "ddr"
@@ -166,9 +166,7 @@ def _memory_traffic(op: OpCost, node: Node, ctx: CostContext, as_int8: bool = Fa
             sram += b
     kernel = node.meta.get("kernel")
     if kernel is not None:
-        from hbtool.compiler.compile import kernel_param_bytes
-
-        op.weight_bytes = int(kernel_param_bytes(kernel))
+        op.weight_bytes = int(kernel.param_bytes())
         if as_int8 and getattr(kernel, "weight_bits", 8) == 4:
             op.weight_bytes += int(kernel.weight.size) - (int(kernel.weight.size) + 1) // 2
         # an op of a chain the compiler runs in row bands (memory plan, ``meta["tile"]``) needs its

@@ -1,5 +1,8 @@
 """Data-movement ops in numpy: they only rearrange integers, so any exact implementation will do.
 
+One definition for the two readers: ``simulate`` runs them on the codes, and the cost model
+(:mod:`hbtool.costmodel.access`) runs them on element addresses to see how each op walks memory.
+
 Each function takes the node (attributes), the program (constant operands, static shapes)
 and the input arrays, and returns the output arrays. Shapes come from the program where the
 op is a pure reinterpretation (Reshape, Flatten, Squeeze, Unsqueeze): the program is

@@ -24,6 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from hbtool.ir.graph import Graph, Node
+from hbtool.kernels.movement import MOVEMENT
 
 _TAG = 40  # input k's addresses are offset by k << _TAG (Concat), so they never look contiguous
 
@@ -121,9 +122,7 @@ def _key(node: Node, program: Graph, tensors: dict[str, dict], element_bytes: in
 def walk(node: Node, program: Graph, tensors: dict[str, dict], element_bytes: int, granules: Sequence[int],
          movement: dict | None = None) -> Walk | None:
     """How a data-movement node walks memory, or None when its semantics are unknown (then: a copy)."""
-    if movement is None:
-        from hbtool.simulator.movement import MOVEMENT as movement  # the simulator's exact semantics
-    fn = movement.get(node.op_type)
+    fn = (MOVEMENT if movement is None else movement).get(node.op_type)  # the simulator's exact semantics
     if fn is None:
         return None
     granules = tuple(sorted({int(g) for g in granules}))
