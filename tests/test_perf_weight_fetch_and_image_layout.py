@@ -48,7 +48,7 @@ def test_weights_read_again_per_band_are_waited_for_per_read():
     g1, t1 = _conv()
     g3, t3 = _conv(tile={"bands": 3, "weight_reads": 3, "group": 0})
     once = cost_op(g1.nodes[0], CostContext(g1, t1, hw))
-    thrice = cost_op(g3.nodes[0], CostContext(g3, t3, hw))
+    thrice = cost_op(g3.nodes[0], CostContext(g3, t3, hw), g3.nodes[0].meta["tile"])
     assert once.exposed > 0
     assert thrice.exposed == pytest.approx(3 * once.exposed)
 

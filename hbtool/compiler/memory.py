@@ -93,7 +93,7 @@ class _Objective:
     (``bandwidth``), or a mix (``balance``, ``balance_factor`` 0 = bandwidth .. 100 = latency).
 
     Cycles come from the cost model the perf estimate uses (:func:`hbtool.costmodel.cost.cost_op`) on the
-    chain's nodes, with the chain's tensors where each plan puts them: so a chain whose ops wait on
+    chain's nodes, run as each candidate tiling says, with the chain's tensors where each plan puts them: so a chain whose ops wait on
     their compute, not on DDR, is not banded in latency mode just to pay more dispatches."""
 
     def __init__(self, program: Graph, layout: LayoutPlan, march: March, mode: str, balance_factor: int):
@@ -114,21 +114,8 @@ class _Objective:
                 if lay is not None and t not in tensors:
                     tensors[t] = {"padded": list(lay.padded), "padded_bytes": lay.padded_bytes,
                                   "element_bytes": lay.element_bytes, "memory": {"location": location(t)}}
-        kept = [n.meta.get("tile") for n in nodes]
-        try:
-            for n in nodes:
-                if tile is None:
-                    n.meta.pop("tile", None)
-                else:
-                    n.meta["tile"] = tile
-            ctx = CostContext(self.program, tensors, self.hw)
-            ops = fuse_output_stage(self.program, [cost_op(n, ctx) for n in nodes], self.hw, nodes)
-        finally:
-            for n, t in zip(nodes, kept):
-                if t is None:
-                    n.meta.pop("tile", None)
-                else:
-                    n.meta["tile"] = t
+        ctx = CostContext(self.program, tensors, self.hw)
+        ops = fuse_output_stage(self.program, [cost_op(n, ctx, tile) for n in nodes], self.hw, nodes)
         return float(sum(o.cycles for o in ops))
 
     def gain(self, cycles_saved: float, bytes_saved: int) -> float:

@@ -138,9 +138,13 @@ class CostContext:
 # --------------------------------------------------------------------------- memory traffic
 
 
-def bands(node: Node) -> int:
-    """Row bands the compiler's memory plan runs the op in (``meta["tile"]``): one dispatch per band."""
-    return int((node.meta.get("tile") or {}).get("bands", 1))
+#: how the compiler's memory plan runs an op: ``{"group", "bands", "weight_reads"}`` (None: whole, untiled)
+Tile = dict[str, Any] | None
+
+
+def bands(tile: Tile) -> int:
+    """Row bands the compiler's memory plan runs the op in: one dispatch per band."""
+    return int((tile or {}).get("bands", 1))
 
 
 def is_4bit_tensor(ctx: CostContext, name: str) -> bool:
@@ -148,7 +152,7 @@ def is_4bit_tensor(ctx: CostContext, name: str) -> bool:
     return ctx.hw.int4_supported and (ctx.tensors.get(name) or {}).get("dtype") in ("uint4", "int4")
 
 
-def _memory_traffic(op: OpCost, node: Node, ctx: CostContext, as_int8: bool = False) -> None:
+def _memory_traffic(op: OpCost, node: Node, ctx: CostContext, tile: Tile, as_int8: bool = False) -> None:
     """Activations read and written where they live; kernel constants streamed from DDR.
 
     4-bit tensors move ``int4.activation_bytes_per_element`` per element (``as_int8``: one byte, the
@@ -169,10 +173,9 @@ def _memory_traffic(op: OpCost, node: Node, ctx: CostContext, as_int8: bool = Fa
         op.weight_bytes = int(kernel.param_bytes())
         if as_int8 and getattr(kernel, "weight_bits", 8) == 4:
             op.weight_bytes += int(kernel.weight.size) - (int(kernel.weight.size) + 1) // 2
-        # an op of a chain the compiler runs in row bands (memory plan, ``meta["tile"]``) needs its
+        # an op of a chain the compiler runs in row bands (memory plan, ``tile``) needs its
         # weights for every band: streamed again from DDR each band, or, kept in SRAM, read from there
-        tile = node.meta.get("tile") or {}
-        reads, n_bands = int(tile.get("weight_reads", 1)), int(tile.get("bands", 1))
+        reads, n_bands = int((tile or {}).get("weight_reads", 1)), bands(tile)
         weight_ddr = reads * access.sequential_bytes(op.weight_bytes, hw.ddr_burst_bytes) if op.weight_bytes else 0
         ddr += weight_ddr
         # the share of the weight fetch the op waits for (memory.weight_fetch_exposed): the rest
@@ -298,7 +301,7 @@ def _operand_bits(kind: str, kernel: Any, as_int8: bool = False) -> tuple[int, .
     return x_bits, int(getattr(kernel, "weight_bits", 8))
 
 
-def tensor_cost(node: Node, ctx: CostContext, as_int8: bool = False) -> OpCost:
+def tensor_cost(node: Node, ctx: CostContext, tile: Tile = None, as_int8: bool = False) -> OpCost:
     """The op's cost; for a 4-bit op the note says whether 4 bits pay (against ``as_int8``, its int8 form)."""
     hw = ctx.hw
     kernel = node.meta.get("kernel")
@@ -312,13 +315,13 @@ def tensor_cost(node: Node, ctx: CostContext, as_int8: bool = False) -> OpCost:
     op.components[TENSOR] = op.padded_macs / (hw.macs_per_cycle * rate) / ctx.split
     if rate < 1:
         op.note += f"; int{op.bits} operands at {rate:g}x rate"
-    _memory_traffic(op, node, ctx, as_int8)
+    _memory_traffic(op, node, ctx, tile, as_int8)
     _reduction_transpose(op, node, ctx)
-    op.overhead = (hw.per_op_cycles + (hw.dual_core_sync_cycles if ctx.split > 1 else 0)) * op.calls * bands(node)
+    op.overhead = (hw.per_op_cycles + (hw.dual_core_sync_cycles if ctx.split > 1 else 0)) * op.calls * bands(tile)
     if not as_int8 and hw.int4_supported and (getattr(kernel, "weight_bits", 8) == 4 or getattr(kernel, "input_range", None) is not None):
         rng = getattr(kernel, "input_range", None)
         label = f"{'int8' if rng is None else 'uint4' if rng[0] == 0 else 'int4'} x int{bits[1]}"
-        op.note += "; " + int4_note(op, tensor_cost(node, ctx, as_int8=True), label)
+        op.note += "; " + int4_note(op, tensor_cost(node, ctx, tile, as_int8=True), label)
     return op
 
 
@@ -352,7 +355,7 @@ def layernorm_one_pass_size(march: str) -> int:
     return load_march(march).limit("layernorm_max_size")
 
 
-def vector_cost(node: Node, ctx: CostContext) -> OpCost:
+def vector_cost(node: Node, ctx: CostContext, tile: Tile = None) -> OpCost:
     hw = ctx.hw
     kernel = node.meta.get("kernel")
     kind = type(kernel).__name__ if kernel is not None else node.op_type
@@ -394,7 +397,7 @@ def vector_cost(node: Node, ctx: CostContext) -> OpCost:
         # a row longer than the unit holds streams twice: its sums (a reduction pass), then the normalisation
         op.components[VECTOR] += elements * hw.cpe_pool / hw.vector_lanes / rate / ctx.split
         op.note += f", two passes (row of {kernel.n} > {one_pass})"
-    _memory_traffic(op, node, ctx)
+    _memory_traffic(op, node, ctx, tile)
     if two_pass:  # the input is read once per pass
         for name in acts:
             b = ctx.padded_bytes(name)
@@ -407,7 +410,7 @@ def vector_cost(node: Node, ctx: CostContext) -> OpCost:
                 op.sram_bytes += b
                 op.components[SRAM] += b / hw.sram_bytes_per_cycle / ctx.split
     _reduction_transpose(op, node, ctx)
-    op.overhead = (hw.per_op_cycles + (hw.dual_core_sync_cycles if ctx.split > 1 else 0)) * bands(node)
+    op.overhead = (hw.per_op_cycles + (hw.dual_core_sync_cycles if ctx.split > 1 else 0)) * bands(tile)
     return op
 
 
@@ -426,7 +429,7 @@ def _buffered(strided: int, in_order: int, location: str, hw: Hardware) -> int:
     return max(int(in_order), -(-int(strided) // lines))
 
 
-def movement_cost(node: Node, ctx: CostContext) -> OpCost:
+def movement_cost(node: Node, ctx: CostContext, tile: Tile = None) -> OpCost:
     hw = ctx.hw
     op = OpCost(node.name, node.op_type, DATA_MOVEMENT)
     if node.meta.get("view"):
@@ -471,7 +474,7 @@ def movement_cost(node: Node, ctx: CostContext) -> OpCost:
     op.ddr_useful_bytes = min(op.ddr_bytes, useful) if op.ddr_bytes else 0
     where = loc_in if loc_in == loc_out else f"{loc_in}->{loc_out}"
     op.note = f"{note}, {best} in {where}"
-    op.overhead = (hw.per_op_cycles + (hw.dual_core_sync_cycles if ctx.split > 1 else 0)) * bands(node)
+    op.overhead = (hw.per_op_cycles + (hw.dual_core_sync_cycles if ctx.split > 1 else 0)) * bands(tile)
     return op
 
 
@@ -529,20 +532,24 @@ def cpu_cost(node: Node, ctx: CostContext) -> OpCost:
     return op
 
 
-def cost_op(node: Node, ctx: CostContext) -> OpCost:
+def cost_op(node: Node, ctx: CostContext, tile: Tile = None) -> OpCost:
+    """The cost of ``node`` on its unit, run as ``tile`` says (the memory plan's row bands; None: whole).
+
+    The tile is an argument, not read from the node: the compiler prices candidate tilings
+    before it decides one, and the schedule passes the one the compiled program records
+    (``meta["tile"]``)."""
     unit = node.meta.get("unit", CPU)
     if unit == TENSOR:
-        op = tensor_cost(node, ctx)
+        op = tensor_cost(node, ctx, tile)
     elif unit == VECTOR:
-        op = vector_cost(node, ctx)
+        op = vector_cost(node, ctx, tile)
     elif unit == DATA_MOVEMENT:
-        op = movement_cost(node, ctx)
+        op = movement_cost(node, ctx, tile)
     else:
         return cpu_cost(node, ctx)
-    tile = node.meta.get("tile")
     if tile and op.cycles > 0:
         weights = "" if not op.weight_bytes else ", weights re-read per band" if int(tile.get("weight_reads", 1)) > 1 else ", weights kept in SRAM"
-        op.note += f"; chain {tile.get('group', '?')} in {bands(node)} row bands{weights}"
+        op.note += f"; chain {tile.get('group', '?')} in {bands(tile)} row bands{weights}"
     hw = ctx.hw
     if op.exposed >= 1e-6 * hw.clock_hz:    # name waits of a microsecond or more
         op.note += f"; waits {op.exposed / hw.clock_hz * 1e6:.1f} us for {hw.weight_fetch_exposed:.0%} of its weight fetch"

@@ -263,7 +263,7 @@ def estimate_program(program: Graph, tensors: dict[str, dict[str, Any]], hw: Har
     images = {k: v for k, v in (runtime_input_types or {}).items() if v in IMAGE_INPUT_TYPES}
     def cost_all(split: int) -> list[OpCost]:
         ctx = CostContext(program, tensors, hw, split, images)
-        return absorb_image_reorders(program, fuse_output_stage(program, [cost_op(n, ctx) for n in program.nodes], hw), ctx)
+        return absorb_image_reorders(program, fuse_output_stage(program, [cost_op(n, ctx, n.meta.get("tile")) for n in program.nodes], hw), ctx)
 
     single = cost_all(1)
     ops = single if core_num == 1 else cost_all(2)
