@@ -23,6 +23,7 @@ import numpy as np
 
 from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node
 from hbtool.kernels import Add, Conv, ConvTranspose, LayerNorm, Linear, Log2MatMul, Lut, MatMul, Mul
+from hbtool.kernels.movement import COMPILER_MOVES, DATA_MOVEMENT_OPS, MODE_DEPENDENT_MOVES
 from hbtool.kernels.normalize import Div, ReduceL2
 from hbtool.kernels.pool import AvgPool, MaxPool, ReduceMean, ReduceSum
 from hbtool.kernels.quantize import Dequantize, Quantize
@@ -33,12 +34,9 @@ from hbtool.quant.weights import WEIGHT_QMAX, quantize_weight, weight_scales
 
 log = logging.getLogger(__name__)
 
-# data movement: the node is copied and moves integers unchanged
-MOVE_OPS = {
-    "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Slice", "Split", "Concat", "Gather", "Expand",
-    "Tile", "Pad", "ReduceMax", "ReduceMin", "WindowPartition", "WindowReverse", "Roll", "DepthToSpace",
-    "SpaceToDepth", "Identity", "GlobalMaxPool",
-}
+# data movement: the node is copied and moves integers unchanged (a Resize is lowered by its mode:
+# nearest moves, linear is a kernel; the compiler's own moves do not exist yet at this stage)
+MOVE_OPS = DATA_MOVEMENT_OPS - COMPILER_MOVES - MODE_DEPENDENT_MOVES
 # onnxruntime has no double kernel for these: the quantized model runs them on float32 (exact for int16)
 NEEDS_FLOAT_CARRIER = {"Pad", "Resize", "DepthToSpace", "SpaceToDepth", "GlobalMaxPool"}
 

@@ -28,6 +28,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hbtool.ir.graph import Graph, Node
+from hbtool.kernels.movement import COMPILER_MOVES, ELEMENT_COPIES, RESHAPE_LIKE
 
 Run = Callable[[list[Any]], list[np.ndarray]]
 
@@ -210,9 +211,9 @@ _MOVEMENT_FORMS = {
     "Transpose": _transpose, "HzRearrange": _rearrange, "Identity": _identity, "HzReorder": _identity,
     "Slice": _slice, "Concat": _concat, "Split": _split,
 }
-# ops that only copy input elements (or constants) to the output: an index map describes them
-_PURE_MOVEMENT = {"Slice", "Split", "Concat", "Gather", "Expand", "Tile", "Pad", "DepthToSpace", "SpaceToDepth",
-                  "WindowPartition", "WindowReverse", "Roll", "Resize"}
+# ops that only copy input elements (or constants) to the output: an index map describes them; those
+# whose sample-axis form above always applies (reshapes, Transpose, Identity, the compiler's) never need it
+_PURE_MOVEMENT = ELEMENT_COPIES - RESHAPE_LIKE - COMPILER_MOVES - {"Transpose", "Identity"}
 _DATA_INPUTS = {"Concat": None}  # inputs holding data (None: all); other ops: input 0 only
 
 
