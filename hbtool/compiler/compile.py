@@ -219,22 +219,10 @@ def compile_model(cfg: HbConfig, optimize_level: str | None = None, disabled_pas
 
 def kernel_macs(node, program: Graph) -> int:
     """Multiply-accumulates of a tensor-unit kernel node, from its integer weights and output shape."""
-    kernel = node.meta["kernel"]
     out = program.shape(node.outputs[0])
     if out is None:
         return 0
-    elems = int(np.prod(out, dtype=np.int64))
-    kind = type(kernel).__name__
-    if kind == "Conv":
-        return elems * int(np.prod(kernel.weight.shape[1:]))
-    if kind == "ConvTranspose":  # every input sample meets Cout/group x prod(k) weights
-        x = program.shape(node.inputs[0])
-        return 0 if x is None else int(np.prod(x, dtype=np.int64)) * int(np.prod(kernel.weight.shape[1:]))
-    if kind == "Linear":
-        return elems * int(kernel.weight.shape[0])
-    if kind in ("MatMul", "Log2MatMul"):
-        return elems * int(kernel.k)
-    return 0
+    return int(node.meta["kernel"].macs(program.shape(node.inputs[0]), out))
 
 
 def compile_log(result: CompiledModel) -> str:

@@ -44,11 +44,11 @@ import numpy as np
 from hbtool.costmodel import access
 from hbtool.costmodel.hardware import Hardware
 from hbtool.ir.graph import Graph, Node
+from hbtool.kernels.quantize import Quantize
+from hbtool.kernels.units import CPU, DATA_MOVEMENT, TENSOR, UNITS, VECTOR
 
-TENSOR, VECTOR, DATA_MOVEMENT, CPU = "tensor", "vector", "data_movement", "cpu"
 SRAM, DDR = "sram", "ddr"
 OVERHEAD, VIEW = "overhead", "view"
-UNITS = (TENSOR, VECTOR, DATA_MOVEMENT, CPU)
 
 
 def align(v: int, q: int) -> int:
@@ -205,7 +205,7 @@ def tensor_padding(kind: str, kernel: Any, node: Node, ctx: CostContext, c_in_qu
         width = int(spatial[-1]) if spatial else 1
         rows = int(out[0]) * int(np.prod(spatial[:-1], dtype=np.int64)) if spatial else int(out[0])
         reduction = taps * (align(cin_g, cq) if group == 1 else cin_g)
-        macs = elems * taps * cin_g
+        macs = kernel.macs(None, out)
         if group == 1 or hw.groups_share_lanes:
             padded = rows * align(width, aw) * align(cout, aco) * align(reduction, ar)
             note = f"W {width}->{align(width, aw)}, Cout {cout}->{align(cout, aco)}, reduction {taps * cin_g}->{align(reduction, ar)}"
@@ -224,7 +224,7 @@ def tensor_padding(kind: str, kernel: Any, node: Node, ctx: CostContext, c_in_qu
         k, n = (int(d) for d in kernel.weight.shape)
         m = elems // max(n, 1)
         padded = align(m, aw) * align(n, aco) * align(align(k, cq), ar)
-        return m * n * k, padded, 1, f"M {m}->{align(m, aw)}, N {n}->{align(n, aco)}, K {k}->{align(align(k, cq), ar)}"
+        return kernel.macs(None, out), padded, 1, f"M {m}->{align(m, aw)}, N {n}->{align(n, aco)}, K {k}->{align(align(k, cq), ar)}"
     if kind in ("MatMul", "Log2MatMul"):
         k = int(kernel.k)
         m, n = (int(out[-2]), int(out[-1])) if len(out) >= 2 else (1, int(out[-1]) if out else 1)
@@ -236,16 +236,13 @@ def tensor_padding(kind: str, kernel: Any, node: Node, ctx: CostContext, c_in_qu
         else:
             padded = batch * align(m, aw) * align(n, aco) * kp
             calls, how = batch, "one pass per batch entry"
-        return batch * m * n * k, padded, calls, f"batch {batch} ({how}), M {m}, N {n}, K {k}->{kp}"
-    if kind in REDUCTIONS:  # run as a convolution with a ones kernel (reduce_as_conv)
+        return kernel.macs(None, out), padded, calls, f"batch {batch} ({how}), M {m}, N {n}, K {k}->{kp}"
+    if kernel is not None and kernel.reduction is not None:  # run as a convolution with a ones kernel (reduce_as_conv)
         count = int(kernel.count)
         padded = align(elems, aco) * aw * align(count, ar)
-        return elems * count, padded, 1, f"{REDUCTIONS[kind]} of {count} as a ones-kernel conv"
+        return elems * count, padded, 1, f"{kernel.reduction} of {count} as a ones-kernel conv"
     macs = int(node.meta.get("macs", 0))
     return macs, macs, 1, ""
-
-
-REDUCTIONS = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceL2": "l2"}
 
 
 def _reduction_transpose(op: OpCost, node: Node, ctx: CostContext) -> None:
@@ -255,7 +252,7 @@ def _reduction_transpose(op: OpCost, node: Node, ctx: CostContext) -> None:
 
     kernel = node.meta.get("kernel")
     acts = ctx.activations(node.inputs)
-    if type(kernel).__name__ not in REDUCTIONS or not acts or not reduction_needs_transpose(ctx.shape(acts[0]), kernel.axes):
+    if kernel is None or kernel.reduction is None or not acts or not reduction_needs_transpose(ctx.shape(acts[0]), kernel.axes):
         return
     op.components[DATA_MOVEMENT] = ctx.padded_bytes(acts[0]) / ctx.hw.dm_bytes_per_cycle / ctx.split
     op.note += "; axes brought together by a transpose"
@@ -276,7 +273,7 @@ def _conv_transpose_padding(kernel: Any, node: Node, ctx: CostContext, out: Any)
     group = int(kernel.group)
     cin_g, cout = cin // group, og * group
     x = ctx.shape(node.inputs[0])
-    macs = int(np.prod(x, dtype=np.int64)) * og * int(np.prod(kshape, dtype=np.int64)) if x else 0
+    macs = kernel.macs(x, out) if x else 0
     spatial = list(out[2:]) if out else []
     strides = [int(s) for s in kernel.strides]
     phases = int(np.prod(strides, dtype=np.int64))
@@ -340,13 +337,6 @@ def int4_note(op: OpCost, int8: OpCost, kinds: str) -> str:
 BILINEAR_TAPS = 4
 
 
-def vector_class(kind: str, kernel: Any) -> str:
-    if kind == "Lut":
-        return "lut_int16" if int(getattr(kernel, "in_bits", 8)) > 8 else "lut"
-    return {"LayerNorm": "layernorm", "Softmax": "softmax", "AvgPool": "pool", "ReduceMean": "pool",
-            "ReduceSum": "pool", "MaxPool": "pool", "ReduceL2": "pool", "Div": "divide"}.get(kind, "elementwise")
-
-
 @lru_cache(maxsize=None)
 def layernorm_one_pass_size(march: str) -> int:
     """The longest LayerNorm row the vector unit normalises in one pass (the march's ``layernorm_max_size``)."""
@@ -363,8 +353,8 @@ def vector_cost(node: Node, ctx: CostContext, tile: Tile = None) -> OpCost:
     acts = ctx.activations(node.inputs)
     out = node.outputs[0]
     out_padded = int(np.prod(ctx.padded(out), dtype=np.int64))
-    cls = vector_class(kind, kernel)
-    if kind in ("AvgPool", *REDUCTIONS) and acts:
+    cls = kernel.vector_class if kernel is not None else "elementwise"
+    if (kind == "AvgPool" or (kernel is not None and kernel.reduction is not None)) and acts:
         elements = int(np.prod(ctx.padded(acts[0]), dtype=np.int64))
     elif kind == "MaxPool":
         elements = out_padded * int(np.prod(getattr(kernel, "kernel_shape", (1,)), dtype=np.int64))
@@ -512,7 +502,7 @@ def image_input_cost(name: str, input_type: str, shape: tuple[int, ...], out_loc
 def cpu_cost(node: Node, ctx: CostContext) -> OpCost:
     hw = ctx.hw
     kernel = node.meta.get("kernel")
-    if type(kernel).__name__ == "Quantize" and node.inputs and node.inputs[0] in ctx.image_inputs:
+    if isinstance(kernel, Quantize) and node.inputs and node.inputs[0] in ctx.image_inputs:
         return image_input_cost(node.inputs[0], ctx.image_inputs[node.inputs[0]], ctx.shape(node.inputs[0]),
                                 ctx.location(node.outputs[0]), hw, ctx.split)
     op = OpCost(node.name, node.op_type, CPU, type(kernel).__name__ if kernel is not None else None)

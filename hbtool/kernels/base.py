@@ -37,6 +37,23 @@ class Kernel:
     onnx_input_type: int = TensorProto.DOUBLE
     onnx_output_type: int = TensorProto.DOUBLE
 
+    # ---- facts the compiler, the cost model and the emulator read (one place: the class)
+    #: the unit that runs it (:mod:`.units`); None: the vector unit on the BPU, else the CPU
+    unit: str | None = None
+    #: the vector unit's class of work (the march's ``units.vector.cycles_per_element.<class>``)
+    vector_class: str = "elementwise"
+    #: what a reduction kernel computes over its axes ("mean", "sum", "l2"); None: not a reduction
+    reduction: str | None = None
+    #: works on trailing axes or treats axis 0 as a batch: ``simulate`` may fold its samples into axis 0
+    merges_samples: bool = False
+    #: its last two axes are a matrix, so axis 0 must be a batch axis for samples to fold into it
+    matrix_operands: bool = False
+
+    def macs(self, in_shape: Sequence[int] | None, out_shape: Sequence[int]) -> int:
+        """Multiply-accumulates of one run on ``in_shape`` (first operand) to ``out_shape``; 0 for none
+        (counted by :mod:`hbtool.ir.macs`)."""
+        return 0
+
     def param_bytes(self) -> int:
         """Bytes of the kernel's constant arrays as the artifact stores them (see :func:`param_bytes`)."""
         return param_bytes(self)

@@ -32,14 +32,6 @@ from hbtool.kernels.movement import COMPILER_MOVES, ELEMENT_COPIES, RESHAPE_LIKE
 
 Run = Callable[[list[Any]], list[np.ndarray]]
 
-# kernels whose first axis is independent whenever the rules of mergeable() hold
-_TRAILING_KERNELS = {
-    "Conv", "ConvTranspose", "MaxPool", "AvgPool", "BilinearResize", "Linear", "Lut", "Quantize", "Dequantize",
-    "Requantize", "Add", "Mul", "Div", "LayerNorm", "Softmax", "ReduceMean", "ReduceSum", "ReduceL2", "MatMul",
-    "Log2MatMul",
-}
-_MATRIX_KERNELS = {"MatMul", "Log2MatMul"}  # their last two axes are the matrix: axis 0 must be a batch axis
-
 
 def _shifted(perm) -> list[int]:
     return [0] + [int(p) + 1 for p in perm]
@@ -66,8 +58,7 @@ def mergeable(node: Node, program: Graph) -> bool:
     every constant operand broadcasts along axis 0 (size 1 there, or a lower rank).
     """
     kernel = node.meta["kernel"]
-    kind = type(kernel).__name__
-    if kind not in _TRAILING_KERNELS:
+    if not kernel.merges_samples:  # a kernel fact (hbtool.kernels.base.Kernel)
         return False
     perms = node.meta.get("in_perms") or {}
     out_perm = node.meta.get("out_perm")
@@ -76,7 +67,7 @@ def mergeable(node: Node, program: Graph) -> bool:
         inv = np.argsort(out_perm)
         out_shape = tuple(out_shape[int(i)] for i in inv)
     rank = len(out_shape)
-    if rank < 2 or (kind in _MATRIX_KERNELS and rank < 3):
+    if rank < 2 or (kernel.matrix_operands and rank < 3):
         return False
     if not _axes_exclude_zero(kernel, rank):
         return False
