@@ -44,6 +44,7 @@ import numpy as np
 from hbtool.costmodel import access
 from hbtool.costmodel.hardware import Hardware
 from hbtool.ir.graph import Graph, Node
+from hbtool.ir.hz_ops import HZ_PREPROCESS
 from hbtool.kernels.quantize import Quantize
 from hbtool.kernels.units import CPU, DATA_MOVEMENT, TENSOR, UNITS, VECTOR
 
@@ -482,7 +483,7 @@ def image_input_cost(name: str, input_type: str, shape: tuple[int, ...], out_loc
     element); the converted int8 tensor is written where the compiler placed the input
     (``out_bytes``: in the padded layout of its reader, see :func:`absorb_image_reorders`).
     """
-    op = OpCost(f"{name}_{input_type}", "HzPreprocess", VECTOR, "ColourConvert")
+    op = OpCost(f"{name}_{input_type}", HZ_PREPROCESS, VECTOR, "ColourConvert")
     n, c, h, w = (list(shape) + [1, 1, 1, 1])[:4] if len(shape) >= 4 else (1, 3, 1, int(np.prod(shape)))
     pixels = int(n) * int(h) * int(w)
     nv12_bytes = access.sequential_bytes(pixels + pixels // 2, hw.ddr_burst_bytes)

@@ -22,6 +22,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from hbtool.ir.graph import Graph, Node
+from hbtool.ir.hz_ops import HZ_PREPROCESS
 from hbtool.kernels.movement import COMPILER_MOVES, DATA_MOVEMENT_OPS
 from hbtool.quant.observers import TensorStats
 from hbtool.quant.thresholds import sqnr_db, threshold
@@ -50,7 +51,7 @@ FIXED_OUTPUT_SCALE = {"Softmax": {8: 2.0**-7, 16: 2.0**-15}}
 # ops whose inputs/outputs want int16 when auto_int16 is on (the J5 talk: LayerNorm, Softmax;
 # LUT ops keep their resolution with int16 in and out)
 INT16_OUTPUTS = {"Softmax", "LayerNormalization", "ChannelLayerNorm", "InstanceNormalization"}
-INT16_INPUTS = {"HzPreprocess", "Softmax", "LayerNormalization", "ChannelLayerNorm", "InstanceNormalization", "Gelu", "Erf", "Sigmoid", "Tanh", "Exp", "Swish", "HardSwish", "Sqrt", "Reciprocal", "Div", "Log", "Pow"}
+INT16_INPUTS = {HZ_PREPROCESS, "Softmax", "LayerNormalization", "ChannelLayerNorm", "InstanceNormalization", "Gelu", "Erf", "Sigmoid", "Tanh", "Exp", "Swish", "HardSwish", "Sqrt", "Reciprocal", "Div", "Log", "Pow"}
 
 
 @dataclass

@@ -41,9 +41,10 @@ import numpy as np
 from hbtool.config.types import InputSpec
 from hbtool.errors import InputError
 from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node, Value
+from hbtool.ir.hz_ops import HZ_PREPROCESS
 from hbtool.quant.runtime_input import needs_conversion
 
-OP_TYPE = "HzPreprocess"
+OP_TYPE = HZ_PREPROCESS
 METADATA_PREFIX = "hbtool.preprocess."
 
 # full-range BT.601 RGB -> YUV, as in hbtool.quant.data.rgb_to_yuv444

@@ -28,6 +28,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hbtool.ir.graph import Graph, Node
+from hbtool.ir.hz_ops import HZ_REARRANGE, HZ_REORDER
 from hbtool.kernels.movement import COMPILER_MOVES, ELEMENT_COPIES, RESHAPE_LIKE
 
 Run = Callable[[list[Any]], list[np.ndarray]]
@@ -199,7 +200,7 @@ def _split(node: Node, program: Graph) -> Run:
 
 _MOVEMENT_FORMS = {
     "Reshape": _reshape, "Flatten": _reshape, "Squeeze": _reshape, "Unsqueeze": _reshape,
-    "Transpose": _transpose, "HzRearrange": _rearrange, "Identity": _identity, "HzReorder": _identity,
+    "Transpose": _transpose, HZ_REARRANGE: _rearrange, "Identity": _identity, HZ_REORDER: _identity,
     "Slice": _slice, "Concat": _concat, "Split": _split,
 }
 # ops that only copy input elements (or constants) to the output: an index map describes them; those
