@@ -178,7 +178,7 @@ def summaries(results: list[dict]) -> list[str]:
 
 
 def class_errors(results: list[dict]) -> str:
-    """CLASS_ERRORS of hbtool/perf/classes.py from the fit rows: march -> class -> (rows, median |lat err|, median |FPS err|)."""
+    """CLASS_ERRORS of hbtool/costmodel/classes.py from the fit rows: march -> class -> (rows, median |lat err|, median |FPS err|)."""
     out: dict[str, dict[str, tuple]] = {}
     for o in results:
         if o["split"] != "fit":
@@ -243,7 +243,7 @@ def main() -> None:
     ap.add_argument("--recompile", action="store_true")
     ap.add_argument("--no-tiling", action="store_true", help="memory plan without row-band tiling of conv chains (the plan before it)")
     ap.add_argument("--cached-only", action="store_true", help="skip rows whose compiled program is not cached yet")
-    ap.add_argument("--classes", action="store_true", help="print CLASS_ERRORS for hbtool/perf/classes.py (fit rows)")
+    ap.add_argument("--classes", action="store_true", help="print CLASS_ERRORS for hbtool/costmodel/classes.py (fit rows)")
     ap.add_argument("--markdown", type=Path)
     ap.add_argument("--plot", type=Path)
     ap.add_argument("--json", type=Path)
