@@ -126,6 +126,16 @@ def test_imports_go_only_to_lower_layers():
     assert not bad, "imports against the layers (see docs/architecture.md):\n" + "\n".join(sorted(set(bad)))
 
 
+def test_the_cost_model_reads_only_the_march_the_kernels_and_the_ir():
+    """quant sits below costmodel in the rows, but the cost model prices a compiled program: it has no
+    business with calibration (nor, above it, with the compiler, perf or the emulator)."""
+    allowed = {"march", "kernels", "ir", "errors", "utils", "config", "hbtool"}
+    bad = [f"{_where(path, line)}: costmodel -> {imported} (imports {target})"
+           for importer, imported, path, line, target in package_edges()
+           if importer == "costmodel" and imported not in allowed]
+    assert not bad, "the cost model imports outside its inputs:\n" + "\n".join(bad)
+
+
 def test_no_cycle_between_packages():
     graph: dict[str, set[str]] = {}
     where: dict[tuple[str, str], str] = {}

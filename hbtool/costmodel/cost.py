@@ -47,13 +47,10 @@ from hbtool.ir.graph import Graph, Node
 from hbtool.ir.hz_ops import HZ_PREPROCESS
 from hbtool.kernels.quantize import Quantize
 from hbtool.kernels.units import CPU, DATA_MOVEMENT, TENSOR, UNITS, VECTOR
+from hbtool.march.storage import align
 
 SRAM, DDR = "sram", "ddr"
 OVERHEAD, VIEW = "overhead", "view"
-
-
-def align(v: int, q: int) -> int:
-    return -(-int(v) // int(q)) * int(q) if q > 1 else int(v)
 
 
 @dataclass
