@@ -39,7 +39,6 @@ CORPUS_DEFAULT = ("pplcnet_orientation", "ppocrv5_textline_cls")
 def artifact_numbers(data: bytes) -> dict:
     """Weight bytes, all constant bytes, the 4-bit node count and the estimated FPS of an artifact."""
     from hbtool.compiler.artifact import from_bytes
-    from hbtool.compiler.compile import kernel_param_bytes
     from hbtool.perf.run import estimate
 
     art = from_bytes(data)
@@ -48,7 +47,7 @@ def artifact_numbers(data: bytes) -> dict:
         k = (node.get("meta") or {}).get("kernel") if isinstance(node, dict) else None
         if k is None:
             continue
-        consts += kernel_param_bytes(k)
+        consts += k.param_bytes()
         w = getattr(k, "weight", None)
         if isinstance(w, np.ndarray) and hasattr(k, "weight_bits"):
             weights += (w.size + 1) // 2 if k.weight_bits == 4 else w.size

@@ -28,10 +28,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-from hbtool.perf.hardware import hardware_for  # noqa: E402
+from hbtool.costmodel.hardware import hardware_for  # noqa: E402
 from hbtool.perf.levels import compare_levels  # noqa: E402
 from hbtool.perf.run import calibrate_to, fast_config  # noqa: E402
-from hbtool.perf.schedule import estimate_program  # noqa: E402
+from hbtool.costmodel.schedule import estimate_program  # noqa: E402
 
 # assumed parameters the sensitivity study varies (Hardware attribute, label); each halved and doubled
 ASSUMED = [

@@ -123,9 +123,9 @@ def replan_memory(header: dict, program, march: str, tiling: bool = True) -> dic
 
 
 def estimate_row(r: Row, recompile: bool = False, tiling: bool = True) -> dict:
-    from hbtool.perf.classes import measurement_class
-    from hbtool.perf.hardware import hardware_for
-    from hbtool.perf.schedule import estimate_program
+    from hbtool.costmodel.classes import measurement_class
+    from hbtool.costmodel.hardware import hardware_for
+    from hbtool.costmodel.schedule import estimate_program
 
     header, program = compiled_program(r.onnx, r.march, recompile, r.calibration)
     header = replan_memory(header, program, r.march, tiling)
@@ -178,7 +178,7 @@ def summaries(results: list[dict]) -> list[str]:
 
 
 def class_errors(results: list[dict]) -> str:
-    """CLASS_ERRORS of hbtool/perf/classes.py from the fit rows: march -> class -> (rows, median |lat err|, median |FPS err|)."""
+    """CLASS_ERRORS of hbtool/costmodel/classes.py from the fit rows: march -> class -> (rows, median |lat err|, median |FPS err|)."""
     out: dict[str, dict[str, tuple]] = {}
     for o in results:
         if o["split"] != "fit":
@@ -243,7 +243,7 @@ def main() -> None:
     ap.add_argument("--recompile", action="store_true")
     ap.add_argument("--no-tiling", action="store_true", help="memory plan without row-band tiling of conv chains (the plan before it)")
     ap.add_argument("--cached-only", action="store_true", help="skip rows whose compiled program is not cached yet")
-    ap.add_argument("--classes", action="store_true", help="print CLASS_ERRORS for hbtool/perf/classes.py (fit rows)")
+    ap.add_argument("--classes", action="store_true", help="print CLASS_ERRORS for hbtool/costmodel/classes.py (fit rows)")
     ap.add_argument("--markdown", type=Path)
     ap.add_argument("--plot", type=Path)
     ap.add_argument("--json", type=Path)

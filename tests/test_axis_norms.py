@@ -26,7 +26,7 @@ from hbtool.ir.onnx_export import to_onnx
 from hbtool.ir.onnx_import import import_onnx
 from hbtool.ir.passes import fuse_layernorm, optimize_float
 from hbtool.kernels import LayerNorm, Softmax
-from hbtool.perf.schedule import estimate
+from hbtool.costmodel.schedule import estimate
 from hbtool.quant.calibrate import run_calibration, write_outputs
 from hbtool.simulator.accel import accelerate
 from hbtool.simulator.executor import Executor

@@ -16,7 +16,7 @@ from hbtool.compiler.compile import compile_model
 from hbtool.config import config_from_dict
 from hbtool.kernels import ConvTranspose
 from hbtool.kernels.conv_transpose import resolve_pads
-from hbtool.perf.schedule import estimate
+from hbtool.costmodel.schedule import estimate
 from hbtool.quant.calibrate import run_calibration, write_outputs
 from hbtool.simulator import accel
 from hbtool.simulator.executor import Executor

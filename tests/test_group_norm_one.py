@@ -68,7 +68,7 @@ def test_group_norm_one_over_a_row_past_one_pass_runs_in_two(tmp_path):
 @pytest.mark.parametrize("hw,two_pass", [(16, False), (48, True)])
 def test_long_layernorm_rows_cost_a_second_pass(hw, two_pass):
     from hbtool.kernels import LayerNorm
-    from hbtool.perf.cost import VECTOR, CostContext, cost_op, layernorm_one_pass_size
+    from hbtool.costmodel.cost import VECTOR, CostContext, cost_op, layernorm_one_pass_size
     from tests.test_perf import HW, node, tiny_program
 
     shape = (1, 16, hw, hw)

@@ -185,7 +185,7 @@ def _check_bit_exact(tmp, cfg, compiled, images):
 
 
 def test_nv12_pipeline_artifact_takes_nv12_and_simulates_like_the_quantized_model(tmp_path):
-    from hbtool.perf.schedule import estimate
+    from hbtool.costmodel.schedule import estimate
     from hbtool.simulator.simulate import simulate
 
     cfg, result, compiled = _pipeline(tmp_path, "rgb", "nv12")

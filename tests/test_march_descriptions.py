@@ -16,7 +16,7 @@ from onnx import helper
 
 from hbtool.errors import InputError
 from hbtool.march.description import SUPPORTED_MARCHES, load_march
-from hbtool.perf.hardware import hardware_for, parameter_table
+from hbtool.costmodel.hardware import hardware_for, parameter_table
 from tests.helpers import make_model, small_conv_model, tensor, vinfo
 
 MARCH_DIR = Path(__file__).resolve().parents[1] / "hbtool" / "march"

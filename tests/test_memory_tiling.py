@@ -17,10 +17,10 @@ from onnx import helper
 from hbtool.compiler.compile import bpu_weight_bytes, compile_model
 from hbtool.compiler.memory import DDR, SRAM, TILED, plan_memory
 from hbtool.march.description import March, load_march
-from hbtool.perf.cost import TENSOR
-from hbtool.perf.hardware import hardware_for
+from hbtool.costmodel.cost import TENSOR
+from hbtool.costmodel.hardware import hardware_for
 from hbtool.perf.run import calibrate_to, fast_config
-from hbtool.perf.schedule import estimate_program
+from hbtool.costmodel.schedule import estimate_program
 from tests.helpers import make_model, tensor, vinfo
 
 

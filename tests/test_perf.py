@@ -20,9 +20,9 @@ from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node
 from hbtool.kernels.conv import Conv
 from hbtool.kernels.eltwise import Add
 from hbtool.kernels.linear import Linear, MatMul
-from hbtool.perf.cost import DATA_MOVEMENT, DDR, OVERHEAD, TENSOR, VECTOR, CostContext, cost_op
-from hbtool.perf.hardware import hardware_for, parameter_table
-from hbtool.perf.schedule import estimate_program
+from hbtool.costmodel.cost import DATA_MOVEMENT, DDR, OVERHEAD, TENSOR, VECTOR, CostContext, cost_op
+from hbtool.costmodel.hardware import hardware_for, parameter_table
+from hbtool.costmodel.schedule import estimate_program
 
 ROOT = Path(__file__).resolve().parents[1]
 HW = hardware_for("bayes")

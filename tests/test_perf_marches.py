@@ -15,8 +15,8 @@ from onnx import helper
 
 from hbtool.cli import main
 from hbtool.kernels.conv import Conv
-from hbtool.perf.cost import CPU, TENSOR, VECTOR, CostContext, cost_op
-from hbtool.perf.hardware import hardware_for
+from hbtool.costmodel.cost import CPU, TENSOR, VECTOR, CostContext, cost_op
+from hbtool.costmodel.hardware import hardware_for
 from hbtool.perf.run import perf_fast
 from tests.helpers import make_model, small_conv_model, tensor, vinfo
 from tests.test_perf import ceil_to, node, tiny_program
@@ -105,7 +105,7 @@ def test_cli_prints_the_measurement_class_and_fps_by_threads(tmp_path):
 
 
 def _transpose_on(march: str, where: str):
-    from hbtool.perf.cost import DATA_MOVEMENT, SRAM
+    from hbtool.costmodel.cost import DATA_MOVEMENT, SRAM
 
     shapes = {"x": (1, 256, 64), "y": (1, 64, 256)}           # int8; every output row reads a column: runs of 1 element
     n = node("Transpose", ["x"], ["y"], DATA_MOVEMENT, attrs={"perm": [0, 2, 1]})
@@ -137,7 +137,7 @@ def test_published_build_precision_goes_through_the_quick_path(tmp_path):
     ``set_all_nodes_int16`` makes every BPU op 16-bit on X5 and costs more than the int8 default."""
     from hbtool.compiler.compile import compile_model
     from hbtool.perf.run import calibrate_to, fast_config
-    from hbtool.perf.schedule import estimate_program
+    from hbtool.costmodel.schedule import estimate_program
 
     p = tmp_path / "m.onnx"
     p.write_bytes(small_conv_model().SerializeToString())

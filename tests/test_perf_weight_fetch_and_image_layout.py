@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from hbtool.kernels.conv import Conv
-from hbtool.perf import access, schedule
-from hbtool.perf.cost import TENSOR, VECTOR, CostContext, cost_op
-from hbtool.perf.hardware import hardware_for, parameter_table
+from hbtool.costmodel import access, schedule
+from hbtool.costmodel.cost import TENSOR, VECTOR, CostContext, cost_op
+from hbtool.costmodel.hardware import hardware_for, parameter_table
 from hbtool.perf.report import op_json
 from hbtool.perf.run import perf_fast
 from tests.helpers import small_conv_model
@@ -48,7 +48,7 @@ def test_weights_read_again_per_band_are_waited_for_per_read():
     g1, t1 = _conv()
     g3, t3 = _conv(tile={"bands": 3, "weight_reads": 3, "group": 0})
     once = cost_op(g1.nodes[0], CostContext(g1, t1, hw))
-    thrice = cost_op(g3.nodes[0], CostContext(g3, t3, hw))
+    thrice = cost_op(g3.nodes[0], CostContext(g3, t3, hw), g3.nodes[0].meta["tile"])
     assert once.exposed > 0
     assert thrice.exposed == pytest.approx(3 * once.exposed)
 

@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from hbtool.compiler.artifact import from_bytes
-from hbtool.perf.schedule import estimate
+from hbtool.costmodel.schedule import estimate
 from tests.helpers import cosine, run_pipeline
 
 CASES = {

@@ -30,9 +30,9 @@ from hbtool.kernels.resize import COORDINATE_MODES, NEAREST_MODES, WEIGHT_BITS, 
 from hbtool.march import op_rules
 from hbtool.quant.calibrate import run_calibration, write_outputs
 from hbtool.io.metrics import cosine
-from hbtool.perf.schedule import estimate
+from hbtool.costmodel.schedule import estimate
 from hbtool.simulator.executor import Executor
-from hbtool.simulator.movement import MOVEMENT
+from hbtool.kernels.movement import MOVEMENT
 
 F32 = np.float32
 # (input H, W), and either float scales for H and W or output sizes (H, W)
@@ -315,7 +315,7 @@ def test_cubic_resize_runs_on_the_cpu_with_the_reason(tmp_path):
 
 # ------------------------------------------------------------------ perf
 def test_perf_costs_nearest_as_data_movement_and_bilinear_as_four_taps_on_the_vector_unit():
-    from hbtool.perf.cost import BILINEAR_TAPS, DATA_MOVEMENT, VECTOR
+    from hbtool.costmodel.cost import BILINEAR_TAPS, DATA_MOVEMENT, VECTOR
     from tests.test_perf import HW, cost, node, tiny_program
 
     shapes = {"x": (1, 16, 8, 8), "y": (1, 16, 16, 16)}

@@ -7,7 +7,7 @@ import pytest
 from onnx import helper
 
 from hbtool.ir.graph import Graph
-from hbtool.simulator.movement import MOVEMENT
+from hbtool.kernels.movement import MOVEMENT
 from tests.helpers import make_model, run_ort, run_pipeline, tensor, vinfo
 
 TRANSFORMS = ["half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "tf_half_pixel_for_nn"]

@@ -82,7 +82,7 @@ def _movement_model(tmp: Path) -> Path:
 def test_movement_index_maps_match_the_one_sample_ops(tmp_path):
     from hbtool.ir.onnx_import import import_onnx
     from hbtool.simulator.batching import movement_step
-    from hbtool.simulator.movement import MOVEMENT
+    from hbtool.kernels.movement import MOVEMENT
 
     graph = import_onnx(_movement_model(tmp_path))
     assert [n.op_type for n in graph.nodes] == ["Pad", "Concat", "Tile"]

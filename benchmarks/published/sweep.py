@@ -45,7 +45,7 @@ def _programs(rows):
 
 
 def _errors(programs, hw):
-    from hbtool.perf.schedule import estimate_program
+    from hbtool.costmodel.schedule import estimate_program
 
     errors = {}
     for r, header, program in programs:
@@ -61,7 +61,7 @@ def _summary(errors, k):
 
 
 def main() -> None:
-    from hbtool.perf.hardware import hardware_for
+    from hbtool.costmodel.hardware import hardware_for
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--march", default="bayes-e")

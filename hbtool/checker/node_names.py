@@ -29,6 +29,7 @@ from typing import Any, Iterable, Mapping
 
 from hbtool.errors import InputError
 from hbtool.ir.graph import Graph
+from hbtool.kernels.movement import RESHAPE_LIKE
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ _GENERATED_OPS = ("mul", "add", "sub", "div", "reshape", "transpose", "squeeze",
 _GENERATED_SUFFIX = re.compile(r"^(?P<base>.+)_(?P<what>" + "|".join(_GENERATED_OPS) + r")(_\d+)?$",
                                re.IGNORECASE)
 _MAX_WALK = 64
-_MOVEMENT = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten"}
+_MOVEMENT = RESHAPE_LIKE | {"Transpose"}
 _LOGGED: set[tuple[str, str]] = set()  # each resolution is said once per process, not once per stage
 _PADDLE_PREFIX = "p2o."
 

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from hbtool.errors import InputError
+from hbtool.kernels.base import narrowest_int
 
 MAGIC = b"HBTOOLM\0"
 FORMAT_VERSION = 2
@@ -65,17 +66,6 @@ def _kernel_classes() -> dict[str, type]:
     return out
 
 
-def _narrowest(a: np.ndarray) -> np.ndarray:
-    if a.dtype.kind not in "iu" or a.size == 0:
-        return a
-    lo, hi = int(a.min()), int(a.max())
-    for dt in (np.int8, np.int16, np.int32, np.int64):
-        info = np.iinfo(dt)
-        if info.min <= lo and hi <= info.max:
-            return a.astype(dt)
-    return a
-
-
 class _BlobWriter:
     def __init__(self) -> None:
         self.chunks: list[bytes] = []
@@ -95,7 +85,7 @@ class _BlobWriter:
 
     def add_array(self, a: np.ndarray) -> int:
         a = np.asarray(a)
-        stored = np.ascontiguousarray(_narrowest(a)).astype(np.dtype(_narrowest(a).dtype).newbyteorder("<"), copy=False)
+        stored = np.ascontiguousarray(narrowest_int(a)).astype(np.dtype(narrowest_int(a).dtype).newbyteorder("<"), copy=False)
         return self.add_bytes(stored.tobytes(), "array", {"dtype": stored.dtype.str, "restore": a.dtype.str, "shape": list(a.shape)})
 
 

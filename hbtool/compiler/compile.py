@@ -13,16 +13,18 @@ from typing import Any, Callable
 import numpy as np
 
 from hbtool import __version__
-from hbtool.compiler.artifact import _narrowest, to_bytes
+from hbtool.compiler.artifact import to_bytes
 from hbtool.compiler.cpu import CpuSubgraph, extract_cpu_subgraphs
 from hbtool.compiler.layout import LayoutPlan, plan_layout
 from hbtool.compiler.memory import MemoryPlan, plan_memory
 from hbtool.compiler.passes import run_passes
-from hbtool.compiler.program_io import program_section
 from hbtool.compiler.source import load_calibrated, lower_calibrated
 from hbtool.compiler.units import CPU, assign_units
 from hbtool.config import HbConfig
+from hbtool.costmodel.document import to_json
+from hbtool.costmodel.schedule import estimate
 from hbtool.ir.graph import Graph
+from hbtool.ir.program_io import program_section
 from hbtool.march.description import load_march
 
 log = logging.getLogger(__name__)
@@ -59,24 +61,7 @@ def artifact_path(cfg: HbConfig) -> Path:
 
 def bpu_weight_bytes(program: Any) -> int:
     """Bytes of the constants every BPU kernel of ``program`` streams per frame (the memory plan's weights)."""
-    return sum(kernel_param_bytes(n.meta["kernel"]) for n in program.nodes if "kernel" in n.meta and n.meta.get("unit") != CPU)
-
-
-def kernel_param_bytes(kernel: Any) -> int:
-    """Bytes of a kernel's constant arrays as stored (narrowest integer type): weights, biases, tables."""
-    import dataclasses
-
-    total = 0
-    packed = getattr(kernel, "weight_bits", 8) == 4  # int4 weights: two per byte (hbtool.kernels.packing)
-    for f in dataclasses.fields(kernel):
-        v = getattr(kernel, f.name)
-        if packed and f.name == "weight" and isinstance(v, np.ndarray):
-            total += (v.size + 1) // 2
-        elif isinstance(v, np.ndarray) and v.size > 1:
-            total += _narrowest(v).nbytes
-        elif dataclasses.is_dataclass(v):
-            total += kernel_param_bytes(v)
-    return total
+    return sum(n.meta["kernel"].param_bytes() for n in program.nodes if "kernel" in n.meta and n.meta.get("unit") != CPU)
 
 
 def _input_descriptions(cfg: HbConfig, program: Graph, removed: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
@@ -234,22 +219,10 @@ def compile_model(cfg: HbConfig, optimize_level: str | None = None, disabled_pas
 
 def kernel_macs(node, program: Graph) -> int:
     """Multiply-accumulates of a tensor-unit kernel node, from its integer weights and output shape."""
-    kernel = node.meta["kernel"]
     out = program.shape(node.outputs[0])
     if out is None:
         return 0
-    elems = int(np.prod(out, dtype=np.int64))
-    kind = type(kernel).__name__
-    if kind == "Conv":
-        return elems * int(np.prod(kernel.weight.shape[1:]))
-    if kind == "ConvTranspose":  # every input sample meets Cout/group x prod(k) weights
-        x = program.shape(node.inputs[0])
-        return 0 if x is None else int(np.prod(x, dtype=np.int64)) * int(np.prod(kernel.weight.shape[1:]))
-    if kind == "Linear":
-        return elems * int(kernel.weight.shape[0])
-    if kind in ("MatMul", "Log2MatMul"):
-        return elems * int(kernel.k)
-    return 0
+    return int(node.meta["kernel"].macs(program.shape(node.inputs[0]), out))
 
 
 def compile_log(result: CompiledModel) -> str:
@@ -298,7 +271,6 @@ def advice_lines(result: CompiledModel, threshold_us: int) -> list[str]:
     if threshold_us <= 0:
         return []
     from hbtool.compiler.artifact import from_bytes
-    from hbtool.perf.schedule import estimate
 
     est = estimate(from_bytes(result.data).header)
     lines = []
@@ -322,7 +294,5 @@ def layer_details(result: CompiledModel) -> bytes:
     import json
 
     from hbtool.compiler.artifact import from_bytes
-    from hbtool.perf.report import to_json
-    from hbtool.perf.schedule import estimate
 
     return (json.dumps(to_json(estimate(from_bytes(result.data).header)), indent=1) + "\n").encode("utf-8")

@@ -13,10 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node
+from hbtool.ir.hz_ops import HZ_CPU_SUBGRAPH
 from hbtool.ir.macs import node_macs
 from hbtool.ir.onnx_export import to_onnx
 
-CPU_SUBGRAPH_OP = "HzCpuSubgraph"
+CPU_SUBGRAPH_OP = HZ_CPU_SUBGRAPH
 
 
 @dataclass

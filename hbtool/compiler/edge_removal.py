@@ -23,17 +23,18 @@ import numpy as np
 
 from hbtool.errors import InputError
 from hbtool.ir.graph import Graph, Node
+from hbtool.ir.hz_ops import HZ_DEQUANTIZE, HZ_QUANTIZE, HZ_SOFTMAX
 
 log = logging.getLogger(__name__)
 
 # YAML type name -> program op types it stands for
 TYPE_OPS = {
-    "Quantize": ("HzQuantize",),
-    "Dequantize": ("HzDequantize",),
+    "Quantize": (HZ_QUANTIZE,),
+    "Dequantize": (HZ_DEQUANTIZE,),
     "Transpose": ("Transpose",),
     "Cast": ("Cast",),
     "Reshape": ("Reshape", "Flatten", "Squeeze", "Unsqueeze"),
-    "Softmax": ("Softmax", "HzSoftmax"),
+    "Softmax": ("Softmax", HZ_SOFTMAX),
 }
 AT_INPUT = ("Quantize", "Transpose")
 AT_OUTPUT = ("Dequantize", "Transpose", "Cast", "Reshape", "Softmax")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from hbtool.ir.graph import HBTOOL_DOMAIN, Graph
+from hbtool.ir.hz_ops import HZ_DEQUANTIZE, HZ_QUANTIZE
 from hbtool.kernels.quantize import Dequantize
 
 SUFFIX = "_layer_out"
@@ -22,7 +23,7 @@ def add_layer_outputs(program: Graph, tensors: dict[str, tuple[float, int]]) -> 
     """Add the dequantized outputs; ``tensors`` is the lowering's ``{integer tensor: (scale, bits)}``."""
     added: list[str] = []
     for node in list(program.nodes):
-        if node.meta.get("on") != "BPU" or "kernel" not in node.meta or node.op_type in ("HzQuantize", "HzDequantize"):
+        if node.meta.get("on") != "BPU" or "kernel" not in node.meta or node.op_type in (HZ_QUANTIZE, HZ_DEQUANTIZE):
             continue
         for t in node.outputs:
             if not t or t not in tensors or t in program.outputs:
@@ -32,7 +33,7 @@ def add_layer_outputs(program: Graph, tensors: dict[str, tuple[float, int]]) -> 
             if name in program.values:
                 name = program.unique_name(name)
             program.set_value(name, program.shape(t), np.float32)
-            deq = program.add_node("HzDequantize", [t], [name], {"scale": float(scale)}, name=f"{name}_HzDequantize",
+            deq = program.add_node(HZ_DEQUANTIZE, [t], [name], {"scale": float(scale)}, name=f"{name}_HzDequantize",
                                    domain=HBTOOL_DOMAIN)
             deq.meta.update(kernel=Dequantize.build(scale), on="CPU", boundary=True)
             program.outputs.append(name)

@@ -23,9 +23,11 @@ import numpy as np
 
 from hbtool.compiler.units import CPU, DATA_MOVEMENT
 from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node
+from hbtool.ir.hz_ops import HZ_REORDER
 from hbtool.march.description import March
+from hbtool.march.storage import element_bytes, padded_shape, storage_axes
 
-REORDER_OP = "HzReorder"
+__all__ = ["LayoutPlan", "TensorLayout", "element_bytes", "padded_shape", "plan_layout", "storage_axes", "unit_alignment"]
 
 
 @dataclass
@@ -50,22 +52,6 @@ class TensorLayout:
                 "bytes": self.bytes, "padded_bytes": self.padded_bytes}
 
 
-def storage_axes(shape: tuple[int, ...]) -> tuple[int | None, int | None]:
-    """(channel axis stored innermost, the "W" axis stored next) of a logical shape."""
-    r = len(shape)
-    if r == 4:
-        return 1, 3
-    if r >= 2:
-        return r - 1, r - 2
-    if r == 1:
-        return 0, None
-    return None, None
-
-
-def _align(v: int, q: int) -> int:
-    return -(-int(v) // q) * q if q > 1 else int(v)
-
-
 def unit_alignment(march: March, unit: str, reading: bool) -> tuple[int, int]:
     """(C quantum, W quantum) a unit needs for the tensors it reads (or writes)."""
     if unit == CPU:
@@ -73,20 +59,6 @@ def unit_alignment(march: March, unit: str, reading: bool) -> tuple[int, int]:
     a = march.alignment(unit)
     c = a.get("c_in" if reading else "c_out", a.get("c", 1))
     return int(c), int(a.get("w", 1))
-
-
-def padded_shape(shape: tuple[int, ...], c_q: int, w_q: int) -> tuple[int, ...]:
-    c_axis, w_axis = storage_axes(shape)
-    out = list(shape)
-    if c_axis is not None:
-        out[c_axis] = _align(out[c_axis], c_q)
-    if w_axis is not None:
-        out[w_axis] = _align(out[w_axis], w_q)
-    return tuple(out)
-
-
-def element_bytes(bits: int | None) -> int:
-    return 4 if bits is None else max(1, int(bits) // 8)
 
 
 @dataclass
@@ -126,7 +98,7 @@ def plan_layout(program: Graph, march: March, tensor_bits: dict[str, int]) -> La
             continue
         for reader in list(consumers.get(name, [])):
             r_unit = reader.meta.get("unit", CPU)
-            if r_unit in (CPU, DATA_MOVEMENT) or reader.op_type == REORDER_OP:
+            if r_unit in (CPU, DATA_MOVEMENT) or reader.op_type == HZ_REORDER:
                 continue
             need_c, need_w = unit_alignment(march, r_unit, reading=True)
             shape = tensors[name].shape
@@ -137,7 +109,7 @@ def plan_layout(program: Graph, march: March, tensor_bits: dict[str, int]) -> La
             if key not in program.values:
                 v = program.values[name]
                 program.set_value(key, v.shape, v.dtype)
-                node = Node(program.unique_name(f"{name}/{REORDER_OP}"), REORDER_OP, [name], [key], {}, HBTOOL_DOMAIN)
+                node = Node(program.unique_name(f"{name}/{HZ_REORDER}"), HZ_REORDER, [name], [key], {}, HBTOOL_DOMAIN)
                 node.meta.update(on="BPU", unit=DATA_MOVEMENT, subgraph=reader.meta.get("subgraph"), in_sram=True)
                 program.nodes.insert(program.nodes.index(reader), node)
                 if name in tensor_bits:

@@ -37,6 +37,9 @@ from dataclasses import dataclass, field
 
 from hbtool.compiler.layout import LayoutPlan
 from hbtool.compiler.units import CPU, DATA_MOVEMENT, TENSOR, VECTOR
+from hbtool.costmodel.cost import CostContext, cost_op
+from hbtool.costmodel.hardware import hardware_for
+from hbtool.costmodel.schedule import fuse_output_stage
 from hbtool.errors import InputError
 from hbtool.ir.graph import Graph, Node
 from hbtool.march.description import March
@@ -89,16 +92,14 @@ class _Objective:
     """What banding a chain gains under the compile mode: cycles (``latency``), DDR bytes
     (``bandwidth``), or a mix (``balance``, ``balance_factor`` 0 = bandwidth .. 100 = latency).
 
-    Cycles come from the cost model the perf estimate uses (:func:`hbtool.perf.cost.cost_op`) on the
-    chain's nodes, with the chain's tensors where each plan puts them: so a chain whose ops wait on
+    Cycles come from the cost model the perf estimate uses (:func:`hbtool.costmodel.cost.cost_op`) on the
+    chain's nodes, run as each candidate tiling says, with the chain's tensors where each plan puts them: so a chain whose ops wait on
     their compute, not on DDR, is not banded in latency mode just to pay more dispatches."""
 
     def __init__(self, program: Graph, layout: LayoutPlan, march: March, mode: str, balance_factor: int):
         self.program, self.layout = program, layout
         self.hw = None
         try:
-            from hbtool.perf.hardware import hardware_for
-
             self.hw = hardware_for(march)
         except InputError:  # a march file without the cost model's parameters: DDR bytes only
             mode = "bandwidth"
@@ -106,9 +107,6 @@ class _Objective:
         self.weight = 1.0 if mode == "latency" else 0.0 if mode == "bandwidth" else min(1.0, max(0.0, balance_factor / 100.0))
 
     def cycles(self, nodes: list[Node], location, tile: dict | None) -> float:
-        from hbtool.perf.cost import CostContext, cost_op
-        from hbtool.perf.schedule import fuse_output_stage
-
         tensors: dict[str, dict] = {}
         for n in nodes:
             for t in list(n.inputs) + list(n.outputs):
@@ -116,21 +114,8 @@ class _Objective:
                 if lay is not None and t not in tensors:
                     tensors[t] = {"padded": list(lay.padded), "padded_bytes": lay.padded_bytes,
                                   "element_bytes": lay.element_bytes, "memory": {"location": location(t)}}
-        kept = [n.meta.get("tile") for n in nodes]
-        try:
-            for n in nodes:
-                if tile is None:
-                    n.meta.pop("tile", None)
-                else:
-                    n.meta["tile"] = tile
-            ctx = CostContext(self.program, tensors, self.hw)
-            ops = fuse_output_stage(self.program, [cost_op(n, ctx) for n in nodes], self.hw, nodes)
-        finally:
-            for n, t in zip(nodes, kept):
-                if t is None:
-                    n.meta.pop("tile", None)
-                else:
-                    n.meta["tile"] = t
+        ctx = CostContext(self.program, tensors, self.hw)
+        ops = fuse_output_stage(self.program, [cost_op(n, ctx, tile) for n in nodes], self.hw, nodes)
         return float(sum(o.cycles for o in ops))
 
     def gain(self, cycles_saved: float, bytes_saved: int) -> float:
@@ -195,9 +180,7 @@ def _node_weight_bytes(node: Node) -> int:
     kernel = node.meta.get("kernel")
     if kernel is None or node.meta.get("unit") == CPU:
         return 0
-    from hbtool.compiler.compile import kernel_param_bytes  # compile imports this module
-
-    return int(kernel_param_bytes(kernel))
+    return int(kernel.param_bytes())
 
 
 def _halo_rows(node: Node, program: Graph) -> int | None:

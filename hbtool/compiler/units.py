@@ -1,25 +1,16 @@
 """Which unit of the BPU (or the CPU) runs each node of the integer program.
 
-The J5 BPU has three kinds of units (see ``march/bayes.yaml``): the tensor unit multiplies
-(convolutions, matmuls, linears), the vector unit does elementwise work, tables, reductions
-and the LayerNorm/Softmax arithmetic, and the data-movement unit rearranges bytes. Nodes
-left in float run on the CPU (the A55 cluster); the quantize/dequantize at the model's
-boundary also run there.
+The units are those of :mod:`hbtool.kernels.units`; a kernel node runs on the unit its kernel
+class names (``Kernel.unit``), a BPU node without a kernel is data movement, and the rest
+(float subgraphs, the boundary quantize/dequantize) runs on the CPU.
 """
 
 from __future__ import annotations
 
 from hbtool.ir.graph import Graph, Node
+from hbtool.kernels.units import CPU, DATA_MOVEMENT, TENSOR, VECTOR
 
-TENSOR, VECTOR, DATA_MOVEMENT, CPU = "tensor", "vector", "data_movement", "cpu"
-
-_KERNEL_UNIT = {
-    "Conv": TENSOR, "ConvTranspose": TENSOR, "Linear": TENSOR, "MatMul": TENSOR, "Log2MatMul": TENSOR,
-    "Add": VECTOR, "Mul": VECTOR, "Lut": VECTOR, "Softmax": VECTOR, "LayerNorm": VECTOR,
-    "AvgPool": VECTOR, "ReduceMean": VECTOR, "ReduceSum": VECTOR, "MaxPool": VECTOR, "Requantize": VECTOR,
-    "BilinearResize": VECTOR, "Div": VECTOR, "ReduceL2": VECTOR, "InputConvert": VECTOR,
-    "Quantize": CPU, "Dequantize": CPU,
-}
+__all__ = ["CPU", "DATA_MOVEMENT", "TENSOR", "VECTOR", "assign_units", "unit_of"]
 
 
 def unit_of(node: Node) -> str:
@@ -28,7 +19,7 @@ def unit_of(node: Node) -> str:
         return node.meta["unit_override"]
     kernel = node.meta.get("kernel")
     if kernel is not None:
-        return _KERNEL_UNIT.get(type(kernel).__name__, VECTOR if node.meta.get("on") == "BPU" else CPU)
+        return kernel.unit or (VECTOR if node.meta.get("on") == "BPU" else CPU)
     if node.meta.get("on") == "BPU":
         return DATA_MOVEMENT
     return CPU

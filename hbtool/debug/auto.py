@@ -165,7 +165,7 @@ def estimate_fps(session: DebugSession, measured: Measured) -> float:
     """The perf model's FPS of the variant, compiled in memory from its calibrated model."""
     from hbtool.compiler.compile import compile_model
     from hbtool.ir.onnx_export import to_onnx
-    from hbtool.perf.schedule import estimate
+    from hbtool.costmodel.schedule import estimate
     from hbtool.utils.atomic import atomic_write_bytes
 
     cfg = session.config_with(measured.node_info)

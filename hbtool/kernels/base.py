@@ -18,6 +18,7 @@ and three wrappers around ``emit`` shared by all kernels: :meth:`Kernel.onnx_nod
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Sequence
 
 import numpy as np
@@ -35,6 +36,27 @@ class Kernel:
     #: ONNX element type of the inputs / output of the emitted subgraph
     onnx_input_type: int = TensorProto.DOUBLE
     onnx_output_type: int = TensorProto.DOUBLE
+
+    # ---- facts the compiler, the cost model and the emulator read (one place: the class)
+    #: the unit that runs it (:mod:`.units`); None: the vector unit on the BPU, else the CPU
+    unit: str | None = None
+    #: the vector unit's class of work (the march's ``units.vector.cycles_per_element.<class>``)
+    vector_class: str = "elementwise"
+    #: what a reduction kernel computes over its axes ("mean", "sum", "l2"); None: not a reduction
+    reduction: str | None = None
+    #: works on trailing axes or treats axis 0 as a batch: ``simulate`` may fold its samples into axis 0
+    merges_samples: bool = False
+    #: its last two axes are a matrix, so axis 0 must be a batch axis for samples to fold into it
+    matrix_operands: bool = False
+
+    def macs(self, in_shape: Sequence[int] | None, out_shape: Sequence[int]) -> int:
+        """Multiply-accumulates of one run on ``in_shape`` (first operand) to ``out_shape``; 0 for none
+        (counted by :mod:`hbtool.ir.macs`)."""
+        return 0
+
+    def param_bytes(self) -> int:
+        """Bytes of the kernel's constant arrays as the artifact stores them (see :func:`param_bytes`)."""
+        return param_bytes(self)
 
     def apply_numpy(self, *inputs: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -93,6 +115,38 @@ class Kernel:
         if input_shapes is not None:  # fills the output's type for onnx.checker's full check
             model = onnx.shape_inference.infer_shapes(model)
         return model
+
+
+def narrowest_int(a: np.ndarray) -> np.ndarray:
+    """An integer array in the narrowest signed type holding its values (how the artifact stores constants)."""
+    if a.dtype.kind not in "iu" or a.size == 0:
+        return a
+    lo, hi = int(a.min()), int(a.max())
+    for dt in (np.int8, np.int16, np.int32, np.int64):
+        info = np.iinfo(dt)
+        if info.min <= lo and hi <= info.max:
+            return a.astype(dt)
+    return a
+
+
+def param_bytes(kernel: Any) -> int:
+    """Bytes of a kernel's constant arrays as stored (narrowest integer type): weights, biases, tables.
+
+    The weights the BPU streams for the kernel every frame: the compiler's memory plan and the cost
+    model's weight fetch both read this. int4 weights count two per byte (:mod:`.packing`); nested
+    kernels (a fused requantize) count with their owner; scalars ride in the instruction, not here.
+    """
+    total = 0
+    packed = getattr(kernel, "weight_bits", 8) == 4
+    for f in dataclasses.fields(kernel):
+        v = getattr(kernel, f.name)
+        if packed and f.name == "weight" and isinstance(v, np.ndarray):
+            total += (v.size + 1) // 2
+        elif isinstance(v, np.ndarray) and v.size > 1:
+            total += narrowest_int(v).nbytes
+        elif dataclasses.is_dataclass(v):
+            total += param_bytes(v)
+    return total
 
 
 class RangeError(ValueError):

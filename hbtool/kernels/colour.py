@@ -44,6 +44,7 @@ from hbtool.kernels.base import Kernel, as_int, check, check_scales
 from hbtool.kernels.builder import OnnxBuilder
 from hbtool.kernels.fixedpoint import DEFAULT_ROUNDING
 from hbtool.kernels.requantize import Requantize
+from hbtool.kernels.units import VECTOR
 
 #: fraction bits of the colour matrix and the mean: a rounding error below 3 * 255 * 2**-15 pixel values
 FRACTION_BITS = 14
@@ -157,6 +158,8 @@ def colour_sums(pixels: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.
 @dataclass(frozen=True, eq=False)
 class InputConvert(Kernel):
     """Run-time image buffer (uint8, or int8 ``*_128``) -> normalised int8/int16 tensor in the training layout."""
+
+    unit = VECTOR
 
     fmt: str                 # nv12 | yuv444 | rgb | bgr | gray (the buffer's format)
     offset: int              # 0, or 128 for the *_128 formats

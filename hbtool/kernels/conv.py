@@ -34,11 +34,13 @@ from typing import Any, Sequence
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from hbtool.ir.macs import conv_macs
 from hbtool.kernels.base import Kernel, as_int, check, check_scales
 from hbtool.kernels.builder import OnnxBuilder
 from hbtool.kernels.fixedpoint import DEFAULT_ROUNDING, EXACT_LIMIT, int_range
 from hbtool.kernels.linear import F32_EXACT, check_activation, check_codes, check_input_range, check_weight_bits
 from hbtool.kernels.requantize import Requantize
+from hbtool.kernels.units import TENSOR
 
 
 # --------------------------------------------------------------------------- geometry
@@ -178,6 +180,9 @@ def emit_float_conv(b: OnnxBuilder, x: str, w: np.ndarray, attrs: dict, in_bits:
 class Conv(Kernel):
     """``requantize(conv(x, W) + b)`` per output channel; make it with :meth:`build`."""
 
+    unit = TENSOR
+    merges_samples = True
+
     weight: np.ndarray  # int64 [Cout, Cin/group, *k]
     bias: np.ndarray | None  # int64 [Cout]
     strides: tuple[int, ...]
@@ -262,3 +267,6 @@ class Conv(Kernel):
         if self.bias is not None:
             acc = b.add(acc, b.int_const(self.bias.reshape((-1,) + (1,) * (self.weight.ndim - 2)), np.float64, "bias"))
         return self.requant.emit(b, acc)
+
+    def macs(self, in_shape, out_shape) -> int:
+        return conv_macs(out_shape, self.weight.shape)

@@ -27,12 +27,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from hbtool.ir.macs import conv_transpose_macs
 from hbtool.kernels.base import Kernel, as_int, check, check_scales
 from hbtool.kernels.builder import OnnxBuilder
 from hbtool.kernels.conv import conv_acc_numpy, conv_geometry, emit_float_conv, plan_float_conv
 from hbtool.kernels.fixedpoint import DEFAULT_ROUNDING, EXACT_LIMIT, int_range
 from hbtool.kernels.linear import check_activation
 from hbtool.kernels.requantize import Requantize
+from hbtool.kernels.units import TENSOR
 
 
 def equivalent_conv_weight(w: np.ndarray, group: int) -> np.ndarray:
@@ -104,6 +106,9 @@ def zero_insert_numpy(x: np.ndarray, kshape: Sequence[int], strides: Sequence[in
 @dataclass(frozen=True, eq=False)
 class ConvTranspose(Kernel):
     """``requantize(conv_transpose(x, W) + b)`` per output channel; make it with :meth:`build`."""
+
+    unit = TENSOR
+    merges_samples = True
 
     weight: np.ndarray  # int64 [Cin, Cout/group, *k] (ONNX layout)
     bias: np.ndarray | None  # int64 [Cout]
@@ -206,3 +211,6 @@ class ConvTranspose(Kernel):
         if self.bias is not None:
             acc = b.add(acc, b.int_const(self.bias.reshape((-1,) + (1,) * (self.weight.ndim - 2)), np.float64, "bias"))
         return self.requant.emit(b, acc)
+
+    def macs(self, in_shape, out_shape) -> int:
+        return 0 if in_shape is None else conv_transpose_macs(in_shape, self.weight.shape)

@@ -45,6 +45,7 @@ from hbtool.kernels.fixedpoint import (
 )
 from hbtool.kernels.linear import check_activation
 from hbtool.kernels.requantize import Requantize, clamp_bounds
+from hbtool.kernels.units import VECTOR
 
 
 WIDE_LIMIT = 2**50  # bound on |a A| + |b B| when a ratio needs a multiplier past 15 bits
@@ -84,6 +85,9 @@ def _check_add_bound(A, B, a_bits: int, b_bits: int) -> None:
 @dataclass(frozen=True, eq=False)
 class Add(Kernel):
     """``clamp(rshift(a*A + sign*b*B, n))``: Add (``sign=+1``) or Sub (``sign=-1``)."""
+
+    unit = VECTOR
+    merges_samples = True
 
     A: int | np.ndarray  # int, or int64 [C] per channel of the last axis
     B: int | np.ndarray
@@ -154,6 +158,9 @@ class Add(Kernel):
 @dataclass(frozen=True, eq=False)
 class Mul(Kernel):
     """``requantize(a * b)`` with the ratio ``s_a * s_b / s_out``."""
+
+    unit = VECTOR
+    merges_samples = True
 
     a_bits: int
     b_bits: int

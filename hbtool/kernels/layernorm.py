@@ -83,6 +83,7 @@ from hbtool.kernels.fixedpoint import (
     rounding_shift_onnx,
 )
 from hbtool.kernels.linear import check_activation
+from hbtool.kernels.units import VECTOR
 
 MAX_MEAN_BITS = 16
 _NORM_STEPS = (16, 8, 4, 2, 1)
@@ -91,6 +92,10 @@ _NORM_STEPS = (16, 8, 4, 2, 1)
 @dataclass(frozen=True, eq=False)
 class LayerNorm(Kernel):
     """LayerNorm over the last axis (or ``axes``); make it with :meth:`build`."""
+
+    unit = VECTOR
+    vector_class = "layernorm"
+    merges_samples = True
 
     n: int
     in_bits: int

@@ -31,10 +31,12 @@ from typing import Any
 
 import numpy as np
 
+from hbtool.ir.macs import matmul_macs
 from hbtool.kernels.base import Kernel, as_int, check, check_scales
 from hbtool.kernels.builder import OnnxBuilder
 from hbtool.kernels.fixedpoint import DEFAULT_ROUNDING, EXACT_LIMIT, int_range
 from hbtool.kernels.requantize import Requantize
+from hbtool.kernels.units import TENSOR
 
 F32_EXACT = 2**24
 
@@ -84,6 +86,12 @@ def exact_matmul(a: np.ndarray, b: np.ndarray, bound: int) -> np.ndarray:
 @dataclass(frozen=True, eq=False)
 class Linear(Kernel):
     """``requantize(x @ W + b)`` with a constant integer weight ``[K, N]``."""
+
+    unit = TENSOR
+    merges_samples = True
+
+    def macs(self, in_shape, out_shape) -> int:
+        return matmul_macs(out_shape, self.weight.shape[0])
 
     weight: np.ndarray  # int64 [K, N]
     bias: np.ndarray | None  # int64 [N]
@@ -153,6 +161,13 @@ class Linear(Kernel):
 class MatMul(Kernel):
     """``requantize(A @ B)`` of two activations (batched, broadcasting), scalar multiplier."""
 
+    unit = TENSOR
+    merges_samples = True
+    matrix_operands = True
+
+    def macs(self, in_shape, out_shape) -> int:
+        return matmul_macs(out_shape, self.k)
+
     k: int
     a_bits: int
     b_bits: int
@@ -204,6 +219,13 @@ class MatMul(Kernel):
 @dataclass(frozen=True, eq=False)
 class Log2MatMul(Kernel):
     """``requantize(sum_j V_j << (Z-1-k_j))``: probabilities as log2 codes ``k`` times an activation V."""
+
+    unit = TENSOR
+    merges_samples = True
+    matrix_operands = True
+
+    def macs(self, in_shape, out_shape) -> int:
+        return matmul_macs(out_shape, self.k)
 
     k: int
     code_bits: int

@@ -48,6 +48,7 @@ from hbtool.kernels.base import Kernel, check_scales
 from hbtool.kernels.builder import OnnxBuilder
 from hbtool.kernels.fixedpoint import DEFAULT_ROUNDING, ROUNDING_MODES, int_range, rounding_shift_numpy, rounding_shift_onnx
 from hbtool.kernels.linear import check_activation
+from hbtool.kernels.units import VECTOR
 
 _TINY = np.finfo(np.float64).tiny
 _erf = np.vectorize(math.erf, otypes=[np.float64])
@@ -122,6 +123,9 @@ def make_table(f: Callable, x: np.ndarray, scale_out: float, out_bits: int,
 class Lut(Kernel):
     """Elementwise ``f`` by table lookup (int8 input) or interpolated table (int16 input)."""
 
+    unit = VECTOR
+    merges_samples = True
+
     table: np.ndarray  # int64: 256 entries (int8 in) or 2**(16 - knot_bits) + 1 knots (int16 in)
     in_bits: int
     out_bits: int
@@ -188,3 +192,8 @@ class Lut(Kernel):
         t0 = b.op("Gather", b.const(self.table[:-1].astype(np.float64), hint="table"), idx)
         dt = b.op("Gather", b.const(np.diff(self.table).astype(np.float64), hint="slope"), idx)
         return b.add(t0, rounding_shift_onnx(b, b.mul(dt, r), kb, self.rounding))
+
+    @property
+    def vector_class(self) -> str:
+        """int16 inputs read an interpolated table: the vector unit's slower ``lut_int16`` class."""
+        return "lut_int16" if int(self.in_bits) > 8 else "lut"

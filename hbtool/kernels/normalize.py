@@ -45,6 +45,7 @@ from hbtool.kernels.fixedpoint import (
 )
 from hbtool.kernels.linear import check_activation
 from hbtool.kernels.requantize import Requantize, clamp_bounds
+from hbtool.kernels.units import VECTOR
 
 #: ratios above this are implemented as this: any a != 0 (|d| <= 2**15) already gives |y| >= 2**18
 DIV_MAX_RATIO = 2.0**33
@@ -57,6 +58,10 @@ _SATURATE = 2**20
 @dataclass(frozen=True, eq=False)
 class Div(Kernel):
     """``clamp(round(a * M / (d * 2**n)))``: Div of two feature maps (numpy broadcasting)."""
+
+    unit = VECTOR
+    vector_class = "divide"
+    merges_samples = True
 
     M: int
     n: int
@@ -128,6 +133,11 @@ class Div(Kernel):
 @dataclass(frozen=True, eq=False)
 class ReduceL2(Kernel):
     """``requantize(isqrt(sum(x**2) * 4**k))`` over ``axes`` (see the module docstring)."""
+
+    unit = VECTOR
+    vector_class = "pool"
+    reduction = "l2"
+    merges_samples = True
 
     axes: tuple[int, ...]
     keepdims: bool

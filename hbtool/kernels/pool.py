@@ -29,6 +29,7 @@ from hbtool.kernels.conv import conv_geometry, emit_float_conv, pad_numpy, plan_
 from hbtool.kernels.fixedpoint import DEFAULT_ROUNDING, int_range
 from hbtool.kernels.linear import check_activation
 from hbtool.kernels.requantize import Requantize
+from hbtool.kernels.units import VECTOR
 
 
 def pool_output_shape(spatial: Sequence[int], kshape: Sequence[int], strides: Sequence[int], pads: Sequence[int],
@@ -48,6 +49,10 @@ def pool_output_shape(spatial: Sequence[int], kshape: Sequence[int], strides: Se
 @dataclass(frozen=True, eq=False)
 class AvgPool(Kernel):
     """``requantize(window_sum(x))`` with ``M 2**-n ~ s_in / (s_out count)``."""
+
+    unit = VECTOR
+    vector_class = "pool"
+    merges_samples = True
 
     kernel_shape: tuple[int, ...]
     strides: tuple[int, ...]
@@ -107,6 +112,11 @@ class AvgPool(Kernel):
 class ReduceMean(Kernel):
     """Mean over ``axes`` = ``requantize(sum)`` with ``M 2**-n ~ s_in / (s_out count)``."""
 
+    unit = VECTOR
+    vector_class = "pool"
+    reduction = "mean"
+    merges_samples = True
+
     axes: tuple[int, ...]
     keepdims: bool
     count: int
@@ -164,6 +174,8 @@ class ReduceSum(ReduceMean):
     """Sum over ``axes`` = ``requantize(sum)`` with ``M 2**-n ~ s_in / s_out``: the mean's integer
     form with no division by the count (same sum, same bounds, same ONNX form)."""
 
+    reduction = "sum"
+
     @staticmethod
     def _ratio(scale_in: float, scale_out: float, count: int) -> float:
         return scale_in / scale_out
@@ -172,6 +184,10 @@ class ReduceSum(ReduceMean):
 @dataclass(frozen=True, eq=False)
 class MaxPool(Kernel):
     """Integer max over windows (input and output share the scale)."""
+
+    unit = VECTOR
+    vector_class = "pool"
+    merges_samples = True
 
     kernel_shape: tuple[int, ...]
     strides: tuple[int, ...]

@@ -31,6 +31,7 @@ from hbtool.kernels.base import Kernel, as_int, check_scales
 from hbtool.kernels.builder import OnnxBuilder
 from hbtool.kernels.fixedpoint import int_range
 from hbtool.kernels.requantize import channel_shape
+from hbtool.kernels.units import CPU
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
@@ -38,6 +39,9 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 @dataclass(frozen=True, eq=False)
 class Quantize(Kernel):
     """float32 -> integer-valued (int64 in numpy, DOUBLE in ONNX)."""
+
+    unit = CPU
+    merges_samples = True
 
     scale: np.ndarray  # float32, scalar or broadcast-shaped
     bits: int = 8
@@ -70,6 +74,9 @@ class Quantize(Kernel):
 @dataclass(frozen=True, eq=False)
 class Dequantize(Kernel):
     """integer -> float32 ``q * s``."""
+
+    unit = CPU
+    merges_samples = True
 
     scale: np.ndarray  # float32
     onnx_output_type = TensorProto.FLOAT

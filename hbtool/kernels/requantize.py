@@ -43,6 +43,7 @@ from hbtool.kernels.fixedpoint import (
     rounding_shift_numpy,
     rounding_shift_onnx,
 )
+from hbtool.kernels.units import VECTOR
 
 
 #: the largest ratio implemented as such; above it every nonzero accumulator saturates anyway
@@ -108,6 +109,9 @@ def clamp_bounds(out_bits: int, relu: bool, lo: int | None, hi: int | None) -> t
 @dataclass(frozen=True, eq=False)
 class Requantize(Kernel):
     """``acc -> clamp(rshift(acc * M, n), lo, hi)``; make it with :meth:`build`."""
+
+    unit = VECTOR
+    merges_samples = True
 
     M: np.ndarray
     n: np.ndarray

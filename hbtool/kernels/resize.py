@@ -18,7 +18,7 @@ where the rule would shift it, e.g. ``tf_half_pixel_for_nn``).
 
 * **nearest** moves integer codes (input and output share the scale): the source index is
   the coordinate rounded by ``nearest_mode`` and clamped to the axis. It runs as data
-  movement (:mod:`hbtool.simulator.movement` calls :func:`nearest_indices`); no kernel.
+  movement (:mod:`hbtool.kernels.movement` calls :func:`nearest_indices`); no kernel.
 * **bilinear** (:class:`BilinearResize`, ``mode=linear`` on H and W of NCHW): per axis two
   source indices and integer weights ``w0 + w1 = 2**k`` (``k =`` :data:`WEIGHT_BITS`),
   ``w1 = round(lambda 2**k)`` for the float fraction ``lambda`` of the clamped coordinate.
@@ -50,6 +50,7 @@ from hbtool.kernels.base import Kernel, check
 from hbtool.kernels.builder import OnnxBuilder
 from hbtool.kernels.fixedpoint import DEFAULT_ROUNDING, int_range, rounding_shift_numpy, rounding_shift_onnx
 from hbtool.kernels.linear import check_activation
+from hbtool.kernels.units import VECTOR
 
 #: coordinate transformations the integer forms compute (tf_crop_and_resize needs roi and extrapolation)
 COORDINATE_MODES = ("asymmetric", "half_pixel", "pytorch_half_pixel", "align_corners", "tf_half_pixel_for_nn")
@@ -123,6 +124,9 @@ def linear_taps(in_len: int, out_len: int, scale: float, mode: str, weight_bits:
 @dataclass(frozen=True, eq=False)
 class BilinearResize(Kernel):
     """Bilinear resize of H and W of an NCHW tensor; the output shares the input's scale."""
+
+    unit = VECTOR
+    merges_samples = True
 
     in_bits: int
     weight_bits: int

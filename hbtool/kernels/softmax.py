@@ -63,11 +63,16 @@ from hbtool.kernels.base import Kernel, check, check_scales
 from hbtool.kernels.builder import OnnxBuilder
 from hbtool.kernels.fixedpoint import DEFAULT_ROUNDING, ROUNDING_MODES, int_range, rounding_shift_numpy, rounding_shift_onnx
 from hbtool.kernels.linear import check_activation
+from hbtool.kernels.units import VECTOR
 
 
 @dataclass(frozen=True, eq=False)
 class Softmax(Kernel):
     """Softmax over ``axis`` (the last by default) with output scale ``2**-p``; make it with :meth:`build`."""
+
+    unit = VECTOR
+    vector_class = "softmax"
+    merges_samples = True
 
     t_hi: np.ndarray  # int64 [256]
     t_lo: np.ndarray  # int64 [256]

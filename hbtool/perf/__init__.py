@@ -1,12 +1,9 @@
-"""``hbtool perf``: latency, FPS and DDR traffic of a compiled model on the J5 BPU, from a cost model.
+"""``hbtool perf``: latency, FPS and DDR traffic of a compiled model on the BPU, reported.
 
-Pipeline (each step its own module):
+The numbers come from the cost model (:mod:`hbtool.costmodel`, which the compiler also decides
+with); this package reports them and drives the runs:
 
-:mod:`.hardware`   the march's hardware parameters (published / derived / assumed, each with its source)
-:mod:`.access`     how data-movement ops walk memory: contiguous runs, bytes per granule
-:mod:`.cost`       one op's cycles per unit (tensor, vector, data movement, CPU, SRAM, DDR) + overhead
-:mod:`.schedule`   the program order summed to latency; FPS in throughput mode; shares and bounds
-:mod:`.report`     console tables and the ``--json`` document
+:mod:`.report`     console tables (the ``--json`` document is :mod:`hbtool.costmodel.document`)
 :mod:`.html`       ``perf.html`` with a per-op bar chart and a per-unit timeline (PNG beside it)
 :mod:`.levels`     the ablation: what each compiler optimization buys (``--compare-levels``)
 :mod:`.run`        the three ways in: an artifact, a config, or an ONNX model on random calibration

@@ -13,9 +13,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hbtool.perf.cost import CPU, DATA_MOVEMENT, DDR, TENSOR, VECTOR
+from hbtool.costmodel.cost import CPU, DATA_MOVEMENT, DDR, TENSOR, VECTOR
 from hbtool.perf.report import LABELS, to_json
-from hbtool.perf.schedule import RUNTIME, PerfResult
+from hbtool.costmodel.schedule import RUNTIME, PerfResult
 
 COLOURS = {TENSOR: "#1f77b4", VECTOR: "#ff7f0e", DATA_MOVEMENT: "#2ca02c", CPU: "#7f7f7f", DDR: "#d62728",
            RUNTIME: "#9467bd"}

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from hbtool.compiler.passes import PASSES
 from hbtool.config import HbConfig
-from hbtool.perf.schedule import PerfResult, estimate
+from hbtool.costmodel.schedule import PerfResult, estimate
 
 
 def pass_order() -> list[str]:

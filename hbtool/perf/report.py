@@ -1,4 +1,4 @@
-"""What ``hbtool perf`` prints and what ``--json`` writes."""
+"""What ``hbtool perf`` prints; the ``--json`` document is :mod:`hbtool.costmodel.document` (the compiler writes it too)."""
 
 from __future__ import annotations
 
@@ -7,89 +7,23 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from hbtool.perf.cost import CPU, DATA_MOVEMENT, DDR, OVERHEAD, SRAM, TENSOR, VECTOR, OpCost
-from hbtool.perf.hardware import parameter_table
-from hbtool.perf.schedule import RUNTIME, PerfResult
+from hbtool.costmodel.cost import CPU, DATA_MOVEMENT, DDR, OVERHEAD, SRAM, TENSOR, VECTOR
+from hbtool.costmodel.document import THREAD_COUNTS, class_json, microseconds, op_json, to_json
+from hbtool.costmodel.schedule import RUNTIME, PerfResult
+
+__all__ = ["LABELS", "class_line", "op_json", "print_levels", "print_report", "short_name", "to_json"]
 
 LABELS = {TENSOR: "tensor", VECTOR: "vector", DATA_MOVEMENT: "data movement", CPU: "CPU", SRAM: "SRAM bandwidth",
           DDR: "DDR bandwidth", OVERHEAD: "dispatch overhead", RUNTIME: "runtime per frame", "view": "view"}
-
-
-def _us(r: PerfResult, cycles: float) -> float:
-    return cycles / r.hw.clock_hz * 1e6
-
-
-def op_json(r: PerfResult, op: OpCost, start: float) -> dict[str, Any]:
-    return {
-        "name": op.name, "op_type": op.op_type, "unit": op.unit, "kernel": op.kernel,
-        "cycles": round(op.cycles, 1), "time_us": round(_us(r, op.cycles), 3), "start_us": round(_us(r, start), 3),
-        "bound_by": op.bound_by, "components": {k: round(v, 1) for k, v in op.components.items()},
-        "overhead_cycles": round(op.overhead, 1), "weight_wait_cycles": round(op.exposed, 1), "calls": op.calls, "bits": op.bits,
-        "macs": op.macs, "padded_macs": op.padded_macs, "elements": op.elements,
-        "ddr_bytes": op.ddr_bytes, "ddr_useful_bytes": op.ddr_useful_bytes, "sram_bytes": op.sram_bytes, "weight_bytes": op.weight_bytes, "note": op.note,
-    }
-
-
-def to_json(r: PerfResult, levels: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The ``--json`` document (keys are stable: CI jobs read them)."""
-    ddr = r.ddr_bytes_per_frame
-    cpu_ops = [o for o in r.ops if o.unit == CPU]
-    doc: dict[str, Any] = {
-        "model": r.model, "march": r.march, "board": r.hw.board, "optimize_level": r.optimize_level, "core_num": r.core_num,
-        "latency_ms": round(r.latency_ms, 4),
-        "fps": round(r.fps, 2),
-        "fps_1core": round(r.fps_1core, 2),
-        "fps_bound": r.fps_bound,
-        "fps_limits": {k: round(v, 2) for k, v in r.fps_limits.items()},
-        "ddr_bytes_per_frame": int(ddr),
-        "ddr_gb_per_s": round(ddr * r.fps / 1e9, 3),
-        "gops_per_frame": round(r.gops_per_frame, 4),
-        "macs": int(r.macs), "padded_macs": int(r.padded_macs),
-        "padding_efficiency": round(r.padding_efficiency, 4),
-        "utilisation": round(r.utilisation, 5),
-        "mac_array_busy": round(r.tensor_busy_share, 5),
-        "tensor_vector_ratio": None if r.tensor_vector_ratio is None else round(r.tensor_vector_ratio, 2),
-        "vector_elements": int(r.vector_elements),
-        "time_share": {k: round(v, 5) for k, v in r.time_share.items()},
-        "bound_share": {k: round(v, 5) for k, v in r.bound_share.items()},
-        "bound_by": r.bound_by,
-        "cpu": {"ms": round(sum(o.cycles for o in cpu_ops) / r.hw.clock_hz * 1e3, 4),
-                "ops": [{"name": o.name, "op_type": o.op_type, "time_us": round(_us(r, o.cycles), 3),
-                         "flops": o.flops, "elements": o.elements} for o in cpu_ops]},
-        "op_types": [{**row, "cycles": round(row["cycles"], 1), "share": round(row["share"], 5),
-                      "time_ms": round(row["cycles"] / r.hw.clock_hz * 1e3, 4)} for row in r.by_op_type()],
-        "ops": [op_json(r, op, start) for op, start, _ in r.timeline()],
-        "passes": r.passes,
-        "parameters": parameter_table(r.march, r.hw.board or None),
-        "fps_threads": {str(n): round(r.fps_threads(n), 2) for n in THREAD_COUNTS},
-        "measurement_class": _class_json(r),
-    }
-    if levels is not None:
-        doc["levels"] = levels
-    return doc
 
 
 def _pct(x: float) -> str:
     return f"{100 * x:.1f} %"
 
 
-#: thread counts of the published board measurements (``hrt_model_exec perf --thread_num``)
-THREAD_COUNTS = (1, 2, 4, 8)
-
-
-def _class_json(r: PerfResult) -> dict[str, Any]:
-    from hbtool.perf.classes import measurement_class
-
-    name, err = measurement_class(r)
-    out: dict[str, Any] = {"class": name}
-    if err is not None:
-        out.update(published_rows=err[0], median_abs_latency_error=err[1], median_abs_fps_error=err[2])
-    return out
-
-
 def class_line(r: PerfResult) -> str:
     """Which published measurement class the model resembles and how far off hbtool was on that class."""
-    c = _class_json(r)
+    c = class_json(r)
     if "published_rows" not in c:
         return f"resembles: {c['class']} (no published on-board rows of that class for march {r.march}: no measured error to quote)"
     return (f"resembles: {c['class']}; on {c['published_rows']} published on-board rows of that class (march {r.march}) "
@@ -130,7 +64,7 @@ def print_report(r: PerfResult, console: Console | None = None, top: int = 10) -
     if cpu_ops:
         cpu_ms = sum(o.cycles for o in cpu_ops) / hw.clock_hz * 1e3
         console.print(f"CPU (Cortex-A55, rough model, counted in the latency): {cpu_ms:.3f} ms in {len(cpu_ops)} ops: "
-                      + ", ".join(f"{o.name} {_us(r, o.cycles):.0f} us" for o in cpu_ops[:6]) + (" ..." if len(cpu_ops) > 6 else ""))
+                      + ", ".join(f"{o.name} {microseconds(r, o.cycles):.0f} us" for o in cpu_ops[:6]) + (" ..." if len(cpu_ops) > 6 else ""))
     t = Table(title="time by op type")
     for col in ("op type", "unit", "ops", "ms", "share", "mostly bound by", "DDR MB"):
         t.add_column(col, justify="right" if col in ("ops", "ms", "share", "DDR MB") else "left", no_wrap=True)
@@ -147,7 +81,7 @@ def print_report(r: PerfResult, console: Console | None = None, top: int = 10) -
                      max_width={"op": 44, "why": 60}.get(col))
     total = r.latency_cycles or 1.0
     for k, o in enumerate(r.top_ops(top), 1):
-        t.add_row(str(k), short_name(o.name), o.op_type, o.unit, f"{_us(r, o.cycles):.1f}", _pct(o.cycles / total), o.bound_by,
+        t.add_row(str(k), short_name(o.name), o.op_type, o.unit, f"{microseconds(r, o.cycles):.1f}", _pct(o.cycles / total), o.bound_by,
                   f"{o.macs / 1e6:.1f}M" if o.macs else "", f"{o.ddr_bytes / 1024:.0f}" if o.ddr_bytes else "", o.note)
     console.print(t)
 

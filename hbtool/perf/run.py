@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from hbtool.config import HbConfig
 from hbtool.errors import InputError
-from hbtool.perf.schedule import PerfResult, estimate
+from hbtool.costmodel.schedule import PerfResult, estimate
 
 FAST_SAMPLES = 2
 

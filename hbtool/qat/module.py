@@ -43,6 +43,7 @@ from torch import nn
 
 from hbtool.errors import InputError
 from hbtool.ir.graph import Graph, Node
+from hbtool.ir.hz_ops import HZ_DEQUANTIZE, HZ_QUANTIZE
 from hbtool.kernels.conv import Conv
 from hbtool.kernels.fixedpoint import int_range
 from hbtool.kernels.linear import F32_EXACT, Linear
@@ -225,9 +226,9 @@ class QatModel(nn.Module):
         self._cpu_outputs = {o for n in self.program.nodes if n.meta.get("on") != "BPU" and n.meta.get("kernel") is None
                              for o in n.outputs if o}
         for n in self.program.nodes:
-            if n.op_type == "HzQuantize":
+            if n.op_type == HZ_QUANTIZE:
                 self._float_of[n.outputs[0]] = n.inputs[0]
-            elif n.op_type == "HzDequantize" and n.outputs[0] in self.program.outputs:
+            elif n.op_type == HZ_DEQUANTIZE and n.outputs[0] in self.program.outputs:
                 self._float_of[n.inputs[0]] = n.outputs[0]
         self._synced = version
 
@@ -280,12 +281,12 @@ class QatModel(nn.Module):
 
     def _run(self, node: Node, xs: list) -> list[torch.Tensor]:
         kernel = node.meta.get("kernel")
-        if node.op_type == "HzQuantize":
+        if node.op_type == HZ_QUANTIZE:
             tensor = node.inputs[0]
             tq = self.plan.tensors[tensor]
             qmin, qmax = int_range(tq.bits)
             return [fake_quant_codes(xs[0], self.scale(tensor), self._dev(np.asarray(kernel.scale, np.float32)), qmin, qmax)]
-        if node.op_type == "HzDequantize":
+        if node.op_type == HZ_DEQUANTIZE:
             tensor = node.name[: -len("_HzDequantize")]
             return [xs[0] * self.scale(tensor)]
         if kernel is not None and node.meta.get("on") == "BPU":

@@ -27,6 +27,7 @@ from hbtool.io.metrics import RunningErrors
 from hbtool.ir.graph import Graph
 from hbtool.ir.onnx_export import to_onnx
 from hbtool.ir.onnx_import import import_onnx
+from hbtool.kernels.movement import PERMUTATIONS
 from hbtool.march.description import check_int16_supported, load_march
 from hbtool.quant.calibrated_model import build_calibrated_graph, loaded_bias_delta
 from hbtool.quant.collect import collect_stats, float_session
@@ -50,10 +51,6 @@ log = logging.getLogger(__name__)
 CANDIDATES = ("max", "percentile", "kl", "mse")
 EVAL_SAMPLES = 8
 
-# ops whose output holds exactly the input's values, rearranged: their statistics are the input's
-_PERMUTATIONS = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "WindowPartition", "WindowReverse", "Roll", "Identity"}
-
-
 def stat_representatives(graph: Graph, tensors: list[str]) -> dict[str, str]:
     """``{tensor: tensor whose statistics it shares}``: observing one of each permutation chain is enough."""
     rep: dict[str, str] = {}
@@ -63,7 +60,7 @@ def stat_representatives(graph: Graph, tensors: list[str]) -> dict[str, str]:
         root = t
         for _ in range(64):
             p = producers.get(root)
-            if p is None or p.op_type not in _PERMUTATIONS or p.meta.get("on") != "BPU" or not p.inputs or graph.is_const(p.inputs[0]):
+            if p is None or p.op_type not in PERMUTATIONS or p.meta.get("on") != "BPU" or not p.inputs or graph.is_const(p.inputs[0]):
                 break
             if p.inputs[0] not in wanted:
                 break

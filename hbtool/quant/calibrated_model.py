@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 
 from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node
+from hbtool.ir.hz_ops import HZ_CALIBRATION
 from hbtool.quant.plan import QMAX, QuantPlan, TensorQuant
 
-CALIBRATION_OP = "HzCalibration"
+CALIBRATION_OP = HZ_CALIBRATION
 BIAS_DELTA_KEY = "hbtool.bias_delta"
 
 

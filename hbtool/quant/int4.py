@@ -41,6 +41,7 @@ import numpy as np
 
 from hbtool.errors import InputError
 from hbtool.ir.graph import Graph, Node
+from hbtool.ir.hz_ops import HZ_PREPROCESS
 from hbtool.quant.observers import TensorStats
 from hbtool.quant.plan import SCALE_PRESERVING, QuantPlan
 from hbtool.quant.thresholds import sqnr_db, threshold
@@ -114,7 +115,7 @@ def _not_first_layer(node: Node, graph: Graph) -> bool:
 
     def up(t: str) -> list[str]:
         p = producers.get(t)
-        return [i for i in p.inputs if i] if p is not None and p.op_type in _PASS_THROUGH | {"HzPreprocess"} else []
+        return [i for i in p.inputs if i] if p is not None and p.op_type in _PASS_THROUGH | {HZ_PREPROCESS} else []
 
     return not any(t in graph.inputs for t in _tensors_from(graph, [node.inputs[0]], up))
 

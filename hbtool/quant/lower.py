@@ -22,7 +22,11 @@ from typing import Any, Callable
 import numpy as np
 
 from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node
+from hbtool.ir.hz_ops import (HZ_ADD, HZ_AVGPOOL, HZ_CONV, HZ_CONV_TRANSPOSE, HZ_DEQUANTIZE, HZ_DIV, HZ_INPUT_CONVERT, HZ_LAYERNORM,
+                              HZ_LINEAR, HZ_LUT, HZ_MATMUL, HZ_MAXPOOL, HZ_MUL, HZ_QUANTIZE, HZ_REDUCE_L2, HZ_REDUCE_MEAN,
+                              HZ_REDUCE_SUM, HZ_RESIZE, HZ_SOFTMAX)
 from hbtool.kernels import Add, Conv, ConvTranspose, LayerNorm, Linear, Log2MatMul, Lut, MatMul, Mul
+from hbtool.kernels.movement import COMPILER_MOVES, DATA_MOVEMENT_OPS, MODE_DEPENDENT_MOVES
 from hbtool.kernels.normalize import Div, ReduceL2
 from hbtool.kernels.pool import AvgPool, MaxPool, ReduceMean, ReduceSum
 from hbtool.kernels.quantize import Dequantize, Quantize
@@ -33,12 +37,9 @@ from hbtool.quant.weights import WEIGHT_QMAX, quantize_weight, weight_scales
 
 log = logging.getLogger(__name__)
 
-# data movement: the node is copied and moves integers unchanged
-MOVE_OPS = {
-    "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Slice", "Split", "Concat", "Gather", "Expand",
-    "Tile", "Pad", "ReduceMax", "ReduceMin", "WindowPartition", "WindowReverse", "Roll", "DepthToSpace",
-    "SpaceToDepth", "Identity", "GlobalMaxPool",
-}
+# data movement: the node is copied and moves integers unchanged (a Resize is lowered by its mode:
+# nearest moves, linear is a kernel; the compiler's own moves do not exist yet at this stage)
+MOVE_OPS = DATA_MOVEMENT_OPS - COMPILER_MOVES - MODE_DEPENDENT_MOVES
 # onnxruntime has no double kernel for these: the quantized model runs them on float32 (exact for int16)
 NEEDS_FLOAT_CARRIER = {"Pad", "Resize", "DepthToSpace", "SpaceToDepth", "GlobalMaxPool"}
 
@@ -163,7 +164,7 @@ class _Lowerer:
             raise KeyError(f"tensor {tensor!r} is log2-coded and cannot be quantized at the boundary")
         name = self.out.unique_name(f"{tensor}_q")
         self.out.set_value(name, self.src.shape(tensor), np.float64)
-        node = self.out.add_node("HzQuantize", [tensor], [name], {"scale": tq.scale, "bits": tq.bits},
+        node = self.out.add_node(HZ_QUANTIZE, [tensor], [name], {"scale": tq.scale, "bits": tq.bits},
                                  name=f"{tensor}_HzQuantize", domain=HBTOOL_DOMAIN)
         per_channel = tq.ptf_alpha is not None
         node.meta.update(kernel=Quantize.build(tq.channel_scales(), tq.bits, axis=-1 if per_channel else None), on="CPU", boundary=True)
@@ -180,7 +181,7 @@ class _Lowerer:
             raise ValueError(f"log2 codes of {tensor!r} cannot leave the BPU")
         name = self.out.unique_name(f"{tensor}_deq")
         self.out.set_value(name, self.src.shape(tensor), np.float32)
-        node = self.out.add_node("HzDequantize", [it.name], [name], {"scale": it.scale}, name=f"{tensor}_HzDequantize", domain=HBTOOL_DOMAIN)
+        node = self.out.add_node(HZ_DEQUANTIZE, [it.name], [name], {"scale": it.scale}, name=f"{tensor}_HzDequantize", domain=HBTOOL_DOMAIN)
         node.meta.update(kernel=Dequantize.build(it.scales, axis=-1 if it.alpha is not None else None), on="CPU", boundary=True)
         self.floats.add(name)
         return name
@@ -328,7 +329,7 @@ class _Lowerer:
         if tq.code_range is not None:  # a 4-bit output: the table holds only 4-bit codes
             fn = clamped_table_function(fn, tq.code_range[0] * tq.scale, tq.code_range[1] * tq.scale)
         kernel = Lut.build(fn, x.scale, x.bits, tq.scale, tq.bits, rounding=self.rounding, knot_bits=LUT_KNOT_BITS)
-        self.emit_kernel(node, "HzLut", kernel, [x.name], out, {"function": fname}, codes_clamped=tq.code_range is not None)
+        self.emit_kernel(node, HZ_LUT, kernel, [x.name], out, {"function": fname}, codes_clamped=tq.code_range is not None)
         return True
 
     def _lower_Gelu(self, node: Node) -> bool:
@@ -379,7 +380,7 @@ class _Lowerer:
         bq = np.round(bias / (x.scale * scales.astype(np.float64))).astype(np.int64)
         kernel = Linear.build(wq, bq, x.scale, scales, tq.channel_scales(), in_bits=x.bits, out_bits=tq.bits, rounding=self.rounding,
                               weight_bits=wbits, input_range=x.code_range, **extra)
-        self.emit_kernel(node, "HzLinear", kernel, [x.name], out)
+        self.emit_kernel(node, HZ_LINEAR, kernel, [x.name], out)
         if act is not None:
             self.skip.add(act.name)
         return True
@@ -416,7 +417,7 @@ class _Lowerer:
             kernel = Log2MatMul.build(b.scale, tq.scale, k, a.bits, b.bits, tq.bits, rounding=self.rounding, **extra)
         else:
             kernel = MatMul.build(a.scale, b.scale, tq.scale, k, a.bits, b.bits, tq.bits, rounding=self.rounding, **extra)
-        self.emit_kernel(node, "HzMatMul", kernel, [a.name, b.name], out)
+        self.emit_kernel(node, HZ_MATMUL, kernel, [a.name, b.name], out)
         if act is not None:
             self.skip.add(act.name)
         return True
@@ -445,7 +446,7 @@ class _Lowerer:
             dilations=node.attr("dilations") or [1] * nd, group=int(node.attr("group", 1)),
             in_bits=x.bits, out_bits=tq.bits, rounding=self.rounding, weight_bits=wbits, input_range=x.code_range, **extra,
         )
-        self.emit_kernel(node, "HzConv", kernel, [x.name], out)
+        self.emit_kernel(node, HZ_CONV, kernel, [x.name], out)
         if act is not None:
             self.skip.add(act.name)
         return True
@@ -484,7 +485,7 @@ class _Lowerer:
             output_padding=output_padding, group=group,
             in_bits=x.bits, out_bits=tq.bits, rounding=self.rounding, **extra,
         )
-        self.emit_kernel(node, "HzConvTranspose", kernel, [x.name], out)
+        self.emit_kernel(node, HZ_CONV_TRANSPOSE, kernel, [x.name], out)
         if act is not None:
             self.skip.add(act.name)
         return True
@@ -499,12 +500,12 @@ class _Lowerer:
         a, b = ints
         if cls is Add:
             kernel = Add.build(a.scales, b.scales, tq.channel_scales(), a.bits, b.bits, tq.bits, sub=node.op_type == "Sub", rounding=self.rounding, **extra)
-            op = "HzAdd"
+            op = HZ_ADD
         else:
             if a.alpha is not None or b.alpha is not None or tq.ptf_alpha is not None:
                 return False
             kernel = Mul.build(a.scale, b.scale, tq.scale, a.bits, b.bits, tq.bits, rounding=self.rounding, **extra)
-            op = "HzMul"
+            op = HZ_MUL
         self.emit_kernel(node, op, kernel, [a.name, b.name], out)
         if act is not None:
             self.skip.add(act.name)
@@ -530,7 +531,7 @@ class _Lowerer:
             out, extra, act = self.fused_activation(node)
             tq = self.tq(out)
             kernel = Div.build(a.scale, dv.scale, tq.scale, a.bits, dv.bits, tq.bits, rounding=self.rounding, **extra)
-            self.emit_kernel(node, "HzDiv", kernel, [a.name, dv.name], out)
+            self.emit_kernel(node, HZ_DIV, kernel, [a.name, dv.name], out)
             if act is not None:
                 self.skip.add(act.name)
             return True
@@ -559,7 +560,7 @@ class _Lowerer:
             kernel = Softmax.build(x.scale, x.bits, 16, rounding=self.rounding, log2_bits=tq.bits, axis=axis)
         else:
             kernel = Softmax.build(x.scale, x.bits, tq.bits, rounding=self.rounding, axis=axis)
-        self.emit_kernel(node, "HzSoftmax", kernel, [x.name], node.outputs[0])
+        self.emit_kernel(node, HZ_SOFTMAX, kernel, [x.name], node.outputs[0])
         return True
 
     def _layernorm(self, node: Node, axes: list[int]) -> bool:
@@ -588,7 +589,7 @@ class _Lowerer:
                                  n=int(np.prod(norm_shape)), ptf_alpha=x.alpha, rounding=self.rounding,
                                  axes=tuple(a - rank for a in axes), norm_shape=norm_shape,
                                  eps_outside=bool(node.attr("eps_outside", 0)))
-        self.emit_kernel(node, "HzLayerNorm", kernel, [x.name], node.outputs[0])
+        self.emit_kernel(node, HZ_LAYERNORM, kernel, [x.name], node.outputs[0])
         return True
 
     def _lower_LayerNormalization(self, node: Node) -> bool:
@@ -614,7 +615,7 @@ class _Lowerer:
         kernel = LayerNorm.build(x.scale, np.asarray(gamma, np.float64), np.asarray(beta, np.float64), float(node.attr("epsilon", 1e-5)),
                                  tq.scale, x.bits, tq.bits, ptf_alpha=x.alpha, rounding=self.rounding,
                                  axes=tuple(range(2 - rank, 0)), norm_shape=norm_shape, param_shape=(int(shape[1]),) + (1,) * (rank - 2))
-        self.emit_kernel(node, "HzLayerNorm", kernel, [x.name], node.outputs[0])
+        self.emit_kernel(node, HZ_LAYERNORM, kernel, [x.name], node.outputs[0])
         return True
 
     def _lower_ChannelLayerNorm(self, node: Node) -> bool:
@@ -669,7 +670,7 @@ class _Lowerer:
                                     offset=offset_of(spec.type_rt), video_range=spec.space_and_range == "bt601_video",
                                     rounding=self.rounding)
         self.out.set_value(name, runtime_shape(spec, shape), kernel.input_dtype)
-        self.emit_kernel(node, "HzInputConvert", kernel, [name], node.outputs[0],
+        self.emit_kernel(node, HZ_INPUT_CONVERT, kernel, [name], node.outputs[0],
                          {"input_type_rt": spec.type_rt, "input_type_train": node.attr("train_type")})
         self.converted.add(name)
         return True
@@ -683,7 +684,7 @@ class _Lowerer:
                                node.attr("dilations"), bool(node.attr("ceil_mode", 0)))
         out = node.outputs[0]
         name = self.copy_value(out, as_int=True)
-        new = self.out.add_node("HzMaxPool", [x.name], [name], {}, name=node.name, domain=HBTOOL_DOMAIN)
+        new = self.out.add_node(HZ_MAXPOOL, [x.name], [name], {}, name=node.name, domain=HBTOOL_DOMAIN)
         new.meta.update(kernel=kernel, on="BPU", subgraph=node.meta.get("subgraph"), source_op=node.op_type)
         self.ints[out] = IntTensor(name, x.scale, x.bits, code_range=x.code_range)
         return True
@@ -699,7 +700,7 @@ class _Lowerer:
         kernel = AvgPool.build(kshape, x.scale, tq.scale, shape[1], node.attr("strides") or [1] * len(kshape),
                                node.attr("pads") or [0] * (2 * len(kshape)), bool(node.attr("count_include_pad", 0)),
                                spatial_shape=shape[2:], in_bits=x.bits, out_bits=tq.bits, rounding=self.rounding, **extra)
-        self.emit_kernel(node, "HzAvgPool", kernel, [x.name], out)
+        self.emit_kernel(node, HZ_AVGPOOL, kernel, [x.name], out)
         if act is not None:
             self.skip.add(act.name)
         return True
@@ -714,7 +715,7 @@ class _Lowerer:
             return False
         count = int(np.prod([shape[a] for a in axes]))
         kernel = kind.build(axes, count, x.scale, tq.scale, keepdims, x.bits, tq.bits, rounding=self.rounding)
-        self.emit_kernel(node, f"Hz{kind.__name__}", kernel, [x.name], node.outputs[0])
+        self.emit_kernel(node, HZ_REDUCE_SUM if kind is ReduceSum else HZ_REDUCE_MEAN, kernel, [x.name], node.outputs[0])
         return True
 
     def _lower_GlobalAveragePool(self, node: Node) -> bool:
@@ -757,7 +758,7 @@ class _Lowerer:
             raise ValueError("bilinear Resize needs the input's scale and bits at its output (plan groups them)")
         per_axis = axis_scales(shape, out_shape, scales)
         kernel = BilinearResize.build(shape[2:], out_shape[2:], per_axis[2:], coords, x.bits, rounding=self.rounding)
-        self.emit_kernel(node, "HzResize", kernel, [x.name], node.outputs[0],
+        self.emit_kernel(node, HZ_RESIZE, kernel, [x.name], node.outputs[0],
                          {"mode": "linear", "coordinate_transformation_mode": coords})
         return True
 
@@ -776,7 +777,7 @@ class _Lowerer:
         tq = self.tq(node.outputs[0])
         count = int(np.prod([shape[a] for a in axes]))
         kernel = ReduceL2.build(axes, count, x.scale, tq.scale, bool(node.attr("keepdims", 1)), x.bits, tq.bits, rounding=self.rounding)
-        self.emit_kernel(node, "HzReduceL2", kernel, [x.name], node.outputs[0])
+        self.emit_kernel(node, HZ_REDUCE_L2, kernel, [x.name], node.outputs[0])
         return True
 
     def _lower_ReduceSum(self, node: Node) -> bool:
@@ -839,7 +840,7 @@ class _Lowerer:
             self._rename(it.name, int_name)
             it.name = int_name
             self.out.set_value(o, self.src.shape(o), np.float32)
-            node = self.out.add_node("HzDequantize", [int_name], [o], {"scale": it.scale}, name=f"{o}_HzDequantize", domain=HBTOOL_DOMAIN)
+            node = self.out.add_node(HZ_DEQUANTIZE, [int_name], [o], {"scale": it.scale}, name=f"{o}_HzDequantize", domain=HBTOOL_DOMAIN)
             node.meta.update(kernel=Dequantize.build(it.scale), on="CPU", boundary=True)
             outputs.append(o)
         self.out.outputs = outputs

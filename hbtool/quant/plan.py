@@ -22,6 +22,8 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from hbtool.ir.graph import Graph, Node
+from hbtool.ir.hz_ops import HZ_PREPROCESS
+from hbtool.kernels.movement import COMPILER_MOVES, DATA_MOVEMENT_OPS
 from hbtool.quant.observers import TensorStats
 from hbtool.quant.thresholds import sqnr_db, threshold
 
@@ -38,12 +40,10 @@ ZERO_RANGE = 1e-8
 #: the threshold of a zero-range group with no calibrated neighbour at all
 ZERO_RANGE_FALLBACK = 1.0
 
-# ops that keep their input's integers: the output shares the input's scale
-SCALE_PRESERVING = {
-    "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Slice", "Split", "Concat", "Gather",
-    "Expand", "Tile", "Pad", "MaxPool", "GlobalMaxPool", "ReduceMax", "ReduceMin", "WindowPartition",
-    "WindowReverse", "Roll", "DepthToSpace", "SpaceToDepth", "Resize", "Upsample", "Identity",
-}
+# ops that keep their input's integers: the output shares the input's scale. Data movement, plus
+# MaxPool (a vector kernel that picks one of its inputs) and Upsample (Resize's old name; any
+# Resize, nearest or linear, never leaves its input's range)
+SCALE_PRESERVING = (DATA_MOVEMENT_OPS - COMPILER_MOVES) | {"MaxPool", "Upsample"}
 
 # ops whose output scale is fixed by the integer kernel
 FIXED_OUTPUT_SCALE = {"Softmax": {8: 2.0**-7, 16: 2.0**-15}}
@@ -51,7 +51,7 @@ FIXED_OUTPUT_SCALE = {"Softmax": {8: 2.0**-7, 16: 2.0**-15}}
 # ops whose inputs/outputs want int16 when auto_int16 is on (the J5 talk: LayerNorm, Softmax;
 # LUT ops keep their resolution with int16 in and out)
 INT16_OUTPUTS = {"Softmax", "LayerNormalization", "ChannelLayerNorm", "InstanceNormalization"}
-INT16_INPUTS = {"HzPreprocess", "Softmax", "LayerNormalization", "ChannelLayerNorm", "InstanceNormalization", "Gelu", "Erf", "Sigmoid", "Tanh", "Exp", "Swish", "HardSwish", "Sqrt", "Reciprocal", "Div", "Log", "Pow"}
+INT16_INPUTS = {HZ_PREPROCESS, "Softmax", "LayerNormalization", "ChannelLayerNorm", "InstanceNormalization", "Gelu", "Erf", "Sigmoid", "Tanh", "Exp", "Swish", "HardSwish", "Sqrt", "Reciprocal", "Div", "Log", "Pow"}
 
 
 @dataclass

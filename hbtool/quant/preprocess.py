@@ -43,9 +43,10 @@ from hbtool.config.types import InputSpec
 from hbtool.errors import InputError
 from hbtool.io.runtime_input import needs_conversion
 from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node, Value
+from hbtool.ir.hz_ops import HZ_PREPROCESS
 from hbtool.kernels.colour import conversion_matrix
 
-OP_TYPE = "HzPreprocess"
+OP_TYPE = HZ_PREPROCESS
 METADATA_PREFIX = "hbtool.preprocess."
 
 

@@ -28,16 +28,10 @@ from typing import Any, Callable
 import numpy as np
 
 from hbtool.ir.graph import Graph, Node
+from hbtool.ir.hz_ops import HZ_REARRANGE, HZ_REORDER
+from hbtool.kernels.movement import COMPILER_MOVES, ELEMENT_COPIES, RESHAPE_LIKE
 
 Run = Callable[[list[Any]], list[np.ndarray]]
-
-# kernels whose first axis is independent whenever the rules of mergeable() hold
-_TRAILING_KERNELS = {
-    "Conv", "ConvTranspose", "MaxPool", "AvgPool", "BilinearResize", "Linear", "Lut", "Quantize", "Dequantize",
-    "Requantize", "Add", "Mul", "Div", "LayerNorm", "Softmax", "ReduceMean", "ReduceSum", "ReduceL2", "MatMul",
-    "Log2MatMul",
-}
-_MATRIX_KERNELS = {"MatMul", "Log2MatMul"}  # their last two axes are the matrix: axis 0 must be a batch axis
 
 
 def _shifted(perm) -> list[int]:
@@ -65,8 +59,7 @@ def mergeable(node: Node, program: Graph) -> bool:
     every constant operand broadcasts along axis 0 (size 1 there, or a lower rank).
     """
     kernel = node.meta["kernel"]
-    kind = type(kernel).__name__
-    if kind not in _TRAILING_KERNELS:
+    if not kernel.merges_samples:  # a kernel fact (hbtool.kernels.base.Kernel)
         return False
     perms = node.meta.get("in_perms") or {}
     out_perm = node.meta.get("out_perm")
@@ -75,7 +68,7 @@ def mergeable(node: Node, program: Graph) -> bool:
         inv = np.argsort(out_perm)
         out_shape = tuple(out_shape[int(i)] for i in inv)
     rank = len(out_shape)
-    if rank < 2 or (kind in _MATRIX_KERNELS and rank < 3):
+    if rank < 2 or (kernel.matrix_operands and rank < 3):
         return False
     if not _axes_exclude_zero(kernel, rank):
         return False
@@ -207,12 +200,12 @@ def _split(node: Node, program: Graph) -> Run:
 
 _MOVEMENT_FORMS = {
     "Reshape": _reshape, "Flatten": _reshape, "Squeeze": _reshape, "Unsqueeze": _reshape,
-    "Transpose": _transpose, "HzRearrange": _rearrange, "Identity": _identity, "HzReorder": _identity,
+    "Transpose": _transpose, HZ_REARRANGE: _rearrange, "Identity": _identity, HZ_REORDER: _identity,
     "Slice": _slice, "Concat": _concat, "Split": _split,
 }
-# ops that only copy input elements (or constants) to the output: an index map describes them
-_PURE_MOVEMENT = {"Slice", "Split", "Concat", "Gather", "Expand", "Tile", "Pad", "DepthToSpace", "SpaceToDepth",
-                  "WindowPartition", "WindowReverse", "Roll", "Resize"}
+# ops that only copy input elements (or constants) to the output: an index map describes them; those
+# whose sample-axis form above always applies (reshapes, Transpose, Identity, the compiler's) never need it
+_PURE_MOVEMENT = ELEMENT_COPIES - RESHAPE_LIKE - COMPILER_MOVES - {"Transpose", "Identity"}
 _DATA_INPUTS = {"Concat": None}  # inputs holding data (None: all); other ops: input 0 only
 
 

@@ -22,12 +22,12 @@ import numpy as np
 
 from hbtool.compiler.artifact import Artifact
 from hbtool.compiler.cpu import CPU_SUBGRAPH_OP
-from hbtool.compiler.program_io import program_from_section
 from hbtool.errors import InputError
 from hbtool.ir.graph import Graph, Node
+from hbtool.ir.program_io import program_from_section
+from hbtool.kernels.movement import MOVEMENT
 from hbtool.simulator.accel import accelerate, numpy_until_compiled
 from hbtool.simulator.batching import mergeable, merged_kernel, movement_step, per_sample
-from hbtool.simulator.movement import MOVEMENT
 
 
 # Samples per pass are capped so that the largest activation of a pass holds about this many

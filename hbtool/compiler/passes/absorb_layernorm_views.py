@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from hbtool.compiler.passes.common import drop_node, is_bpu_move, sole_user, transpose_perm
 from hbtool.ir.graph import Graph
+from hbtool.ir.hz_ops import HZ_LAYERNORM
 
 
 def absorb_layernorm_views(program: Graph) -> int:
     """Absorb a transpose in front of and one behind a LayerNorm into its read/write order."""
     count = 0
-    for ln in [n for n in program.nodes if n.op_type == "HzLayerNorm"]:
+    for ln in [n for n in program.nodes if n.op_type == HZ_LAYERNORM]:
         consumers = program.consumer_map()
         producers = program.producer_map()
         before = producers.get(ln.inputs[0])

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from hbtool.compiler.passes.common import drop_node, is_bpu_move, sole_user, transpose_perm
 from hbtool.ir.graph import Graph
+from hbtool.ir.hz_ops import HZ_LINEAR, HZ_MATMUL
 
-_TARGETS = ("HzMatMul", "HzLinear")
+_TARGETS = (HZ_MATMUL, HZ_LINEAR)
 
 
 def absorb_transpose_into_matmul(program: Graph) -> int:

@@ -11,13 +11,14 @@ from __future__ import annotations
 import numpy as np
 
 from hbtool.ir.graph import Graph
+from hbtool.ir.hz_ops import HZ_MATMUL
 
 
 def bmm_tiling(program: Graph) -> int:
     """Tile batched matmuls (activation x activation) over their batch dimension."""
     count = 0
     for node in program.nodes:
-        if node.op_type != "HzMatMul":
+        if node.op_type != HZ_MATMUL:
             continue
         shape = program.shape(node.outputs[0]) or ()
         if len(shape) > 2 and int(np.prod(shape[:-2])) > 1:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node
-
-RESHAPE_LIKE = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"}
+from hbtool.kernels.movement import RESHAPE_LIKE
 
 
 def is_bpu_move(node: Node, op_types: set[str] | tuple[str, ...]) -> bool:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from hbtool.compiler.passes.common import RESHAPE_LIKE, is_bpu_move, sole_user, transpose_perm
 from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node
+from hbtool.ir.hz_ops import HZ_REARRANGE
 
-_CHAINABLE = RESHAPE_LIKE | {"Transpose", "HzRearrange"}
+_CHAINABLE = RESHAPE_LIKE | {"Transpose", HZ_REARRANGE}
 
 
 def _steps(program: Graph, node: Node) -> list[list]:
-    if node.op_type == "HzRearrange":
+    if node.op_type == HZ_REARRANGE:
         return [list(s) for s in node.attrs["steps"]]
     if node.op_type == "Transpose":
         return [["transpose", transpose_perm(program, node)]]
@@ -39,7 +40,7 @@ def fuse_movement_chains(program: Graph) -> int:
             program.nodes.remove(node)
             program.nodes.remove(nxt)
             program.values.pop(node.outputs[0], None)
-            new = Node(nxt.name, "HzRearrange", [node.inputs[0]], [nxt.outputs[0]], {"steps": steps}, HBTOOL_DOMAIN)
+            new = Node(nxt.name, HZ_REARRANGE, [node.inputs[0]], [nxt.outputs[0]], {"steps": steps}, HBTOOL_DOMAIN)
             new.meta.update(on="BPU", subgraph=node.meta.get("subgraph"))
             program.nodes.insert(idx, new)
             count += 1

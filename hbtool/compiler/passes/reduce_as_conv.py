@@ -9,9 +9,11 @@ unit's alignment padding.
 from __future__ import annotations
 
 from hbtool.ir.graph import Graph
+from hbtool.kernels.units import TENSOR
 
 MIN_COUNT = 16
-REDUCTIONS = ("ReduceMean", "ReduceSum")
+#: the reductions a ones kernel computes (an L2 norm squares first: not a plain sum)
+REDUCTIONS = ("mean", "sum")
 
 
 def reduce_as_conv(program: Graph) -> int:
@@ -19,8 +21,8 @@ def reduce_as_conv(program: Graph) -> int:
     count = 0
     for node in program.nodes:
         kernel = node.meta.get("kernel")
-        if kernel is not None and type(kernel).__name__ in REDUCTIONS and int(kernel.count) >= MIN_COUNT:
-            node.meta["unit_override"] = "tensor"
+        if kernel is not None and kernel.reduction in REDUCTIONS and int(kernel.count) >= MIN_COUNT:
+            node.meta["unit_override"] = TENSOR
             node.meta["as_conv"] = True
             count += 1
     return count

@@ -13,6 +13,7 @@ import numpy as np
 
 from hbtool.compiler.passes.common import RESHAPE_LIKE, is_bpu_move
 from hbtool.ir.graph import Graph
+from hbtool.ir.hz_ops import HZ_REARRANGE
 
 INNER_ALIGN = 8
 
@@ -35,7 +36,7 @@ def reshape_as_view(program: Graph) -> int:
     """Mark reshapes that keep the stored byte order as views (no data movement)."""
     count = 0
     for node in program.nodes:
-        if is_bpu_move(node, RESHAPE_LIKE) or (node.op_type == "HzRearrange" and all(s[0] == "reshape" for s in node.attrs["steps"])):
+        if is_bpu_move(node, RESHAPE_LIKE) or (node.op_type == HZ_REARRANGE and all(s[0] == "reshape" for s in node.attrs["steps"])):
             if is_view(program.shape(node.inputs[0]), program.shape(node.outputs[0])):
                 node.meta["view"] = True
                 count += 1

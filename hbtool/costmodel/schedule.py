@@ -21,12 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hbtool.compiler.layout import REORDER_OP
-from hbtool.compiler.program_io import program_from_section
+from hbtool.costmodel.cost import IMAGE_INPUT_TYPES, CPU, DATA_MOVEMENT, DDR, OVERHEAD, SRAM, TENSOR, UNITS, VECTOR, VIEW, CostContext, OpCost, cost_op, image_input_cost
+from hbtool.costmodel.hardware import Hardware, hardware_for
 from hbtool.errors import InputError
 from hbtool.ir.graph import Graph
-from hbtool.perf.cost import IMAGE_INPUT_TYPES, CPU, DATA_MOVEMENT, DDR, OVERHEAD, SRAM, TENSOR, UNITS, VECTOR, VIEW, CostContext, OpCost, cost_op, image_input_cost
-from hbtool.perf.hardware import Hardware, hardware_for
+from hbtool.ir.hz_ops import HZ_REORDER
+from hbtool.ir.program_io import program_from_section
 
 RUNTIME = "runtime"
 
@@ -220,7 +220,7 @@ def absorb_image_reorders(program: Graph, ops: list[OpCost], ctx: CostContext) -
     ``HzReorder`` where a reader needs more alignment: a float input quantized on the CPU is
     written unpadded, so the BPU copies it into the tensor unit's layout (C to 8, W to 16) before
     the first convolution. An ``nv12`` input is not written by the CPU but by the BPU's own colour
-    converter (:func:`~hbtool.perf.cost.image_input_cost`), which emits the channels it computes
+    converter (:func:`~hbtool.costmodel.cost.image_input_cost`), which emits the channels it computes
     straight into that padded layout; so the reorder moves nothing, and the conversion writes the
     padded bytes where the reorder's output lives. Why it matters: costed as a copy, the reorder of
     a 640x640 image is a DDR round trip of 4.5 MB, 0.4 ms of BPU time per frame on the RDK X5.
@@ -230,7 +230,7 @@ def absorb_image_reorders(program: Graph, ops: list[OpCost], ctx: CostContext) -
     producers = program.producer_map()
     index = {n.name: i for i, n in enumerate(program.nodes)}
     for node, op in zip(program.nodes, ops):
-        if node.op_type != REORDER_OP or not node.inputs:
+        if node.op_type != HZ_REORDER or not node.inputs:
             continue
         quantize = producers.get(node.inputs[0])
         if quantize is None or not quantize.inputs or quantize.inputs[0] not in ctx.image_inputs:
@@ -256,14 +256,14 @@ def estimate_program(program: Graph, tensors: dict[str, dict[str, Any]], hw: Har
 
     ``runtime_input_types`` (input name -> ``input_type_rt``) says which inputs arrive as images
     (nv12, rgb...: 8-bit pixels the BPU takes directly); their boundary quantize is costed as the
-    BPU's colour conversion (:func:`~hbtool.perf.cost.image_input_cost`) instead of a CPU quantize.
+    BPU's colour conversion (:func:`~hbtool.costmodel.cost.image_input_cost`) instead of a CPU quantize.
     """
     if core_num not in (1, 2):
         raise InputError(f"--core-num {core_num}: the BPU has 1 or 2 cores per frame", "use --core-num 1 or 2")
     images = {k: v for k, v in (runtime_input_types or {}).items() if v in IMAGE_INPUT_TYPES}
     def cost_all(split: int) -> list[OpCost]:
         ctx = CostContext(program, tensors, hw, split, images)
-        return absorb_image_reorders(program, fuse_output_stage(program, [cost_op(n, ctx) for n in program.nodes], hw), ctx)
+        return absorb_image_reorders(program, fuse_output_stage(program, [cost_op(n, ctx, n.meta.get("tile")) for n in program.nodes], hw), ctx)
 
     single = cost_all(1)
     ops = single if core_num == 1 else cost_all(2)

@@ -41,18 +41,16 @@ from typing import Any
 
 import numpy as np
 
+from hbtool.costmodel import access
+from hbtool.costmodel.hardware import Hardware
 from hbtool.ir.graph import Graph, Node
-from hbtool.perf import access
-from hbtool.perf.hardware import Hardware
+from hbtool.ir.hz_ops import HZ_PREPROCESS
+from hbtool.kernels.quantize import Quantize
+from hbtool.kernels.units import CPU, DATA_MOVEMENT, TENSOR, UNITS, VECTOR
+from hbtool.march.storage import align
 
-TENSOR, VECTOR, DATA_MOVEMENT, CPU = "tensor", "vector", "data_movement", "cpu"
 SRAM, DDR = "sram", "ddr"
 OVERHEAD, VIEW = "overhead", "view"
-UNITS = (TENSOR, VECTOR, DATA_MOVEMENT, CPU)
-
-
-def align(v: int, q: int) -> int:
-    return -(-int(v) // int(q)) * int(q) if q > 1 else int(v)
 
 
 @dataclass
@@ -138,9 +136,13 @@ class CostContext:
 # --------------------------------------------------------------------------- memory traffic
 
 
-def bands(node: Node) -> int:
-    """Row bands the compiler's memory plan runs the op in (``meta["tile"]``): one dispatch per band."""
-    return int((node.meta.get("tile") or {}).get("bands", 1))
+#: how the compiler's memory plan runs an op: ``{"group", "bands", "weight_reads"}`` (None: whole, untiled)
+Tile = dict[str, Any] | None
+
+
+def bands(tile: Tile) -> int:
+    """Row bands the compiler's memory plan runs the op in: one dispatch per band."""
+    return int((tile or {}).get("bands", 1))
 
 
 def is_4bit_tensor(ctx: CostContext, name: str) -> bool:
@@ -148,7 +150,7 @@ def is_4bit_tensor(ctx: CostContext, name: str) -> bool:
     return ctx.hw.int4_supported and (ctx.tensors.get(name) or {}).get("dtype") in ("uint4", "int4")
 
 
-def _memory_traffic(op: OpCost, node: Node, ctx: CostContext, as_int8: bool = False) -> None:
+def _memory_traffic(op: OpCost, node: Node, ctx: CostContext, tile: Tile, as_int8: bool = False) -> None:
     """Activations read and written where they live; kernel constants streamed from DDR.
 
     4-bit tensors move ``int4.activation_bytes_per_element`` per element (``as_int8``: one byte, the
@@ -166,15 +168,12 @@ def _memory_traffic(op: OpCost, node: Node, ctx: CostContext, as_int8: bool = Fa
             sram += b
     kernel = node.meta.get("kernel")
     if kernel is not None:
-        from hbtool.compiler.compile import kernel_param_bytes
-
-        op.weight_bytes = int(kernel_param_bytes(kernel))
+        op.weight_bytes = int(kernel.param_bytes())
         if as_int8 and getattr(kernel, "weight_bits", 8) == 4:
             op.weight_bytes += int(kernel.weight.size) - (int(kernel.weight.size) + 1) // 2
-        # an op of a chain the compiler runs in row bands (memory plan, ``meta["tile"]``) needs its
+        # an op of a chain the compiler runs in row bands (memory plan, ``tile``) needs its
         # weights for every band: streamed again from DDR each band, or, kept in SRAM, read from there
-        tile = node.meta.get("tile") or {}
-        reads, n_bands = int(tile.get("weight_reads", 1)), int(tile.get("bands", 1))
+        reads, n_bands = int((tile or {}).get("weight_reads", 1)), bands(tile)
         weight_ddr = reads * access.sequential_bytes(op.weight_bytes, hw.ddr_burst_bytes) if op.weight_bytes else 0
         ddr += weight_ddr
         # the share of the weight fetch the op waits for (memory.weight_fetch_exposed): the rest
@@ -204,7 +203,7 @@ def tensor_padding(kind: str, kernel: Any, node: Node, ctx: CostContext, c_in_qu
         width = int(spatial[-1]) if spatial else 1
         rows = int(out[0]) * int(np.prod(spatial[:-1], dtype=np.int64)) if spatial else int(out[0])
         reduction = taps * (align(cin_g, cq) if group == 1 else cin_g)
-        macs = elems * taps * cin_g
+        macs = kernel.macs(None, out)
         if group == 1 or hw.groups_share_lanes:
             padded = rows * align(width, aw) * align(cout, aco) * align(reduction, ar)
             note = f"W {width}->{align(width, aw)}, Cout {cout}->{align(cout, aco)}, reduction {taps * cin_g}->{align(reduction, ar)}"
@@ -223,7 +222,7 @@ def tensor_padding(kind: str, kernel: Any, node: Node, ctx: CostContext, c_in_qu
         k, n = (int(d) for d in kernel.weight.shape)
         m = elems // max(n, 1)
         padded = align(m, aw) * align(n, aco) * align(align(k, cq), ar)
-        return m * n * k, padded, 1, f"M {m}->{align(m, aw)}, N {n}->{align(n, aco)}, K {k}->{align(align(k, cq), ar)}"
+        return kernel.macs(None, out), padded, 1, f"M {m}->{align(m, aw)}, N {n}->{align(n, aco)}, K {k}->{align(align(k, cq), ar)}"
     if kind in ("MatMul", "Log2MatMul"):
         k = int(kernel.k)
         m, n = (int(out[-2]), int(out[-1])) if len(out) >= 2 else (1, int(out[-1]) if out else 1)
@@ -235,16 +234,13 @@ def tensor_padding(kind: str, kernel: Any, node: Node, ctx: CostContext, c_in_qu
         else:
             padded = batch * align(m, aw) * align(n, aco) * kp
             calls, how = batch, "one pass per batch entry"
-        return batch * m * n * k, padded, calls, f"batch {batch} ({how}), M {m}, N {n}, K {k}->{kp}"
-    if kind in REDUCTIONS:  # run as a convolution with a ones kernel (reduce_as_conv)
+        return kernel.macs(None, out), padded, calls, f"batch {batch} ({how}), M {m}, N {n}, K {k}->{kp}"
+    if kernel is not None and kernel.reduction is not None:  # run as a convolution with a ones kernel (reduce_as_conv)
         count = int(kernel.count)
         padded = align(elems, aco) * aw * align(count, ar)
-        return elems * count, padded, 1, f"{REDUCTIONS[kind]} of {count} as a ones-kernel conv"
+        return elems * count, padded, 1, f"{kernel.reduction} of {count} as a ones-kernel conv"
     macs = int(node.meta.get("macs", 0))
     return macs, macs, 1, ""
-
-
-REDUCTIONS = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceL2": "l2"}
 
 
 def _reduction_transpose(op: OpCost, node: Node, ctx: CostContext) -> None:
@@ -254,7 +250,7 @@ def _reduction_transpose(op: OpCost, node: Node, ctx: CostContext) -> None:
 
     kernel = node.meta.get("kernel")
     acts = ctx.activations(node.inputs)
-    if type(kernel).__name__ not in REDUCTIONS or not acts or not reduction_needs_transpose(ctx.shape(acts[0]), kernel.axes):
+    if kernel is None or kernel.reduction is None or not acts or not reduction_needs_transpose(ctx.shape(acts[0]), kernel.axes):
         return
     op.components[DATA_MOVEMENT] = ctx.padded_bytes(acts[0]) / ctx.hw.dm_bytes_per_cycle / ctx.split
     op.note += "; axes brought together by a transpose"
@@ -275,7 +271,7 @@ def _conv_transpose_padding(kernel: Any, node: Node, ctx: CostContext, out: Any)
     group = int(kernel.group)
     cin_g, cout = cin // group, og * group
     x = ctx.shape(node.inputs[0])
-    macs = int(np.prod(x, dtype=np.int64)) * og * int(np.prod(kshape, dtype=np.int64)) if x else 0
+    macs = kernel.macs(x, out) if x else 0
     spatial = list(out[2:]) if out else []
     strides = [int(s) for s in kernel.strides]
     phases = int(np.prod(strides, dtype=np.int64))
@@ -300,7 +296,7 @@ def _operand_bits(kind: str, kernel: Any, as_int8: bool = False) -> tuple[int, .
     return x_bits, int(getattr(kernel, "weight_bits", 8))
 
 
-def tensor_cost(node: Node, ctx: CostContext, as_int8: bool = False) -> OpCost:
+def tensor_cost(node: Node, ctx: CostContext, tile: Tile = None, as_int8: bool = False) -> OpCost:
     """The op's cost; for a 4-bit op the note says whether 4 bits pay (against ``as_int8``, its int8 form)."""
     hw = ctx.hw
     kernel = node.meta.get("kernel")
@@ -314,13 +310,13 @@ def tensor_cost(node: Node, ctx: CostContext, as_int8: bool = False) -> OpCost:
     op.components[TENSOR] = op.padded_macs / (hw.macs_per_cycle * rate) / ctx.split
     if rate < 1:
         op.note += f"; int{op.bits} operands at {rate:g}x rate"
-    _memory_traffic(op, node, ctx, as_int8)
+    _memory_traffic(op, node, ctx, tile, as_int8)
     _reduction_transpose(op, node, ctx)
-    op.overhead = (hw.per_op_cycles + (hw.dual_core_sync_cycles if ctx.split > 1 else 0)) * op.calls * bands(node)
+    op.overhead = (hw.per_op_cycles + (hw.dual_core_sync_cycles if ctx.split > 1 else 0)) * op.calls * bands(tile)
     if not as_int8 and hw.int4_supported and (getattr(kernel, "weight_bits", 8) == 4 or getattr(kernel, "input_range", None) is not None):
         rng = getattr(kernel, "input_range", None)
         label = f"{'int8' if rng is None else 'uint4' if rng[0] == 0 else 'int4'} x int{bits[1]}"
-        op.note += "; " + int4_note(op, tensor_cost(node, ctx, as_int8=True), label)
+        op.note += "; " + int4_note(op, tensor_cost(node, ctx, tile, as_int8=True), label)
     return op
 
 
@@ -339,13 +335,6 @@ def int4_note(op: OpCost, int8: OpCost, kinds: str) -> str:
 BILINEAR_TAPS = 4
 
 
-def vector_class(kind: str, kernel: Any) -> str:
-    if kind == "Lut":
-        return "lut_int16" if int(getattr(kernel, "in_bits", 8)) > 8 else "lut"
-    return {"LayerNorm": "layernorm", "Softmax": "softmax", "AvgPool": "pool", "ReduceMean": "pool",
-            "ReduceSum": "pool", "MaxPool": "pool", "ReduceL2": "pool", "Div": "divide"}.get(kind, "elementwise")
-
-
 @lru_cache(maxsize=None)
 def layernorm_one_pass_size(march: str) -> int:
     """The longest LayerNorm row the vector unit normalises in one pass (the march's ``layernorm_max_size``)."""
@@ -354,7 +343,7 @@ def layernorm_one_pass_size(march: str) -> int:
     return load_march(march).limit("layernorm_max_size")
 
 
-def vector_cost(node: Node, ctx: CostContext) -> OpCost:
+def vector_cost(node: Node, ctx: CostContext, tile: Tile = None) -> OpCost:
     hw = ctx.hw
     kernel = node.meta.get("kernel")
     kind = type(kernel).__name__ if kernel is not None else node.op_type
@@ -362,8 +351,8 @@ def vector_cost(node: Node, ctx: CostContext) -> OpCost:
     acts = ctx.activations(node.inputs)
     out = node.outputs[0]
     out_padded = int(np.prod(ctx.padded(out), dtype=np.int64))
-    cls = vector_class(kind, kernel)
-    if kind in ("AvgPool", *REDUCTIONS) and acts:
+    cls = kernel.vector_class if kernel is not None else "elementwise"
+    if (kind == "AvgPool" or (kernel is not None and kernel.reduction is not None)) and acts:
         elements = int(np.prod(ctx.padded(acts[0]), dtype=np.int64))
     elif kind == "MaxPool":
         elements = out_padded * int(np.prod(getattr(kernel, "kernel_shape", (1,)), dtype=np.int64))
@@ -396,7 +385,7 @@ def vector_cost(node: Node, ctx: CostContext) -> OpCost:
         # a row longer than the unit holds streams twice: its sums (a reduction pass), then the normalisation
         op.components[VECTOR] += elements * hw.cpe_pool / hw.vector_lanes / rate / ctx.split
         op.note += f", two passes (row of {kernel.n} > {one_pass})"
-    _memory_traffic(op, node, ctx)
+    _memory_traffic(op, node, ctx, tile)
     if two_pass:  # the input is read once per pass
         for name in acts:
             b = ctx.padded_bytes(name)
@@ -409,7 +398,7 @@ def vector_cost(node: Node, ctx: CostContext) -> OpCost:
                 op.sram_bytes += b
                 op.components[SRAM] += b / hw.sram_bytes_per_cycle / ctx.split
     _reduction_transpose(op, node, ctx)
-    op.overhead = (hw.per_op_cycles + (hw.dual_core_sync_cycles if ctx.split > 1 else 0)) * bands(node)
+    op.overhead = (hw.per_op_cycles + (hw.dual_core_sync_cycles if ctx.split > 1 else 0)) * bands(tile)
     return op
 
 
@@ -428,7 +417,7 @@ def _buffered(strided: int, in_order: int, location: str, hw: Hardware) -> int:
     return max(int(in_order), -(-int(strided) // lines))
 
 
-def movement_cost(node: Node, ctx: CostContext) -> OpCost:
+def movement_cost(node: Node, ctx: CostContext, tile: Tile = None) -> OpCost:
     hw = ctx.hw
     op = OpCost(node.name, node.op_type, DATA_MOVEMENT)
     if node.meta.get("view"):
@@ -473,7 +462,7 @@ def movement_cost(node: Node, ctx: CostContext) -> OpCost:
     op.ddr_useful_bytes = min(op.ddr_bytes, useful) if op.ddr_bytes else 0
     where = loc_in if loc_in == loc_out else f"{loc_in}->{loc_out}"
     op.note = f"{note}, {best} in {where}"
-    op.overhead = (hw.per_op_cycles + (hw.dual_core_sync_cycles if ctx.split > 1 else 0)) * bands(node)
+    op.overhead = (hw.per_op_cycles + (hw.dual_core_sync_cycles if ctx.split > 1 else 0)) * bands(tile)
     return op
 
 
@@ -491,7 +480,7 @@ def image_input_cost(name: str, input_type: str, shape: tuple[int, ...], out_loc
     element); the converted int8 tensor is written where the compiler placed the input
     (``out_bytes``: in the padded layout of its reader, see :func:`absorb_image_reorders`).
     """
-    op = OpCost(f"{name}_{input_type}", "HzPreprocess", VECTOR, "ColourConvert")
+    op = OpCost(f"{name}_{input_type}", HZ_PREPROCESS, VECTOR, "ColourConvert")
     n, c, h, w = (list(shape) + [1, 1, 1, 1])[:4] if len(shape) >= 4 else (1, 3, 1, int(np.prod(shape)))
     pixels = int(n) * int(h) * int(w)
     nv12_bytes = access.sequential_bytes(pixels + pixels // 2, hw.ddr_burst_bytes)
@@ -511,7 +500,7 @@ def image_input_cost(name: str, input_type: str, shape: tuple[int, ...], out_loc
 def cpu_cost(node: Node, ctx: CostContext) -> OpCost:
     hw = ctx.hw
     kernel = node.meta.get("kernel")
-    if type(kernel).__name__ == "Quantize" and node.inputs and node.inputs[0] in ctx.image_inputs:
+    if isinstance(kernel, Quantize) and node.inputs and node.inputs[0] in ctx.image_inputs:
         return image_input_cost(node.inputs[0], ctx.image_inputs[node.inputs[0]], ctx.shape(node.inputs[0]),
                                 ctx.location(node.outputs[0]), hw, ctx.split)
     op = OpCost(node.name, node.op_type, CPU, type(kernel).__name__ if kernel is not None else None)
@@ -531,20 +520,24 @@ def cpu_cost(node: Node, ctx: CostContext) -> OpCost:
     return op
 
 
-def cost_op(node: Node, ctx: CostContext) -> OpCost:
+def cost_op(node: Node, ctx: CostContext, tile: Tile = None) -> OpCost:
+    """The cost of ``node`` on its unit, run as ``tile`` says (the memory plan's row bands; None: whole).
+
+    The tile is an argument, not read from the node: the compiler prices candidate tilings
+    before it decides one, and the schedule passes the one the compiled program records
+    (``meta["tile"]``)."""
     unit = node.meta.get("unit", CPU)
     if unit == TENSOR:
-        op = tensor_cost(node, ctx)
+        op = tensor_cost(node, ctx, tile)
     elif unit == VECTOR:
-        op = vector_cost(node, ctx)
+        op = vector_cost(node, ctx, tile)
     elif unit == DATA_MOVEMENT:
-        op = movement_cost(node, ctx)
+        op = movement_cost(node, ctx, tile)
     else:
         return cpu_cost(node, ctx)
-    tile = node.meta.get("tile")
     if tile and op.cycles > 0:
         weights = "" if not op.weight_bytes else ", weights re-read per band" if int(tile.get("weight_reads", 1)) > 1 else ", weights kept in SRAM"
-        op.note += f"; chain {tile.get('group', '?')} in {bands(node)} row bands{weights}"
+        op.note += f"; chain {tile.get('group', '?')} in {bands(tile)} row bands{weights}"
     hw = ctx.hw
     if op.exposed >= 1e-6 * hw.clock_hz:    # name waits of a microsecond or more
         op.note += f"; waits {op.exposed / hw.clock_hz * 1e6:.1f} us for {hw.weight_fetch_exposed:.0%} of its weight fetch"

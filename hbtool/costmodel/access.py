@@ -4,7 +4,7 @@ Memory is read and written in granules: a DDR burst (``memory.ddr_burst_bytes``)
 line (``memory.sram_access_bytes``). A transpose whose innermost output axis is not the
 innermost input axis touches one element per granule on one side, so that side moves a whole
 granule for every element. To find the runs, the op is applied to an array holding, for every
-element, its byte address in the input's stored layout (the compiler's layout: rank-4 tensors
+element, its byte address in the input's stored layout (:mod:`hbtool.march.storage`: rank-4 tensors
 channel-innermost with C and W padded, other tensors row-major with their last two axes
 padded); the same numpy code ``simulate`` runs moves the addresses. Walking the output in
 stored order, a run ends where the source address jumps.
@@ -24,13 +24,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from hbtool.ir.graph import Graph, Node
+from hbtool.kernels.movement import MOVEMENT
+from hbtool.march.storage import stored_order
 
 _TAG = 40  # input k's addresses are offset by k << _TAG (Concat), so they never look contiguous
-
-
-def stored_axes(rank: int) -> list[int]:
-    """Logical axes from outermost to innermost in the stored layout (see ``compiler.layout``)."""
-    return [0, 2, 3, 1] if rank == 4 else list(range(rank))
 
 
 def addresses(shape: Sequence[int], padded: Sequence[int]) -> np.ndarray:
@@ -38,14 +35,14 @@ def addresses(shape: Sequence[int], padded: Sequence[int]) -> np.ndarray:
     shape, padded = [int(d) for d in shape], [int(d) for d in padded]
     if not shape:
         return np.zeros((), np.int64)
-    order = stored_axes(len(shape))
+    order = stored_order(len(shape))
     stored = np.arange(int(np.prod(padded, dtype=np.int64)), dtype=np.int64).reshape([padded[a] for a in order])
     logical = np.transpose(stored, np.argsort(order))
     return np.ascontiguousarray(logical[tuple(slice(0, s) for s in shape)])
 
 
 def in_stored_order(a: np.ndarray) -> np.ndarray:
-    return np.transpose(a, stored_axes(a.ndim)).reshape(-1) if a.ndim else a.reshape(-1)
+    return np.transpose(a, stored_order(a.ndim)).reshape(-1) if a.ndim else a.reshape(-1)
 
 
 def _run_starts(addr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -121,9 +118,7 @@ def _key(node: Node, program: Graph, tensors: dict[str, dict], element_bytes: in
 def walk(node: Node, program: Graph, tensors: dict[str, dict], element_bytes: int, granules: Sequence[int],
          movement: dict | None = None) -> Walk | None:
     """How a data-movement node walks memory, or None when its semantics are unknown (then: a copy)."""
-    if movement is None:
-        from hbtool.simulator.movement import MOVEMENT as movement  # the simulator's exact semantics
-    fn = movement.get(node.op_type)
+    fn = (MOVEMENT if movement is None else movement).get(node.op_type)  # the simulator's exact semantics
     if fn is None:
         return None
     granules = tuple(sorted({int(g) for g in granules}))

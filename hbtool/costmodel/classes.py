@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from hbtool.perf.schedule import PerfResult
+    from hbtool.costmodel.schedule import PerfResult
 
 DETECTION = "detection / segmentation (many-output head)"
 ATTENTION = "attention or token mixing (transformer-style)"

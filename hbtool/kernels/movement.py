@@ -1,5 +1,8 @@
 """Data-movement ops in numpy: they only rearrange integers, so any exact implementation will do.
 
+One definition for the two readers: ``simulate`` runs them on the codes, and the cost model
+(:mod:`hbtool.costmodel.access`) runs them on element addresses to see how each op walks memory.
+
 Each function takes the node (attributes), the program (constant operands, static shapes)
 and the input arrays, and returns the output arrays. Shapes come from the program where the
 op is a pure reinterpretation (Reshape, Flatten, Squeeze, Unsqueeze): the program is
@@ -13,6 +16,7 @@ from typing import Callable
 import numpy as np
 
 from hbtool.ir.graph import Graph, Node
+from hbtool.ir.hz_ops import HZ_REARRANGE, HZ_REORDER
 
 
 def _const(program: Graph, name: str) -> np.ndarray | None:
@@ -180,10 +184,30 @@ def _identity(node: Node, program: Graph, x: np.ndarray, *rest) -> list[np.ndarr
 
 MOVEMENT: dict[str, Callable] = {
     "Reshape": _reshape_like, "Flatten": _reshape_like, "Squeeze": _reshape_like, "Unsqueeze": _reshape_like,
-    "Transpose": _transpose, "HzRearrange": _rearrange, "Slice": _slice, "Split": _split, "Concat": _concat,
+    "Transpose": _transpose, HZ_REARRANGE: _rearrange, "Slice": _slice, "Split": _split, "Concat": _concat,
     "Gather": _gather, "Expand": _expand, "Tile": _tile, "Pad": _pad,
     "ReduceMax": _reduce(np.max), "ReduceMin": _reduce(np.min), "GlobalMaxPool": _global_max,
     "DepthToSpace": _depth_to_space, "SpaceToDepth": _space_to_depth,
     "WindowPartition": _window_partition, "WindowReverse": _window_reverse, "Roll": _roll,
-    "Identity": _identity, "HzReorder": _identity, "Resize": _resize,
+    "Identity": _identity, HZ_REORDER: _identity, "Resize": _resize,
 }
+
+# ------------------------------------------------------------------------------ the op sets
+# One definition of which ops are data movement, and the named subsets the stages differ by.
+# Every stage that asks "does this op only move integers?" reads these; a new movement op is
+# added to MOVEMENT (its exact numpy form) and every stage sees it.
+
+#: every op that only moves integer codes (no arithmetic on them): each has its exact numpy form above
+DATA_MOVEMENT_OPS: frozenset[str] = frozenset(MOVEMENT)
+#: the data movement the compiler writes itself; the float and quantized models never hold these
+COMPILER_MOVES: frozenset[str] = frozenset({HZ_REARRANGE, HZ_REORDER})
+#: data movement only in its nearest mode: a linear Resize interpolates, an integer kernel
+MODE_DEPENDENT_MOVES: frozenset[str] = frozenset({"Resize"})
+#: movement that picks one value among several (max / min): the codes move, but not one to one
+SELECTING_MOVES: frozenset[str] = frozenset({"ReduceMax", "ReduceMin", "GlobalMaxPool"})
+#: a new shape over the same elements in the same order
+RESHAPE_LIKE: frozenset[str] = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
+#: the output holds exactly the input's values, each once, rearranged: its statistics are the input's
+PERMUTATIONS: frozenset[str] = RESHAPE_LIKE | {"Transpose", "WindowPartition", "WindowReverse", "Roll", "Identity"}
+#: every output element is a copy of one input element (or of a constant, for padding)
+ELEMENT_COPIES: frozenset[str] = DATA_MOVEMENT_OPS - SELECTING_MOVES
