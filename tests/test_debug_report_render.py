@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -22,8 +21,7 @@ def _chromium(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("HBTOOL_RUN_SLOW") != "1", reason="renders in a browser: set HBTOOL_RUN_SLOW=1")
+@pytest.mark.slow  # renders in a browser
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
 def test_report_renders(tmp_path):
     model = tiny_transformer(tmp_path / "m.onnx")

@@ -5,7 +5,7 @@ Graphs chain convolutions, matmuls, adds/muls (with constants or an earlier bran
 nearest and bilinear x2 resizes, reshape/transpose, softmax, LayerNorm, GELU, sigmoid, ReLU and
 pooling in random order, with random shapes and constant magnitudes. Calibration uses random
 inputs (``calibration_type: skip``) so no files are needed. The default run takes
-``FUZZ_EXAMPLES`` examples (200); ``HYPOTHESIS_PROFILE=nightly`` (scripts/fuzz_nightly.sh) runs
+``FUZZ_EXAMPLES`` examples (200); ``HYPOTHESIS_PROFILE=nightly`` (scripts/nightly.sh fuzz) runs
 many more.
 """
 

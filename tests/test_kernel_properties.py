@@ -14,7 +14,7 @@ softmax rows) and on scales far outside the usual range:
   tolerance, is garbage and fails.
 
 Budget: the default run draws about 400 examples (derandomized, stable in CI) in well under
-40 s; ``HYPOTHESIS_PROFILE=nightly`` (``scripts/fuzz_nightly.sh``, profile registered in
+40 s; ``HYPOTHESIS_PROFILE=nightly`` (``scripts/nightly.sh fuzz``, profile registered in
 tests/conftest.py) runs ten times as many, randomized. onnxruntime sessions are cached by
 model bytes, and models are written without input shapes, so one session serves every
 input shape of a kernel.

@@ -4,12 +4,11 @@ and the exported model, compiled and simulated, scores within 0.2 points of the 
 The sample: samples/tiny/tiny_cnn.onnx (digits, float top-1 99.07% on the 539 held-out images),
 int8 everywhere (auto_int16 false) with calibration_type kl, whose clipped thresholds cost ~28
 points. QAT: label-free distillation on the 64 bundled calibration images (crop + colour
-augmentation), LSQ scales, Adam 1e-3, 40 steps of 32. Minutes on 2 CPU cores; ``HBTOOL_RUN_SLOW=1``.
+augmentation), LSQ scales, Adam 1e-3, 40 steps of 32. Minutes on 2 CPU cores: marked ``slow`` (``pytest -m slow``, scripts/nightly.sh).
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
@@ -17,8 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(os.environ.get("HBTOOL_RUN_SLOW") != "1", reason="minutes of training: set HBTOOL_RUN_SLOW=1")]
+pytestmark = pytest.mark.slow  # minutes of training
 
 ROOT = Path(__file__).resolve().parents[1]
 

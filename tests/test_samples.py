@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -78,8 +77,7 @@ def test_export_deit_tiny_dynamic(tmp_path):
     assert m.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("HBTOOL_RUN_SLOW") != "1", reason="big exports: set HBTOOL_RUN_SLOW=1")
+@pytest.mark.slow  # big exports
 @pytest.mark.parametrize("name", ["resnet50", "efficientnet_lite4", "swin_t"])
 def test_export_big_models(tmp_path, name):
     path = export_model(name, tmp_path / f"{name}.onnx", opset=17, dynamic=True)

@@ -6,7 +6,7 @@ Each check runs ``hbtool simulate`` as a user would, in fresh processes:
   already cached on this machine: its first run must cost at most 3 s more than its second; numba's
   default cache, keyed on the source path and mtime, compiled everything again here (about 30 s);
 * a fresh cache folder (a machine that never ran simulate): the first run compiles the loops
-  once; slow under a loaded CI machine, so behind ``HBTOOL_RUN_SLOW=1`` like the other long checks.
+  once; slow under a loaded CI machine, so marked ``slow`` like the other long checks.
 """
 
 from __future__ import annotations
@@ -64,8 +64,7 @@ def test_a_fresh_clone_finds_the_loops_compiled(cnn, tmp_path):
     assert len(list(cache.iterdir())) == 1  # one folder, keyed on the loops' source, shared by both clones
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("HBTOOL_RUN_SLOW") != "1", reason="compiles every loop: set HBTOOL_RUN_SLOW=1")
+@pytest.mark.slow  # compiles every loop
 def test_the_first_run_on_a_fresh_cache_costs_at_most_3s_more(cnn, tmp_path):
     clone = _clone(tmp_path / "c")
     first = _simulate_seconds(clone, tmp_path / "fresh", cnn)

@@ -419,6 +419,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=OUT_DIR, help="where zoo.md / zoo.json / causes.md go")
     ap.add_argument("--update", action="store_true", help="keep the other models' rows of an earlier zoo.json in --out")
     ap.add_argument("--rewrite", action="store_true", help="only rewrite zoo.md / causes.md from --out's zoo.json")
+    ap.add_argument("--strict", action="store_true",
+                    help="exit 1 unless every exported model goes end to end clean (scripts/nightly.sh)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.out_root = OUT_DIR
@@ -478,6 +480,10 @@ def main() -> None:
     write_tables(rows, args.out, wall)
     print(markdown(rows, wall).splitlines()[-1])
     print(f"table: {args.out / 'zoo.md'}  json: {args.out / 'zoo.json'}  causes: {args.out / 'causes.md'}")
+    if args.strict:
+        failed = [r["model"] for r in rows if not clean(r) and not str(r.get("status", "")).startswith("not exported")]
+        if failed:
+            raise SystemExit(f"not clean: {', '.join(failed)}")
 
 
 if __name__ == "__main__":
