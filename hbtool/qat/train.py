@@ -28,7 +28,7 @@ import torch
 from hbtool.config.types import HbConfig
 from hbtool.errors import InputError
 from hbtool.qat.data import augment, read_labels, training_data
-from hbtool.qat.distributed import DistInfo, ShardSampler, all_reduce_gradients, barrier, init_distributed, resolve_device
+from hbtool.qat.distributed import DistInfo, ShardSampler, barrier, data_parallel, init_distributed, resolve_device
 from hbtool.qat.export import export_qat_model, qat_model_path
 from hbtool.qat.module import FloatGraphModule, QatModel
 
@@ -263,11 +263,12 @@ def run_qat(cfg: HbConfig, progress: Progress | None = None, resume: bool = Fals
         start = int(state["step"])
         result.losses = list(state.get("losses", []))
     model.train()
+    trained = data_parallel(model, info, device)
     for step in range(start, total):
         local = train_ids[sampler.local_indices(step)]
         batch = augment(_stack(data, local), image_inputs, q.augment, q.seed, step, local)
         xs = _to_torch(batch, names, device)
-        student = model(*xs, tensors=tensors, outputs=q.loss != "kl")  # kl: the logits (and distill tensors) only
+        student = trained(*xs, tensors=tensors, outputs=q.loss != "kl")  # kl: the logits (and distill tensors) only
         if q.loss == "ce":
             target = torch.from_numpy(labels[local]).to(device)
             logits = student[0].reshape(student[0].shape[0], -1)
@@ -280,8 +281,7 @@ def run_qat(cfg: HbConfig, progress: Progress | None = None, resume: bool = Fals
                     expected = teacher(*xs, tensors=tensors, outputs=q.loss != "kl")
             loss = loss_fn(student, expected, q.batch_size)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        all_reduce_gradients(model.parameters(), info)
+        loss.backward()  # under DDP: gradients summed over the processes
         for group in opt.param_groups:
             group["lr"] = q.lr * lr_factor(q.lr_schedule, step, total)
         opt.step()
