@@ -384,9 +384,9 @@ def test_thread_count_changes_speed_not_numbers(cnn_artifact):
     x = {"input": np.load(HELDOUT)["images"][:32].astype(np.float32)}
     try:
         one = Executor(art, threads=1).run(x)
-        assert fused._THREADS[0] == 1
+        assert fused.threads() == 1
         three = Executor(art, threads=3).run(x)
-        assert fused._THREADS[0] == 3
+        assert fused.threads() == 3
     finally:
         fused.set_threads(None)
     for name, y in Executor(art).run(x).items():
