@@ -6,7 +6,7 @@
 #   2. fuzz  - the property tests with the long profiles: hypothesis "nightly" (tests/conftest.py: randomized, ten times
 #              the examples), HBTOOL_KERNEL_EXAMPLES deep kernel search, FUZZ_EXAMPLES random pipelines, FUZZ_INT4_EXAMPLES
 #              random 4-bit CNNs;
-#   3. corpus - the conformance corpus's fast subset (benchmarks/zoo/run.py --fast --strict): exported if missing, each
+#   3. corpus - the conformance corpus's fast subset (python -m benchmarks.zoo.run --fast --strict): exported if missing, each
 #              model through checker -> calibrate -> compile -> simulate; fails on any exported model not clean.
 #
 #   bash scripts/nightly.sh [slow|fuzz|corpus ...] [-- extra pytest args]   (no step named: all three)
@@ -36,10 +36,10 @@ fuzz() {
 }
 
 corpus() {
-  local fast
-  fast=$("$PY" -c "import sys; sys.path.insert(0, 'benchmarks/zoo'); from corpus import FAST; print(' '.join(FAST))")
-  "$PY" benchmarks/zoo/export.py --models $fast || return 1
-  "$PY" benchmarks/zoo/run.py --fast --strict
+  # a model that cannot be exported here (timm/Keras need their own venvs: HBTOOL_TIMM_PYTHON, HBTOOL_KERAS_PYTHON)
+  # is reported by the export and left out of --strict; every exported one must go end to end clean
+  "$PY" -m benchmarks.zoo.export --fast || echo "nightly: some corpus models not exported (see above)"
+  "$PY" -m benchmarks.zoo.run --fast --strict
 }
 
 failed=()

