@@ -3,7 +3,7 @@
 Models:
 
 * ``tiny_cnn`` (samples/tiny, trained on digits): top-1 on the 539 held-out images, PTQ and
-  PTQ+QAT (label-free distillation as tests/test_qat_recovery.py drives it), each simulated
+  PTQ+QAT (label-free distillation as tests/e2e/test_qat_recovers_ptq_loss.py drives it), each simulated
   from its compiled artifact;
 * corpus CNNs (benchmarks/_models/zoo, see docs/conformance.md): calibrated on 8 generated
   samples, top-1 agreement of the simulated artifact with the float model and output cosine on

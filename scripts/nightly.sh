@@ -32,7 +32,7 @@ fuzz() {
   FUZZ_EXAMPLES="${FUZZ_EXAMPLES:-2000}" \
   FUZZ_INT4_EXAMPLES="${FUZZ_INT4_EXAMPLES:-200}" \
     "$PY" -m pytest -p no:cacheprovider -m "not slow" \
-      tests/test_kernel_properties.py tests/test_kernels.py tests/test_fuzz_pipeline.py tests/test_int4_fuzz.py "$@"
+      tests/unit/kernels/test_kernel_edge_properties.py tests/unit/kernels/test_numpy_and_onnx_forms_agree.py tests/e2e/test_random_graphs_through_the_pipeline.py tests/e2e/test_random_int4_cnns_through_the_pipeline.py "$@"
 }
 
 corpus() {

@@ -50,7 +50,7 @@ is the widest spread of x: int16 input gives f = 8 at N = 48, f = 4 at N = 8192;
 f = 16 at N = 48, f = 14 at N = 768, f = 12 at N = 8192. Then ``|S 2**(f+1)| < 2**52`` (exact division), ``|d R 2**k| <= 2**50(1+2**-24)``,
 ``|u G + B| < 2**51 + 2**28``: every DOUBLE intermediate of the ONNX form is an exact integer.
 
-Accuracy (``tests/test_kernels.py::test_layernorm_accuracy``): the scale path has a
+Accuracy (``tests/unit/kernels/test_numpy_and_onnx_forms_agree.py::test_layernorm_accuracy``): the scale path has a
 relative error near 2**-20 (G holds 20 bits), the mean ``2**-(f+1)`` input LSB. Against float64
 LayerNorm of the dequantized input rounded to the output grid, on rows with per-channel
 spread and offsets (N = 48 .. 8192, gamma ~ N(1, 0.3), beta ~ N(0, 0.3), eps = 1e-5, a

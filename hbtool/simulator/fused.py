@@ -5,7 +5,7 @@ operation: a requantization is four passes over the tensor, a LayerNorm about tw
 a memory-bound two-core machine those passes, not the products, dominated the emulator's
 time. The loops here do the same integer arithmetic element by element, in one or two
 passes, on narrow (int8/int16) tensors, rows split over the cores. They are the same
-definitions in another spelling; ``tests/test_simulate.py`` and the fuzzer check each one
+definitions in another spelling; ``tests/unit/simulator/test_simulate_cli_and_accelerated_kernels.py`` and the fuzzer check each one
 bit for bit against the kernel's numpy form, rounding ties and saturation included.
 
 Every function takes its output array (allocated by the caller in the narrowest dtype

@@ -18,7 +18,7 @@ import torch
 
 pytestmark = pytest.mark.slow  # minutes of training
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_qat_recovers_int8_kl_loss_of_the_tiny_cnn(tmp_path):

@@ -29,7 +29,7 @@ import pytest
 
 from benchmarks.paths import MODELS as BENCH_MODELS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MODELS = BENCH_MODELS / "zoo" / "pkg"
 
 #: model -> (least output cosine quantized vs float, least task metric)

@@ -19,7 +19,7 @@ from hbtool.march.description import SUPPORTED_MARCHES, load_march
 from hbtool.perf.hardware import hardware_for, parameter_table
 from tests.helpers import make_model, small_conv_model, tensor, vinfo
 
-MARCH_DIR = Path(__file__).resolve().parents[1] / "hbtool" / "march"
+MARCH_DIR = Path(__file__).resolve().parents[3] / "hbtool" / "march"
 KINDS = {"published", "derived", "assumed"}
 # blocks of plain numbers, each of which names its source in a sibling ``<block>_source`` line
 SOURCED_BLOCKS = {"limits", "alignment"}

@@ -283,7 +283,7 @@ def _all_rule_functions() -> set:
     """The rules of op_rules: everything registered, plus any public function taking a RuleContext.
 
     The per-march rules (``MARCH_RULES``, where the X3 generation differs) are left out: they do
-    not apply on ``bayes``, and tests/test_march_descriptions.py gives each its violating case."""
+    not apply on ``bayes``, and tests/unit/checker/test_march_descriptions.py gives each its violating case."""
     march_only = {r for rules in op_rules.MARCH_RULES.values() for rs in rules.values() for r in rs}
     registered = set(GENERIC_RULES) | {r for s in OP_TABLE.values() for r in s.rules}
     defined = set()
@@ -299,7 +299,7 @@ def _all_rule_functions() -> set:
 def test_every_rule_has_a_violating_case():
     covered = {v.rule for v in VIOLATIONS}
     missing = sorted(r.__name__ for r in _all_rule_functions() - covered)
-    assert not missing, f"op_rules has rules without a violating case in tests/test_op_rules.py: {missing}"
+    assert not missing, f"op_rules has rules without a violating case in tests/unit/checker/test_op_support_rules.py: {missing}"
 
 
 def test_every_rule_function_is_registered():

@@ -36,7 +36,7 @@ from onnx import TensorProto, helper
 from hbtool.cli import main
 from tests.helpers import make_model, tensor, vinfo
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 PNGS = sorted((ROOT / "samples" / "data" / "digits_cal").glob("*.png"))[:8]
 OUTPUTS = ("original_float_model.onnx", "optimized_float_model.onnx", "calibrated_model.onnx", "quantized_model.onnx", "quant_info.json")
 

@@ -21,7 +21,7 @@ from hbtool.ir.graph import HBTOOL_DOMAIN, Graph
 from hbtool.kernels import Conv, Linear
 from hbtool.march.description import March, load_march
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def tiny_config(tmp: Path, name: str, **compiler) -> Path:

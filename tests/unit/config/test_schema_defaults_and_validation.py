@@ -14,7 +14,7 @@ from hbtool.config.docs import DOC_PATH, render_markdown
 from hbtool.config.schema import GROUPS, all_keys
 from hbtool.errors import ConfigError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 BASE = Path("/work/cfgbase")
 
 

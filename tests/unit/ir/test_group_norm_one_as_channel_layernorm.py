@@ -69,7 +69,7 @@ def test_group_norm_one_over_a_row_past_one_pass_runs_in_two(tmp_path):
 def test_long_layernorm_rows_cost_a_second_pass(hw, two_pass):
     from hbtool.kernels import LayerNorm
     from hbtool.perf.cost import VECTOR, CostContext, cost_op, layernorm_one_pass_size
-    from tests.test_perf import HW, node, tiny_program
+    from tests.unit.perf.test_op_costs_schedule_and_cli import HW, node, tiny_program
 
     shape = (1, 16, hw, hw)
     n = 16 * hw * hw

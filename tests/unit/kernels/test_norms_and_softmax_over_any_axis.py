@@ -31,7 +31,7 @@ from hbtool.quant.calibrate import run_calibration, write_outputs
 from hbtool.simulator.accel import accelerate
 from hbtool.simulator.executor import Executor
 from tests.helpers import make_model, run_ort, tensor, vinfo
-from tests.test_kernels import run_onnx
+from tests.unit.kernels.test_numpy_and_onnx_forms_agree import run_onnx
 
 RNG = np.random.default_rng(7)
 

@@ -316,7 +316,7 @@ def test_cubic_resize_runs_on_the_cpu_with_the_reason(tmp_path):
 # ------------------------------------------------------------------ perf
 def test_perf_costs_nearest_as_data_movement_and_bilinear_as_four_taps_on_the_vector_unit():
     from hbtool.perf.cost import BILINEAR_TAPS, DATA_MOVEMENT, VECTOR
-    from tests.test_perf import HW, cost, node, tiny_program
+    from tests.unit.perf.test_op_costs_schedule_and_cli import HW, cost, node, tiny_program
 
     shapes = {"x": (1, 16, 8, 8), "y": (1, 16, 16, 16)}
     g, tensors = tiny_program(shapes, [node("Resize", ["x", "", "s"], ["y"], DATA_MOVEMENT, attrs={"mode": "nearest"})])

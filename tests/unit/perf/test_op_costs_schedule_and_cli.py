@@ -24,7 +24,7 @@ from hbtool.perf.cost import DATA_MOVEMENT, DDR, OVERHEAD, TENSOR, VECTOR, CostC
 from hbtool.perf.hardware import hardware_for, parameter_table
 from hbtool.perf.schedule import estimate_program
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 HW = hardware_for("bayes")
 
 

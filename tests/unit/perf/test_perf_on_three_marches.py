@@ -19,7 +19,7 @@ from hbtool.perf.cost import CPU, TENSOR, VECTOR, CostContext, cost_op
 from hbtool.perf.hardware import hardware_for
 from hbtool.perf.run import perf_fast
 from tests.helpers import make_model, small_conv_model, tensor, vinfo
-from tests.test_perf import ceil_to, node, tiny_program
+from tests.unit.perf.test_op_costs_schedule_and_cli import ceil_to, node, tiny_program
 
 
 @pytest.mark.parametrize("march", ["bayes", "bayes-e", "bernoulli2"])

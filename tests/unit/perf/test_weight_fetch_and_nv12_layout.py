@@ -20,7 +20,7 @@ from hbtool.perf.hardware import hardware_for, parameter_table
 from hbtool.perf.report import op_json
 from hbtool.perf.run import perf_fast
 from tests.helpers import small_conv_model
-from tests.test_perf import node, tiny_program
+from tests.unit.perf.test_op_costs_schedule_and_cli import node, tiny_program
 
 
 def _conv(cin: int = 64, cout: int = 128, size: int = 16, tile: dict | None = None):

@@ -26,7 +26,7 @@ def _free_port() -> int:
 
 def _train(tmp: Path, out: Path) -> None:
     from hbtool.qat.train import run_qat
-    from tests.test_qat_export import _config, cnn_model
+    from tests.unit.qat.test_train_export_and_compile import _config, cnn_model
 
     torch.set_num_threads(1)
     cfg, _ = _config(tmp, cnn_model(), (1, 3, 12, 12), qat={"steps": 4, "batch_size": 8, "lr": 3e-3, "val_samples": 4})

@@ -13,7 +13,7 @@ from hbtool.compiler.compile import calibrated_path
 from hbtool.qat.module import FloatGraphModule
 from hbtool.qat.train import KlDistillLoss, TeacherCache, build_model, logit_tensors, lr_factor, run_qat
 from hbtool.quant.calibrate import run_calibration
-from tests.test_qat_export import _config, _simulate, cnn_model
+from tests.unit.qat.test_train_export_and_compile import _config, _simulate, cnn_model
 
 
 def test_kl_loss_is_the_per_position_kl_divergence():

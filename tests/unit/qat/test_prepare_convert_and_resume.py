@@ -59,7 +59,7 @@ def test_prepare_train_convert_lowers_to_the_module(tmp_path):
 
 
 def _cfg(tmp_path, **qat):
-    from tests.test_qat_export import _config, cnn_model
+    from tests.unit.qat.test_train_export_and_compile import _config, cnn_model
 
     cfg, _ = _config(tmp_path, cnn_model(), (1, 3, 12, 12), qat=qat)
     return cfg

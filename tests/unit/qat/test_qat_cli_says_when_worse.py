@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from hbtool.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_qat_that_lowers_the_cosine_warns(tmp_path, monkeypatch):

@@ -20,7 +20,7 @@ from hbtool.ir import Graph
 from hbtool.quant.data import (CalibrationSet, load_calibration_data, random_calibration_data,
                                rgb_to_yuv444)
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 DIGITS = REPO / "samples" / "data" / "digits_cal"
 DIGIT_FILES = sorted(DIGITS.glob("*.png"))
 

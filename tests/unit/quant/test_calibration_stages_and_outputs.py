@@ -19,7 +19,7 @@ from hbtool.quant.thresholds import sqnr_db, threshold
 
 from tests.helpers import run_ort
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 HELDOUT = ROOT / "samples" / "data" / "digits_heldout.npz"
 
 

@@ -19,7 +19,7 @@ from hbtool.kernels import Conv, Linear, RangeError
 from hbtool.kernels.packing import PackedBlobError, pack_int4, unpack_int4
 from tests.helpers import make_model, tensor, vinfo
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 # --------------------------------------------------------------------------- packing

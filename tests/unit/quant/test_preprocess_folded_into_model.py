@@ -21,7 +21,7 @@ from hbtool.quant.data import rgb_to_yuv444
 from hbtool.quant.preprocess import find_preprocess, insert_preprocess
 from tests.helpers import make_model, run_ort, tensor, vinfo
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 TINY_CNN = REPO / "samples" / "tiny" / "tiny_cnn.onnx"
 MEAN3 = (123.675, 116.28, 103.53)
 SCALE3 = (0.01712, 0.01751, 0.01743)

@@ -208,7 +208,7 @@ def test_plan_gives_zero_ranges_the_neighbours_threshold_and_keeps_tiny_ranges()
     """Add(a, z): z calibrated to exactly zero takes the consumer side's threshold (a's, the sum's);
     Mul(z, b) -> w, a model output (zero too, no consumer): its producer's inputs decide, the larger of
     b and the already known ones; a tensor with a small range above ZERO_RANGE (1e-8) keeps its own
-    threshold, one at or below it (1e-12) is numerically zero (tests/test_tiny_activations.py)."""
+    threshold, one at or below it (1e-12) is numerically zero (tests/unit/quant/test_activations_decaying_to_denormals.py)."""
     from hbtool.ir.graph import Graph
     from hbtool.quant.observers import TensorStats
     from hbtool.quant.plan import build_plan

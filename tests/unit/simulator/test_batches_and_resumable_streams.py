@@ -25,13 +25,13 @@ from hbtool.cli import main
 from hbtool.compiler.artifact import read_artifact
 from hbtool.simulator.executor import Executor
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 HELDOUT = ROOT / "samples" / "data" / "digits_heldout.npz"
 
 
 @pytest.fixture(scope="module", params=["tiny_cnn", "tiny_swin", "tiny_vit"])
 def compiled(request, tmp_path_factory):
-    from tests.test_compile import tiny_config
+    from tests.unit.compiler.test_passes_layout_memory_artifact import tiny_config
 
     name = request.param
     tmp = tmp_path_factory.mktemp(f"batch_{name}")
@@ -101,7 +101,7 @@ def test_movement_index_maps_match_the_one_sample_ops(tmp_path):
 
 @pytest.fixture(scope="module")
 def cnn(tmp_path_factory):
-    from tests.test_compile import tiny_config
+    from tests.unit.compiler.test_passes_layout_memory_artifact import tiny_config
 
     tmp = tmp_path_factory.mktemp("stream_cnn")
     r = CliRunner().invoke(main, ["compile", "-c", str(tiny_config(tmp, "tiny_cnn"))])

@@ -24,12 +24,12 @@ from click.testing import CliRunner
 
 from hbtool.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
 def cnn(tmp_path_factory):
-    from tests.test_compile import tiny_config
+    from tests.unit.compiler.test_passes_layout_memory_artifact import tiny_config
 
     tmp = tmp_path_factory.mktemp("first_run")
     r = CliRunner().invoke(main, ["compile", "-c", str(tiny_config(tmp, "tiny_cnn"))])

@@ -307,7 +307,7 @@ def test_tiny_cnn_nv12_accuracy_within_0p3_points_of_rgb(tmp_path):
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "nv12_accuracy.py"
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "nv12_accuracy.py"
     spec = importlib.util.spec_from_file_location("nv12_accuracy", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

@@ -12,13 +12,13 @@ from hbtool.cli import main
 from hbtool.kernels import Add, Conv, LayerNorm, Linear, Lut, MatMul, MaxPool, Mul, Requantize, Softmax
 from hbtool.simulator import accel
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 HELDOUT = ROOT / "samples" / "data" / "digits_heldout.npz"
 
 
 @pytest.fixture(scope="module")
 def cnn_artifact(tmp_path_factory):
-    from tests.test_compile import tiny_config
+    from tests.unit.compiler.test_passes_layout_memory_artifact import tiny_config
 
     tmp = tmp_path_factory.mktemp("cnn_sim")
     cfg = tiny_config(tmp, "tiny_cnn")
@@ -361,7 +361,7 @@ def test_every_hot_kernel_of_the_tiny_models_has_a_fast_form(cnn_artifact, tmp_p
     """A fast form that fails to build falls back silently to numpy; this keeps the fallbacks to the known few."""
     from hbtool.compiler.artifact import read_artifact
     from hbtool.simulator.executor import Executor
-    from tests.test_compile import tiny_config
+    from tests.unit.compiler.test_passes_layout_memory_artifact import tiny_config
 
     cfg = tiny_config(tmp_path, "tiny_swin")
     assert CliRunner().invoke(main, ["compile", "-c", str(cfg)]).exit_code == 0
