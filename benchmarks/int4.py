@@ -3,7 +3,7 @@
 Models:
 
 * ``tiny_cnn`` (samples/tiny, trained on digits): top-1 on the 539 held-out images, PTQ and
-  PTQ+QAT (label-free distillation as tests/test_qat_recovery.py drives it), each simulated
+  PTQ+QAT (label-free distillation as tests/e2e/test_qat_recovers_ptq_loss.py drives it), each simulated
   from its compiled artifact;
 * corpus CNNs (benchmarks/_models/zoo, see docs/conformance.md): calibrated on 8 generated
   samples, top-1 agreement of the simulated artifact with the float model and output cosine on
@@ -14,7 +14,7 @@ for bit on the evaluated samples. Weight bytes are the tensor-unit weight arrays
 artifact stores them (int8: one byte, int4: packed two per byte); "constants" adds biases,
 multipliers and tables. FPS is ``hbtool perf``'s estimate (march bayes, one core).
 
-    PYTHONPATH=. .venv/bin/python benchmarks/int4.py [--models tiny_cnn pplcnet_orientation ...] [--qat-steps 40]
+    .venv/bin/python -m benchmarks.int4 [--models tiny_cnn pplcnet_orientation ...] [--qat-steps 40]
 
 Writes the markdown table to stdout and ``int4.md`` / ``int4.json`` in ``--out`` (benchmarks/_out/int4).
 """
@@ -24,15 +24,16 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks" / "zoo"))
-OUT = ROOT / "benchmarks" / "_out" / "int4"
+from benchmarks.configs import corpus_config, write_config
+from benchmarks.paths import OUT, ROOT
+from benchmarks.tables import markdown_table, write_results
+
+INT4_OUT = OUT / "int4"
 CORPUS_DEFAULT = ("pplcnet_orientation", "ppocrv5_textline_cls")
 
 
@@ -120,11 +121,9 @@ def tiny_cnn(precision: str, qat_steps: int, work: Path) -> dict:
 
 def corpus(name: str, precision: str, eval_n: int, work: Path) -> dict:
     import onnxruntime as ort
-    import yaml
 
-    from corpus import select
-    from data import float_samples, samples
-    from run import _config
+    from benchmarks.zoo.corpus import select
+    from benchmarks.zoo.data import float_samples, samples
 
     from hbtool.compiler.compile import compile_model
     from hbtool.config import load_config
@@ -136,10 +135,9 @@ def corpus(name: str, precision: str, eval_n: int, work: Path) -> dict:
     (case / "cal").mkdir(parents=True)
     for k, s in enumerate(samples(spec, 8, 0)):
         np.save(case / "cal" / f"cal_{k:02d}.npy", s[spec.input_name])
-    raw = _config(spec, case, [case / "cal"], "default", 8)
+    raw = corpus_config(spec, case, [case / "cal"], "default", 8)
     raw["calibration_parameters"]["default_precision"] = precision
-    (case / "config.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    cfg = load_config(case / "config.yaml")
+    cfg = load_config(write_config(case / "config.yaml", raw))
     calibration = run_calibration(cfg)
     write_outputs(cfg, calibration, "")
     nums = artifact_numbers(compile_model(cfg).data)
@@ -154,17 +152,17 @@ def corpus(name: str, precision: str, eval_n: int, work: Path) -> dict:
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| model | precision | 4-bit nodes | PTQ | PTQ+QAT | output cosine | weight bytes | vs int8 | all constants | est. FPS | vs int8 | simulate == ONNX |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    header = ("model", "precision", "4-bit nodes", "PTQ", "PTQ+QAT", "output cosine", "weight bytes", "vs int8", "all constants",
+              "est. FPS", "vs int8", "simulate == ONNX")
     base = {r["model"]: r for r in rows if r["precision"] == "int8"}  # rows of an int4-only run compare with themselves
+    cells = []
     for r in rows:
         b = base.get(r["model"], r)
-        lines.append(
-            f"| {r['model']} | {r['precision']} | {r['int4_nodes']} | {r['ptq']:.4f} | {r.get('qat', float('nan')):.4f} | "
-            f"{r.get('cosine', float('nan')):.4f} | {r['weight_bytes']} | {r['weight_bytes'] / b['weight_bytes']:.1%} | "
-            f"{r['const_bytes']} | {r['fps']:.0f} | {r['fps'] / b['fps']:.2f}x | {r['bit_exact']}"
-            + (f" (QAT {r['qat_bit_exact']})" if "qat_bit_exact" in r else "") + " |")
-    return "\n".join(lines)
+        cells.append([r["model"], r["precision"], r["int4_nodes"], f"{r['ptq']:.4f}", f"{r.get('qat', float('nan')):.4f}",
+                      f"{r.get('cosine', float('nan')):.4f}", r["weight_bytes"], f"{r['weight_bytes'] / b['weight_bytes']:.1%}",
+                      r["const_bytes"], f"{r['fps']:.0f}", f"{r['fps'] / b['fps']:.2f}x",
+                      r["bit_exact"] + (f" (QAT {r['qat_bit_exact']})" if "qat_bit_exact" in r else "")])
+    return markdown_table(header, cells).rstrip("\n")
 
 
 def main() -> None:
@@ -172,7 +170,7 @@ def main() -> None:
     ap.add_argument("--models", nargs="*", default=["tiny_cnn", *CORPUS_DEFAULT])
     ap.add_argument("--qat-steps", type=int, default=40)
     ap.add_argument("--eval", type=int, default=16)
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--out", type=Path, default=INT4_OUT)
     ap.add_argument("--precisions", nargs="*", default=["int8", "int4"])
     args = ap.parse_args()
     out = args.out
@@ -186,8 +184,7 @@ def main() -> None:
             row["seconds"] = round(time.time() - t0, 1)
             rows.append(row)
             print(json.dumps(row), flush=True)
-            (out / "int4.json").write_text(json.dumps(rows, indent=1))
-            (out / "int4.md").write_text(markdown(rows) + "\n")
+            write_results(out, {"int4.json": rows, "int4.md": markdown(rows) + "\n"})
     print(markdown(rows))
 
 

@@ -7,13 +7,13 @@ activations of every sample kept. This script
    weights, opset 17, static 1x3x224x224; cached as ``benchmarks/_models/swin_t_op17.onnx``),
 2. writes ``--samples`` (default 1000) calibration samples as ``.npy`` files (raw 0-255 pixels,
    float32, 1x3x224x224, seeded) into a temporary folder,
-3. runs ``hbtool calibrate`` (the venv's console script, else ``python -m hbtool.cli``) in a subprocess with a YAML config
+3. runs ``hbtool calibrate`` (``python -m hbtool.cli``, :mod:`benchmarks.runner`) in a subprocess with a YAML config
    (ImageNet mean/std folded in, ``calibration_type: default``) and a temporary working dir,
 4. reports the subprocess's peak RSS (``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss``; the
    export and data generation run in this process, so the child's peak is hbtool's alone) and
    its wall time, and exits 1 when the peak is at or above ``--limit-gb`` (default 4).
 
-    .venv/bin/python benchmarks/memory_calibrate.py [--samples 1000] [--json benchmarks/_out/memory_calibrate.json]
+    .venv/bin/python -m benchmarks.memory_calibrate [--samples 1000] [--json benchmarks/_out/memory_calibrate.json]
 
 Generated files go to a temporary folder (removed at the end, ``--keep`` keeps it) and
 benchmarks/_models/ (gitignored). Nothing is downloaded.
@@ -34,10 +34,13 @@ import time
 from pathlib import Path
 
 import numpy as np
-import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-MODELS_DIR = ROOT / "benchmarks" / "_models"
+from benchmarks.configs import write_config
+from benchmarks.paths import MODELS, ROOT
+from benchmarks.runner import run_stage
+from benchmarks.tables import write_result
+
+MODELS_DIR = MODELS
 IMAGENET_MEAN = (123.675, 116.28, 103.53)
 IMAGENET_STD = (58.395, 57.12, 57.375)
 
@@ -86,26 +89,21 @@ def main(argv: list[str] | None = None) -> int:
             },
             "calibration_parameters": {"cal_data_dir": str(tmp / "cal"), "calibration_type": "default"},
         }
-        cfg_path = tmp / "swin_t.yaml"
-        cfg_path.write_text(yaml.safe_dump(cfg))
-        script = Path(sys.executable).parent / "hbtool"  # the console script of this environment
-        cmd = [str(script)] if script.exists() else [sys.executable, "-m", "hbtool.cli"]
-        cmd += ["calibrate", "-c", str(cfg_path), "--max-rows", "5"]
-        print("running:", " ".join(cmd), flush=True)
-        t1 = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-        wall = time.perf_counter() - t1
+        cfg_path = write_config(tmp / "swin_t.yaml", cfg)
+        print(f"running: hbtool calibrate -c {cfg_path} --max-rows 5", flush=True)
+        stage = run_stage("calibrate", ["-c", str(cfg_path), "--max-rows", "5"], ROOT, 24 * 3600, verbose=False, log_dir=tmp)
+        wall = stage["seconds"]
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
         # ru_maxrss is KiB on Linux, bytes on macOS; RUSAGE_CHILDREN is the largest child, which is
         # hbtool (the export above, when it runs, is a smaller child)
         peak_bytes = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
-        if proc.returncode != 0:
-            print(proc.stdout[-4000:], proc.stderr[-4000:], sep="\n")
-            print(f"hbtool calibrate failed with exit code {proc.returncode}")
+        if stage["rc"] != 0:
+            print(stage["stdout"][-4000:], (tmp / "calibrate.stderr.txt").read_text()[-4000:], sep="\n")
+            print(f"hbtool calibrate failed with exit code {stage['rc']}")
             return 2
         info = json.loads((tmp / "wd" / "swin_t_quant_info.json").read_text())
         result = {
-            "model": str(model.relative_to(ROOT)),
+            "model": str(model),
             "samples": args.samples,
             "num_samples_calibrated": info["num_samples"],
             "method": info["method"],
@@ -118,8 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         print(json.dumps(result, indent=1))
         if args.json:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps(result, indent=1) + "\n")
+            write_result(args.json, json.dumps(result, indent=1) + "\n")
         ok = peak_bytes < args.limit_gb * 1e9
         print(f"peak RSS {peak_bytes / 1e9:.2f} GB {'<' if ok else '>='} {args.limit_gb} GB; wall {wall:.0f} s")
         return 0 if ok else 1

@@ -1,6 +1,6 @@
 """Top-1 of the tiny CNN sample deployed with rgb input vs nv12 input (the camera's format).
 
-    PYTHONPATH=. python benchmarks/nv12_accuracy.py [--calibration-type default] [--simulate 100]
+    python -m benchmarks.nv12_accuracy [--calibration-type default] [--simulate 100]
 
 Calibrates and compiles ``configs/tiny_cnn.yaml`` twice into a temporary folder, once as given
 (``input_type_rt: rgb``) and once with ``input_type_rt: nv12``, then runs each quantized ONNX on
@@ -20,7 +20,7 @@ import numpy as np
 import onnxruntime as ort
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.paths import ROOT
 
 
 def top1_pair(calibration_type: str = "default", simulate: int = 0, work: Path | None = None) -> dict[str, dict[str, float]]:

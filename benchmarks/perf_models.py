@@ -1,6 +1,6 @@
 """``hbtool perf`` on the standard models at batch 1, against the J5 figures of the seed article.
 
-    .venv/bin/python benchmarks/perf_models.py [--models resnet50 efficientnet_lite4 swin_t deit_tiny]
+    .venv/bin/python -m benchmarks.perf_models [--models resnet50 efficientnet_lite4 swin_t deit_tiny]
         [--levels swin_t] [--json benchmarks/_out/perf_models.json] [--markdown benchmarks/_out/perf_models.md]
 
 For every model it runs the quick path of ``hbtool perf --model M.onnx --fast`` (calibration on
@@ -19,19 +19,16 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(ROOT))
-
-from hbtool.costmodel.hardware import hardware_for  # noqa: E402
-from hbtool.perf.levels import compare_levels  # noqa: E402
-from hbtool.perf.run import calibrate_to, fast_config  # noqa: E402
-from hbtool.costmodel.schedule import estimate_program  # noqa: E402
+from benchmarks.paths import MODELS, OUT
+from benchmarks.tables import markdown_table, write_result
+from hbtool.costmodel.hardware import hardware_for
+from hbtool.perf.levels import compare_levels
+from hbtool.perf.run import calibrate_to, fast_config
+from hbtool.costmodel.schedule import estimate_program
 
 # assumed parameters the sensitivity study varies (Hardware attribute, label); each halved and doubled
 ASSUMED = [
@@ -52,7 +49,7 @@ SEED = {"resnet50": (">600", (500, 900)), "efficientnet_lite4": (">1000", (800, 
 
 
 def model_file(name: str) -> tuple[Path, dict[str, tuple[int, ...]]]:
-    models = HERE / "_models"
+    models = MODELS
     static = models / f"{name}_op17.onnx"
     if static.exists():
         return static, {}
@@ -136,16 +133,12 @@ def sensitivity_markdown(rows: list[dict]) -> str:
     if not rows:
         return ""
     names = list(rows[0]["base"])
-    head = " | ".join(f"{n} FPS" for n in names)
-    lines = ["", "Sensitivity: FPS (2 cores) with one assumed parameter halved / doubled, everything else as in bayes.yaml", "",
-             f"| parameter | {head} | swin_t O3/O0 |", "|---|" + "---|" * (len(names) + 1),
-             "| (as in bayes.yaml) | " + " | ".join(f"{rows[0]['base'][n]:.0f}" for n in names)
-             + f" | {rows[0]['base_ratio'].get('swin_t', float('nan')):.1f} |"]
-    for r in rows:
-        cells = [f"{r['x0.5']['fps'][n]:.0f} / {r['x2']['fps'][n]:.0f}" for n in names]
-        rat = f"{r['x0.5']['o3_over_o0'].get('swin_t', float('nan')):.1f} / {r['x2']['o3_over_o0'].get('swin_t', float('nan')):.1f}"
-        lines.append(f"| {r['label']} | " + " | ".join(cells) + f" | {rat} |")
-    return "\n".join(lines) + "\n"
+    base = [["(as in bayes.yaml)", *(f"{rows[0]['base'][n]:.0f}" for n in names), f"{rows[0]['base_ratio'].get('swin_t', float('nan')):.1f}"]]
+    cells = [[r["label"], *(f"{r['x0.5']['fps'][n]:.0f} / {r['x2']['fps'][n]:.0f}" for n in names),
+              f"{r['x0.5']['o3_over_o0'].get('swin_t', float('nan')):.1f} / {r['x2']['o3_over_o0'].get('swin_t', float('nan')):.1f}"]
+             for r in rows]
+    return ("\nSensitivity: FPS (2 cores) with one assumed parameter halved / doubled, everything else as in bayes.yaml\n\n"
+            + markdown_table(("parameter", *(f"{n} FPS" for n in names), "swin_t O3/O0"), base + cells))
 
 
 def measure(name: str, levels: bool, keep: dict | None = None) -> dict:
@@ -188,32 +181,33 @@ def measure(name: str, levels: bool, keep: dict | None = None) -> dict:
 
 def markdown(rows: list[dict]) -> str:
     share = lambda r, k: f"{100 * r['bound_share'].get(k, 0):.0f}"  # noqa: E731
-    lines = ["| model (input) | FPS 1 core | FPS 2 cores | J5 (seed) | latency ms | FPS bound by | latency bound by (DM/DDR/vector/tensor/overhead %) "
-             "| tensor:vector | GMAC | DDR MB/frame | utilisation | O0 FPS | O3/O0 |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    header = ("model (input)", "FPS 1 core", "FPS 2 cores", "J5 (seed)", "latency ms", "FPS bound by",
+              "latency bound by (DM/DDR/vector/tensor/overhead %)", "tensor:vector", "GMAC", "DDR MB/frame", "utilisation",
+              "O0 FPS", "O3/O0")
+    cells = []
     for r in rows:
         ratio = f"{r['tensor_vector_ratio']:.0f}:1" if r["tensor_vector_ratio"] else "-"
-        lines.append(
-            f"| {r['model']} ({r['input']}) | {r['fps_1core']:.0f} | {r['fps']:.0f} | {r['seed_fps']} | {r['latency_ms']:.2f} | {r['fps_bound']} "
-            f"| {r['bound_by']} ({share(r, 'data_movement')}/{share(r, 'ddr')}/{share(r, 'vector')}/{share(r, 'tensor')}/{share(r, 'overhead')}) "
-            f"| {ratio} | {r['gmacs']:.2f} | {r['ddr_mb_per_frame']:.1f} | {100 * r['utilisation']:.1f} % | {r['o0_fps']:.1f} | {r['o3_over_o0']:.1f}x |")
+        cells.append([f"{r['model']} ({r['input']})", f"{r['fps_1core']:.0f}", f"{r['fps']:.0f}", r["seed_fps"], f"{r['latency_ms']:.2f}",
+                      r["fps_bound"], f"{r['bound_by']} ({share(r, 'data_movement')}/{share(r, 'ddr')}/{share(r, 'vector')}/"
+                      f"{share(r, 'tensor')}/{share(r, 'overhead')})", ratio, f"{r['gmacs']:.2f}", f"{r['ddr_mb_per_frame']:.1f}",
+                      f"{100 * r['utilisation']:.1f} %", f"{r['o0_fps']:.1f}", f"{r['o3_over_o0']:.1f}x"])
+    text = markdown_table(header, cells)
     for r in rows:
         if r.get("levels"):
-            lines += ["", f"{r['model']}: cumulative ablation (O0, then each pass switched on in optimize_level order)", "",
-                      "| step | level | pass switched on | latency ms | FPS | x previous | x O0 | DDR MB/frame | bound by |",
-                      "|---|---|---|---|---|---|---|---|---|"]
-            for k, lv in enumerate(r["levels"]):
-                lines.append(f"| {k} | {lv['level']} | {lv['pass'] or '(none: O0)'} | {lv['latency_ms']:.2f} | {lv['fps']:.1f} "
-                             f"| {lv['speedup_previous']:.2f} | {lv['speedup_o0']:.2f} | {lv['ddr_bytes_per_frame'] / 1e6:.1f} | {lv['bound_by']} |")
-    return "\n".join(lines) + "\n"
+            text += f"\n{r['model']}: cumulative ablation (O0, then each pass switched on in optimize_level order)\n\n"
+            text += markdown_table(
+                ("step", "level", "pass switched on", "latency ms", "FPS", "x previous", "x O0", "DDR MB/frame", "bound by"),
+                [[k, lv["level"], lv["pass"] or "(none: O0)", f"{lv['latency_ms']:.2f}", f"{lv['fps']:.1f}", f"{lv['speedup_previous']:.2f}",
+                  f"{lv['speedup_o0']:.2f}", f"{lv['ddr_bytes_per_frame'] / 1e6:.1f}", lv["bound_by"]] for k, lv in enumerate(r["levels"])])
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     ap.add_argument("--levels", nargs="*", default=["swin_t"], help="models that also get the pass-by-pass ablation")
-    ap.add_argument("--json", type=Path, default=HERE / "_out" / "perf_models.json")
-    ap.add_argument("--markdown", type=Path, default=HERE / "_out" / "perf_models.md")
+    ap.add_argument("--json", type=Path, default=OUT / "perf_models.json")
+    ap.add_argument("--markdown", type=Path, default=OUT / "perf_models.md")
     ap.add_argument("--sensitivity", action="store_true", help="vary every assumed parameter x0.5 and x2")
     args = ap.parse_args(argv)
     rows = []
@@ -228,18 +222,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {row['fps']:.1f} FPS{ok}, 1 core {row['fps_1core']:.1f}, latency {row['latency_ms']:.2f} ms, "
               f"bound by {row['fps_bound']} / {row['bound_by']}, tensor:vector {row['tensor_vector_ratio']}, "
               f"O0 {row['o0_fps']:.1f} FPS (O3/O0 {row['o3_over_o0']:.1f}x) [{row['seconds']:.0f} s]", flush=True)
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(rows, indent=1) + "\n")
-        args.markdown.write_text(markdown(rows))
+        write_result(args.json, json.dumps(rows, indent=1) + "\n")
+        write_result(args.markdown, markdown(rows))
     text = markdown(rows)
     if keep is not None:
         print("sensitivity:", flush=True)
         sens = sensitivity({n: c for n, (c, _) in keep.items()}, {n: cc for n, (_, cc) in keep.items()})
         text += sensitivity_markdown(sens)
-        args.json.write_text(json.dumps({"models": rows, "sensitivity": sens}, indent=1) + "\n")
+        write_result(args.json, json.dumps({"models": rows, "sensitivity": sens}, indent=1) + "\n")
         for _compiled, (cfg, _cal) in keep.values():
             shutil.rmtree(cfg.model.working_dir, ignore_errors=True)
-    args.markdown.write_text(text)
+    write_result(args.markdown, text)
     print()
     print(text)
     return 0

@@ -1,10 +1,11 @@
 """hbtool perf against published on-board speeds of the RDK X5, X3 and Ultra BPUs.
 
-For every row of ``/work/shared/reference/published_perf_calibration.csv`` (the fit set) and the
+For every row of ``published_perf_calibration.csv`` in ``$HBTOOL_REFERENCE`` (the fit set; ``--reference-csv``) and the
 held-out rows of ``benchmarks/published/rows.py`` this script
 
 1. exports the row's architecture to ONNX once (timm / torchvision / ultralytics YAML, random
-   weights, in the separate export venv; cached in ``benchmarks/_models/published/``, gitignored),
+   weights, in the separate export venv, ``HBTOOL_TIMM_PYTHON`` or ``--export-python``; cached in
+   ``benchmarks/_models/published/``, gitignored),
 2. runs the quick path (``hbtool perf --model M.onnx --fast``: random calibration, O3) with the
    row's march and input size, the input taken as ``nv12`` at run time as on the board, and the
    compiled program cached per march (``--recompile`` to redo it; the memory plan, the last
@@ -14,7 +15,7 @@ held-out rows of ``benchmarks/published/rows.py`` this script
    count), the error of each, and the summary per march and split: median absolute error and the
    share of rows within 15 % and 25 %.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/perf_published.py [--march bayes-e] [--holdout]
+    HBTOOL_REFERENCE=DIR .venv/bin/python -m benchmarks.perf_published [--march bayes-e] [--holdout]
         [--markdown docs/perf_published.md] [--plot docs/perf_published_residuals.png] [--json out.json]
 """
 
@@ -29,28 +30,28 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "published"))
+from benchmarks.paths import TIMM_PYTHON
+from benchmarks.published.rows import CACHE, ROOT, SKIPPED, Row, calibration_rows, fresh2_rows, fresh_rows, holdout_rows
+from benchmarks.tables import markdown_table, write_result
 
-from rows import CACHE, ROOT, SKIPPED, Row, calibration_rows, fresh2_rows, fresh_rows, holdout_rows  # noqa: E402
-
-EXPORT_PYTHON = Path("/work/zoo-export-venv/bin/python")
 EXPORT_SCRIPT = ROOT / "benchmarks" / "published" / "export_models.py"
 
 
-def export_missing(rows: list[Row]) -> None:
+def export_missing(rows: list[Row], export_python: str = TIMM_PYTHON) -> None:
     jobs = {}
     for r in rows:
         if r.onnx is not None and not r.onnx.exists():
             jobs[str(r.onnx)] = {"source": r.arch[0], "name": r.arch[1], "size": [r.height, r.width], "out": str(r.onnx)}
     if not jobs:
         return
-    if not EXPORT_PYTHON.exists():
-        print(f"export venv {EXPORT_PYTHON} missing: {len(jobs)} models not exported", file=sys.stderr)
+    if not export_python or not Path(export_python).exists():
+        print(f"export venv {export_python or '(HBTOOL_TIMM_PYTHON unset)'} missing: {len(jobs)} models not exported",
+              file=sys.stderr)
         return
     CACHE.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
         json.dump(list(jobs.values()), fh)
-    subprocess.run([str(EXPORT_PYTHON), str(EXPORT_SCRIPT), fh.name], check=False)
+    subprocess.run([export_python, str(EXPORT_SCRIPT), fh.name], check=False)
 
 
 def cache_path(onnx: Path, march: str, calibration: dict | None = None) -> Path:
@@ -154,27 +155,27 @@ def _pct(x):
 
 
 def table(results: list[dict]) -> list[str]:
-    lines = ["| model | march | split | class | latency ms est / pub | err | FPS est / pub (threads) | err | FPS bound |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    cells = []
     for o in results:
         pl = f"{o['pub_latency_ms']:.2f}" if o["pub_latency_ms"] else "-"
         pf = f"{o['pub_fps']:.1f}" if o["pub_fps"] else "-"
-        lines.append(f"| {o['variant']} | {o['march']} | {o['split']} | {o['class']} | {o['latency_ms']:.2f} / {pl} | "
-                     f"{_pct(o['latency_err'])} | {o['fps']:.1f} / {pf} ({o['threads']}) | {_pct(o['fps_err'])} | {o['bound']} |")
-    return lines
+        cells.append([o["variant"], o["march"], o["split"], o["class"], f"{o['latency_ms']:.2f} / {pl}", _pct(o["latency_err"]),
+                      f"{o['fps']:.1f} / {pf} ({o['threads']})", _pct(o["fps_err"]), o["bound"]])
+    return markdown_table(("model", "march", "split", "class", "latency ms est / pub", "err", "FPS est / pub (threads)", "err",
+                           "FPS bound"), cells).splitlines()
 
 
 def summaries(results: list[dict]) -> list[str]:
-    lines = ["| march | split | metric | rows | median abs error | within 15 % | within 25 % |", "|---|---|---|---|---|---|---|"]
+    cells = []
     keys = sorted({(o["march"], o["split"]) for o in results})
     for march, split in keys:
         sel = [o for o in results if o["march"] == march and o["split"] == split]
         for metric in ("latency", "fps"):
             s = summary([o[f"{metric}_err"] for o in sel])
             if s["n"]:
-                lines.append(f"| {march} | {split} | {metric} | {s['n']} | {100 * s['median_abs']:.1f} % | "
-                             f"{100 * s['within_15']:.0f} % | {100 * s['within_25']:.0f} % |")
-    return lines
+                cells.append([march, split, metric, s["n"], f"{100 * s['median_abs']:.1f} %", f"{100 * s['within_15']:.0f} %",
+                              f"{100 * s['within_25']:.0f} %"])
+    return markdown_table(("march", "split", "metric", "rows", "median abs error", "within 15 %", "within 25 %"), cells).splitlines()
 
 
 def class_errors(results: list[dict]) -> str:
@@ -247,14 +248,16 @@ def main() -> None:
     ap.add_argument("--markdown", type=Path)
     ap.add_argument("--plot", type=Path)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--reference-csv", type=Path, help="the fit rows (default: published_perf_calibration.csv in $HBTOOL_REFERENCE)")
+    ap.add_argument("--export-python", default=TIMM_PYTHON, help="the export venv's interpreter (default: $HBTOOL_TIMM_PYTHON)")
     args = ap.parse_args()
-    rows = (calibration_rows() + (holdout_rows() if args.holdout else []) + (fresh_rows() if args.fresh else [])
+    rows = (calibration_rows(args.reference_csv) + (holdout_rows() if args.holdout else []) + (fresh_rows() if args.fresh else [])
             + (fresh2_rows() if args.fresh2 else []))
     if args.march:
         rows = [r for r in rows if r.march in args.march]
     if args.only:
         rows = [r for r in rows if r.variant in args.only]
-    export_missing(rows)
+    export_missing(rows, args.export_python)
     if args.compile_only:
         for r in rows:
             if r.onnx is not None and r.onnx.exists():
@@ -285,11 +288,11 @@ def main() -> None:
     if args.classes:
         print(class_errors(results))
     if args.markdown:
-        args.markdown.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        write_result(args.markdown, "\n".join(lines) + "\n")
     if args.plot:
         plot(results, args.plot)
     if args.json:
-        args.json.write_text(json.dumps({"results": results, "skipped": skipped}, indent=1), encoding="utf-8")
+        write_result(args.json, json.dumps({"results": results, "skipped": skipped}, indent=1))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ Metrics on held-out rendered lines (CTC greedy decode, benchmarks/zoo/metrics.py
 The validation lines are the first ``--val`` indices from 50,000 whose text no training line
 carries, each text once (``unseen_ids``), with 95% bootstrap intervals over those lines (for char accuracy, of the paired difference to float).
 
-    PYTHONPATH=. python benchmarks/qat_recogniser.py --model ppocrv6_tiny_rec --train 4096 --val 200 --steps 200
+    python -m benchmarks.qat_recogniser --model ppocrv6_tiny_rec --train 4096 --val 200 --steps 200
 
 ``--time-steps N --device cuda`` only times N training steps (the GPU vs CPU step time).
 """
@@ -20,27 +20,22 @@ carries, each text once (``unseen_ids``), with 95% bootstrap intervals over thos
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks" / "zoo"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import functools  # noqa: E402
-
-import _text  # noqa: E402
-import data as zoo_data  # noqa: E402
-import metrics as zoo_metrics  # noqa: E402
-from corpus import CORPUS  # noqa: E402
-from data import truth  # noqa: E402  (the ground truth of a rendered line)
+from benchmarks import _text
+from benchmarks.configs import corpus_config
+from benchmarks.paths import OUT
+from benchmarks.zoo import data as zoo_data
+from benchmarks.zoo import metrics as zoo_metrics
+from benchmarks.zoo.corpus import CORPUS
+from benchmarks.zoo.data import truth  # the ground truth of a rendered line
 
 TRAIN_OFFSET, VAL_OFFSET = 100_000, 50_000
 # the corpus renderer re-parses the standard library for every line; once is enough here
@@ -86,7 +81,7 @@ def unseen_ids(spec, count: int, seen: set[str], start: int) -> list[int]:
 
 
 def charset(spec) -> list[str]:
-    import run as zoo_run
+    from benchmarks.zoo import run as zoo_run
 
     return zoo_run._charset(spec)
 
@@ -149,13 +144,11 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--time-steps", type=int, default=0, help="only time this many training steps")
-    ap.add_argument("--work", default="/tmp/qat_recogniser")
+    ap.add_argument("--work", default=str(OUT / "qat_recogniser"))
     ap.add_argument("--out", default=None, help="write the numbers as JSON here")
     ap.add_argument("--eval-checkpoint", default=None, help="only evaluate the weights of this qat checkpoint")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    from run import _config
-
     from hbtool.config import config_from_dict
     from hbtool.qat.module import FloatGraphModule
     from hbtool.qat.train import build_model, run_qat
@@ -169,7 +162,7 @@ def main() -> None:
     val_ids = unseen_ids(spec, args.val, train_texts, VAL_OFFSET)
     val = render_ids(spec, val_ids, work / "val.npy")
     render_s = time.perf_counter() - t0
-    raw = _config(spec, work, [work / "train"], "default", 32)
+    raw = corpus_config(spec, work, [work / "train"], "default", 32)
     raw["qat_parameters"] = {"train_data_dir": str(work / "train"), "steps": args.time_steps or args.steps, "lr": args.lr,
                              "batch_size": args.batch, "optimizer": "adam", "val_samples": 8, "device": args.device,
                              "loss": args.loss, "temperature": args.temperature, "lr_schedule": args.schedule,

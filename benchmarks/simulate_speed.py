@@ -14,7 +14,7 @@ the totals over rounds are compared, so load from other processes falls on both 
 Exactness: every simulated output at batch 16 must equal the batch-1 outputs and the quantized
 ONNX model (``*_quantized_model.onnx`` in onnxruntime) bit for bit.
 
-    python benchmarks/simulate_speed.py [--models ...] [--rounds 3] [--json out.json]
+    python -m benchmarks.simulate_speed [--models ...] [--rounds 3] [--json out.json]
 """
 
 from __future__ import annotations
@@ -22,15 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-ZOO_OUT = ROOT / "benchmarks" / "_out" / "zoo"
+from benchmarks import paths
+
+ZOO_OUT = paths.OUT / "zoo"
 
 MODELS = {
     "hf_mobilenet_v2": "depthwise CNN",

@@ -11,7 +11,7 @@
    third of them, rerun with ``--resume``, and its output compared byte for byte with an
    uninterrupted run of the same samples (this runs first: it is the short one).
 
-    python benchmarks/simulate_stream.py [--samples 10000] [--zoo-out benchmarks/_out/zoo] [--json out.json]
+    python -m benchmarks.simulate_stream [--samples 10000] [--zoo-out benchmarks/_out/zoo] [--json out.json]
 """
 
 from __future__ import annotations
@@ -27,8 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-ZOO_OUT = ROOT / "benchmarks" / "_out" / "zoo"
+from benchmarks import paths
+
+ROOT = paths.ROOT
+ZOO_OUT = paths.OUT / "zoo"
 
 
 def make_stack(path: Path, n: int, eval_file: Path, shape: tuple[int, ...]) -> None:
@@ -117,10 +119,9 @@ def main() -> None:
     ap.add_argument("--resume-samples", type=int, default=600)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--zoo-out", type=Path, default=ZOO_OUT)
-    ap.add_argument("--work", type=Path, default=ROOT / "benchmarks" / "_out" / "simulate_stream")
+    ap.add_argument("--work", type=Path, default=paths.OUT / "simulate_stream")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
-    sys.path.insert(0, str(ROOT))
     from hbtool.compiler.artifact import read_artifact
 
     wd = args.zoo_out / args.model / "model_output"

@@ -14,7 +14,7 @@ For each model (``--models``, default ``resnet50 swin_t``; also ``efficientnet_l
    equal to the quantized model's within 1 LSB, max LSB difference, and float-vs-simulated
    cosine against float-vs-quantized cosine.
 
-    .venv/bin/python benchmarks/simulate_vs_ort.py [--models resnet50 swin_t] [--samples 20] \
+    .venv/bin/python -m benchmarks.simulate_vs_ort [--models resnet50 swin_t] [--samples 20] \
         [--json benchmarks/_out/simulate_vs_ort.json]
 
 Models are exported once into benchmarks/_models/ (samples.export; nothing is downloaded).
@@ -30,11 +30,11 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-MODELS_DIR = ROOT / "benchmarks" / "_models"
-OUT = ROOT / "benchmarks" / "_out" / "simulate_vs_ort"
+from benchmarks import paths
+
+ROOT = paths.ROOT
+MODELS_DIR = paths.MODELS
+OUT = paths.OUT / "simulate_vs_ort"
 
 STANDARD = {
     "resnet50": ("resnet50", (1, 3, 224, 224)),
@@ -59,7 +59,7 @@ def _export(arch: str) -> Path:
 
 def _config(name: str, samples: int) -> tuple[Path, list[dict[str, np.ndarray]] | None]:
     """YAML config path, and the evaluation feeds when the model has real ones."""
-    import yaml
+    from benchmarks.configs import write_config
 
     if name.startswith("tiny_"):
         images = np.load(ROOT / "samples" / "data" / "digits_heldout.npz")["images"][:samples].astype(np.float32)
@@ -67,14 +67,12 @@ def _config(name: str, samples: int) -> tuple[Path, list[dict[str, np.ndarray]] 
     wd = OUT / name
     wd.mkdir(parents=True, exist_ok=True)
     if name == "minilm":
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        from calibrate_vs_ort import minilm_case  # noqa: E402
+        from benchmarks.calibrate_vs_ort import minilm_case
 
         case = minilm_case(64, samples)
         cfg = json.loads(json.dumps(case.hb_config))
         cfg["model_parameters"]["working_dir"] = str(wd)
-        path = wd / "config.yaml"
-        path.write_text(yaml.safe_dump(cfg))
+        path = write_config(wd / "config.yaml", cfg)
         return path, list(case.eval_hb)
     arch, shape = STANDARD[name]
     model = _export(arch)
@@ -86,8 +84,7 @@ def _config(name: str, samples: int) -> tuple[Path, list[dict[str, np.ndarray]] 
         "calibration_parameters": {"calibration_type": "skip", "num_samples": 4},
         "compiler_parameters": {"optimize_level": "O3"},
     }
-    path = wd / "config.yaml"
-    path.write_text(yaml.safe_dump(cfg))
+    path = write_config(wd / "config.yaml", cfg)
     return path, None
 
 
@@ -99,7 +96,7 @@ def _feeds(cfg, n: int, seed: int = 1) -> list[dict[str, np.ndarray]]:
 
 
 def run_model(name: str, samples: int, threads: int) -> dict:
-    from _simcompare import compare_with_ort
+    from benchmarks._simcompare import compare_with_ort
 
     from hbtool.compiler.artifact import from_bytes
     from hbtool.compiler.compile import compile_model

@@ -7,7 +7,7 @@ with dynamic axes so the shape-computation subgraphs of a real export appear, th
 
     model | exported nodes | shape ops left | IR nodes | BPU | CPU | subgraphs | checker s | max rel err vs ORT
 
-Needs the `bench` extra (`pip install -e .[bench]`). Run: python benchmarks/third_party_checker.py
+Needs the `bench` extra (`pip install -e .[bench]`). Run: python -m benchmarks.third_party_checker
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import torch
+
+from benchmarks.paths import OUT
 
 SHAPE_COMPUTATION_OPS = ("Shape", "ConstantOfShape", "Range", "Mod", "NonZero", "Size")
 
@@ -110,7 +112,7 @@ def check(name: str, path: Path, shapes: dict, feeds: dict, out_dir: Path) -> di
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="*", default=["hf_swin_t", "hf_bert"])
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/_out/third_party_checker"))
+    ap.add_argument("--out", type=Path, default=OUT / "third_party_checker")
     args = ap.parse_args(argv)
     warnings.filterwarnings("ignore")
     builders = {"hf_swin_t": export_hf_swin_t, "hf_bert": export_hf_bert}

@@ -8,7 +8,7 @@ float model, in one run. One table:
 
     model | nodes | float fallbacks | compile s | simulate ms | ORT float ms | ratio | within 1 LSB | max LSB | cos float-sim
 
-Needs the `bench` extra. Run: python benchmarks/third_party_simulate.py [--models vit convnext ...]
+Needs the `bench` extra. Run: python -m benchmarks.third_party_simulate [--models vit convnext ...]
 """
 
 from __future__ import annotations
@@ -22,12 +22,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-OUT = ROOT / "benchmarks" / "_out" / "third_party_simulate"
+from benchmarks import paths
+from benchmarks.configs import write_config
+
+OUT = paths.OUT / "third_party_simulate"
 IMAGE = {"input_type_train": "rgb", "input_type_rt": "rgb", "input_layout_train": "NCHW", "norm_type": "data_mean_and_scale",
          "mean_value": "123.675 116.28 103.53", "scale_value": "0.01712475 0.017507 0.01742919"}
 
@@ -117,7 +116,7 @@ BUILDERS = {"vit": vit, "convnext": convnext, "mobilenet_v2": mobilenet_v2, "swi
 
 
 def run(name: str, samples: int, threads: int) -> dict:
-    from _simcompare import compare_with_ort
+    from benchmarks._simcompare import compare_with_ort
 
     from hbtool.compiler.artifact import from_bytes
     from hbtool.compiler.compile import compile_model
@@ -132,8 +131,7 @@ def run(name: str, samples: int, threads: int) -> dict:
     cfg_dict = {"model_parameters": {"onnx_model": str(case["path"]), "march": "bayes", "working_dir": str(wd), "output_model_file_prefix": prefix},
                 "input_parameters": case["input"], "calibration_parameters": case["calibration"],
                 "compiler_parameters": {"optimize_level": "O3"}}
-    cfg_path = case["path"].parent / "config.yaml"
-    cfg_path.write_text(yaml.safe_dump(cfg_dict))
+    cfg_path = write_config(case["path"].parent / "config.yaml", cfg_dict)
     cfg = load_config(cfg_path)
     write_outputs(cfg, run_calibration(cfg), "")
     t = time.perf_counter()

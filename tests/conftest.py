@@ -1,8 +1,8 @@
 """Shared pytest setup: hypothesis profiles.
 
-``HYPOTHESIS_PROFILE=nightly`` (see scripts/fuzz_nightly.sh) selects the nightly profile:
+``HYPOTHESIS_PROFILE=nightly`` (see scripts/nightly.sh, step fuzz) selects the nightly profile:
 randomized (new examples every night), no deadline, and ten times the examples of the default
-run (tests/test_kernel_properties.py multiplies its per-test budgets by ten; tests without a
+run (tests/unit/kernels/test_kernel_edge_properties.py multiplies its per-test budgets by ten; tests without a
 budget of their own get 1000 instead of hypothesis's 100). The default profile is hypothesis's
 own; the property tests derandomize themselves there, so CI is stable.
 """

@@ -4,7 +4,7 @@ timm, torchvision and ultralytics stay out of the project venv (see benchmarks/z
 for how that venv is made; ``pip install ultralytics`` was added to it for this script).
 ``perf_published.py`` calls it once with every missing model:
 
-    /work/zoo-export-venv/bin/python benchmarks/published/export_models.py JOBS.json
+    $HBTOOL_TIMM_PYTHON benchmarks/published/export_models.py JOBS.json
 
 where JOBS.json is a list of ``{"source": "timm"|"torchvision"|"ultralytics", "name": ..., "size": [H, W],
 "out": path}``. Weights are random (``torch.manual_seed(0)``, nothing is downloaded): speed does not

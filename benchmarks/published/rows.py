@@ -1,7 +1,7 @@
 """The published on-board speed rows and the architecture hbtool builds for each.
 
-``CALIBRATION_CSV`` is the fit set (57 rows copied from D-Robotics/rdk_model_zoo, see
-``/work/shared/reference/published_perf.md``); ``HOLDOUT`` are further points of the same
+``published_perf_calibration.csv`` in the reference folder (``HBTOOL_REFERENCE``, :mod:`benchmarks.paths`) is the fit set
+(57 rows copied from D-Robotics/rdk_model_zoo, see the reference folder's ``published_perf.md``); ``HOLDOUT`` are further points of the same
 repository that the parameters were NOT fitted to (read from its READMEs; see ``docs/perf.md``
 for how they were kept apart). ``ARCHITECTURES`` maps a row's variant to how its ONNX is made:
 ``(source, name)`` with source ``timm``, ``torchvision`` or ``ultralytics`` (a model YAML with
@@ -14,9 +14,10 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-CALIBRATION_CSV = Path("/work/shared/reference/published_perf_calibration.csv")
-CACHE = ROOT / "benchmarks" / "_models" / "published"
+from benchmarks.paths import MODELS, ROOT, reference  # noqa: F401  ROOT: re-exported for perf_published
+
+CALIBRATION_CSV = "published_perf_calibration.csv"
+CACHE = MODELS / "published"
 
 #: variant -> (source, name); ultralytics names are model YAMLs (scale letter in the name)
 ARCHITECTURES: dict[str, tuple[str, str]] = {
@@ -124,7 +125,9 @@ def _num(s: str) -> float | None:
     return float(s) if s else None
 
 
-def calibration_rows(path: Path = CALIBRATION_CSV) -> list[Row]:
+def calibration_rows(path: Path | None = None) -> list[Row]:
+    """The fit rows, from ``path`` (default: ``published_perf_calibration.csv`` of ``HBTOOL_REFERENCE``)."""
+    path = path or reference(CALIBRATION_CSV)
     rows = []
     with open(path, encoding="utf-8") as fh:
         for r in csv.DictReader(fh):

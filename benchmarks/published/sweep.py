@@ -6,8 +6,8 @@ share within 25 % of latency and FPS for the fit rows and for the rows no parame
 (holdout + fresh), and the fit rows whose FPS is off by more than 25 %. Only rows whose compile is
 cached are used (``perf_published.py --compile-only`` fills the cache); nothing is written.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/published/sweep.py --march bayes-e --rate 1.0 0.95 0.9 --per-op 3000 2500
-    PYTHONPATH=. .venv/bin/python benchmarks/published/sweep.py --fit-only --set weight_fetch_exposed=0.2,0.3 --set groups_share_lanes=false,true
+    .venv/bin/python -m benchmarks.published.sweep --march bayes-e --rate 1.0 0.95 0.9 --per-op 3000 2500
+    .venv/bin/python -m benchmarks.published.sweep --fit-only --set weight_fetch_exposed=0.2,0.3 --set groups_share_lanes=false,true
 
 ``--set FIELD=V1,V2`` sweeps any other field of the cost model's ``Hardware`` (the grid is the product);
 ``--fit-only`` costs and prints only the fit rows, so a change can be chosen without seeing the rows it
@@ -24,14 +24,9 @@ import dataclasses
 import itertools
 import statistics
 import sys
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
-
-import perf_published as pp  # noqa: E402
-from rows import calibration_rows, fresh_rows, holdout_rows  # noqa: E402
+from benchmarks import perf_published as pp
+from benchmarks.published.rows import calibration_rows, fresh_rows, holdout_rows
 
 
 def _programs(rows):

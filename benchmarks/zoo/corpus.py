@@ -19,9 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-MODELS_DIR = ROOT / "benchmarks" / "_models" / "zoo"
-OUT_DIR = ROOT / "benchmarks" / "_out" / "zoo"
+from benchmarks.paths import MODELS, OUT, ROOT  # noqa: F401  (ROOT: re-exported for the corpus scripts)
+
+MODELS_DIR = MODELS / "zoo"
+OUT_DIR = OUT / "zoo"
 
 IMAGENET_MEAN = (123.675, 116.28, 103.53)
 IMAGENET_SCALE = (1 / 58.395, 1 / 57.12, 1 / 57.375)

@@ -17,17 +17,13 @@ from __future__ import annotations
 
 import functools
 import string
-import sys
 import zlib
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from corpus import ROOT, SEQ_LEN, ModelSpec
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks.zoo.corpus import SEQ_LEN, ModelSpec
 
 _TEXTLINE_METRICS = {"ctc", "db"}
 
@@ -35,7 +31,7 @@ _TEXTLINE_METRICS = {"ctc", "db"}
 @functools.lru_cache(maxsize=1)
 def _corpus() -> tuple[str, ...]:
     """The sentences, parsed once per process (the standard library's syntax trees take seconds)."""
-    from _text import stdlib_sentences
+    from benchmarks._text import stdlib_sentences
 
     return tuple(stdlib_sentences())
 

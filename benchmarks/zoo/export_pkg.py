@@ -21,7 +21,7 @@ import types
 import zipfile
 from pathlib import Path
 
-from corpus import MODELS_DIR, ModelSpec
+from benchmarks.zoo.corpus import MODELS_DIR, ModelSpec
 
 WHEELS = MODELS_DIR / "_wheels"
 
@@ -92,7 +92,6 @@ def export(spec: ModelSpec, path: Path) -> None:
 
 def _export_minilm(path: Path) -> None:
     """The same export as benchmarks/calibrate_vs_ort.py's MiniLM (one recipe for both benchmarks)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from calibrate_vs_ort import export_minilm
+    from benchmarks.calibrate_vs_ort import export_minilm
 
     export_minilm(path)

@@ -2,14 +2,15 @@
 
 timm (and its torch/torchvision pins) stay out of the project venv. Recreate the venv with
 
-    python3 -m venv /work/zoo-export-venv
-    /work/zoo-export-venv/bin/pip install torch==2.14.1 torchvision==0.29.1 timm onnx
+    python3 -m venv ~/venvs/zoo-export
+    ~/venvs/zoo-export/bin/pip install torch==2.14.1 torchvision==0.29.1 timm onnx
+    export HBTOOL_TIMM_PYTHON=~/venvs/zoo-export/bin/python     # or export.py --timm-python
 
 (On this machine that resolved to the CUDA build of torch, 5.6 GB in all; ultralytics was left
 out for that reason: it would add opencv and more.) ``export.py`` calls this script with that
 venv's python, one model per call:
 
-    /work/zoo-export-venv/bin/python benchmarks/zoo/export_timm.py NAME OPSET SIZE OUT.onnx [--zero-init-last]
+    $HBTOOL_TIMM_PYTHON benchmarks/zoo/export_timm.py NAME OPSET SIZE OUT.onnx [--zero-init-last]
 
 Weights are timm's own initialisation under ``torch.manual_seed(0)`` (``pretrained=False``;
 nothing downloaded). ``--zero-init-last`` keeps timm's ``zero_init_last=True`` (the last BN of

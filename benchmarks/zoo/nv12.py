@@ -1,6 +1,6 @@
 """Corpus image models deployed with ``input_type_rt: nv12`` vs their training colour type.
 
-    PYTHONPATH=. python benchmarks/zoo/nv12.py [--models NAME ...] [--eval-samples 32]
+    python -m benchmarks.zoo.nv12 [--models NAME ...] [--eval-samples 32]
 
 For each model: the runner's config (``run.py``), calibrated and compiled twice in
 ``benchmarks/_out/zoo_nv12/<model>/`` (as trained, and with ``input_type_rt: nv12``), then both
@@ -13,15 +13,10 @@ simulator against its quantized ONNX bit for bit on the first samples.
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-from corpus import OUT_DIR, select  # noqa: E402
+from benchmarks.zoo.corpus import OUT_DIR, select
 
 DEFAULT = ["ppocrv5_textline_cls", "pplcnet_orientation"]
 
@@ -29,9 +24,9 @@ DEFAULT = ["ppocrv5_textline_cls", "pplcnet_orientation"]
 def run_model(spec, eval_samples: int, cal_samples: int = 8) -> dict:
     import onnxruntime as ort
 
-    from data import float_samples, samples
-    from metrics import cosine, top1
-    from run import _config
+    from benchmarks.zoo.data import float_samples, samples
+    from benchmarks.zoo.metrics import cosine, top1
+    from benchmarks.configs import corpus_config as _config
     from hbtool.compiler.artifact import from_bytes
     from hbtool.compiler.compile import compile_model
     from hbtool.config import config_from_dict

@@ -1,10 +1,10 @@
 """Run every corpus model through hbtool checker -> calibrate -> compile -> simulate and print one table.
 
-    python benchmarks/zoo/export.py                       # once: writes benchmarks/_models/zoo/
-    python benchmarks/zoo/run.py [--models NAME ...] [--fast] [--timeout 900]
+    python -m benchmarks.zoo.export                       # once: writes benchmarks/_models/zoo/
+    python -m benchmarks.zoo.run [--models NAME ...] [--fast] [--strict] [--timeout 900]
 
 Each model runs in its own worker process (``run.py --worker NAME``), and inside it every stage
-is the real CLI (``python -m hbtool.cli checker|calibrate|compile|simulate``) in its own
+is the real CLI (``python -m hbtool.cli checker|calibrate|compile|simulate``, :mod:`benchmarks.runner`) in its own
 subprocess, with a YAML config the worker writes into ``benchmarks/_out/zoo/<model>/``: an exit
 3, a traceback, a crash or a timeout is recorded in the row, never fatal to the run. The worker
 reads what hbtool wrote (``checker.json``, ``<prefix>_quant_info.json``, the simulate table and
@@ -36,41 +36,17 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
-from corpus import OUT_DIR, ROOT, ModelSpec, select  # noqa: E402
+from benchmarks.configs import corpus_config, write_config
+from benchmarks.runner import hbtool_env, run_stage
+from benchmarks.tables import markdown_table, write_results
+from benchmarks.zoo import metrics
+from benchmarks.zoo.corpus import OUT_DIR, ROOT, ModelSpec, select
 
 STAGES = ("checker", "calibrate", "compile", "simulate")
 
 
 # ----------------------------------------------------------------------------- the worker
-def _config(spec: ModelSpec, case: Path, cal_dirs: list[Path], calibration_type: str, cal_samples: int) -> dict:
-    if spec.inputs == "text":
-        inputs = {"input_name": "input_ids;attention_mask", "input_shape": f"1x{spec.shape[1]};1x{spec.shape[1]}",
-                  "input_type_train": "featuremap;featuremap", "input_type_rt": "featuremap;featuremap",
-                  "norm_type": "no_preprocess;no_preprocess"}
-        cal_type = "int64;int64"
-    else:
-        identity = all(m == 0 for m in spec.mean) and all(s == 1 for s in spec.scale)
-        shape = (spec.shape[0], *spec.shape[2:], spec.shape[1]) if spec.layout == "NHWC" else spec.shape
-        inputs = {"input_name": spec.input_name, "input_shape": "x".join(map(str, shape)),
-                  "input_type_train": spec.color, "input_type_rt": spec.color, "input_layout_train": spec.layout,
-                  "norm_type": "no_preprocess" if identity else "data_mean_and_scale"}
-        if not identity:
-            inputs["mean_value"] = " ".join(f"{m:.6g}" for m in spec.mean)
-            inputs["scale_value"] = " ".join(f"{s:.8g}" for s in spec.scale)
-        cal_type = "float32"
-    return {
-        "model_parameters": {"onnx_model": str(spec.onnx_path), "march": "bayes", "working_dir": str(case / "model_output"),
-                             "output_model_file_prefix": spec.name},
-        "input_parameters": inputs,
-        "calibration_parameters": {"cal_data_dir": ";".join(map(str, cal_dirs)), "cal_data_type": cal_type,
-                                   "preprocess_on": False, "calibration_type": calibration_type, "num_samples": cal_samples},
-        "compiler_parameters": {"optimize_level": "O3", "compile_mode": "latency", "core_num": 1},
-    }
-
-
 HELD_OUT_OFFSET = 100    # held-out samples are data.samples(spec, n, HELD_OUT_OFFSET): never a calibration index
 
 
@@ -81,7 +57,6 @@ def _safe(name: str) -> str:
 def write_case(spec: ModelSpec, case: Path, cal: list[dict], calibration_type: str) -> Path:
     """The calibration samples as one .npy folder per input, and the YAML config that points at them."""
     import numpy as np
-    import yaml
 
     cal_dirs = []
     for name in cal[0]:
@@ -90,9 +65,7 @@ def write_case(spec: ModelSpec, case: Path, cal: list[dict], calibration_type: s
         for k, s in enumerate(cal):
             np.save(d / f"cal_{k:02d}.npy", s[name])
         cal_dirs.append(d)
-    cfg = case / "config.yaml"
-    cfg.write_text(yaml.safe_dump(_config(spec, case, cal_dirs, calibration_type, len(cal)), sort_keys=False))
-    return cfg
+    return write_config(case / "config.yaml", corpus_config(spec, case, cal_dirs, calibration_type, len(cal)))
 
 
 def eval_inputs(case: Path, held: list[dict]) -> list[str]:
@@ -122,22 +95,8 @@ def simulated_outputs(sim_dir: Path, ref: dict[str, list]) -> dict[str, list]:
 
 
 def _stage(name: str, args: list[str], case: Path, deadline: float) -> dict:
-    """One CLI call; its exit code, seconds, the last stderr lines, and whether it was an internal error."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="300", NO_COLOR="1")
-    cmd = [sys.executable, "-m", "hbtool.cli", "-v", name, *args]
-    t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, cwd=case, env=env, capture_output=True, text=True, timeout=max(1.0, deadline - time.time()))
-        rc, out, err = proc.returncode, proc.stdout, proc.stderr
-    except subprocess.TimeoutExpired as exc:
-        rc, out, err = "timeout", (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or ""), ""
-    seconds = time.perf_counter() - t0
-    (case / f"{name}.stdout.txt").write_text(out)
-    (case / f"{name}.stderr.txt").write_text(err)
-    error_lines = [ln for ln in err.splitlines() if ln.startswith("hbtool: ")]
-    return {"rc": rc, "seconds": round(seconds, 2), "error": error_lines[-1] if error_lines else
-            (err.strip().splitlines()[-1] if rc not in (0,) and err.strip() else None),
-            "traceback": "Traceback (most recent call last)" in err, "stdout": out}
+    """One CLI call (:func:`benchmarks.runner.run_stage`), within what is left of the model's time."""
+    return run_stage(name, args, case, deadline - time.time())
 
 
 def _simulate_table(stdout: str) -> dict[str, float | None]:
@@ -163,7 +122,7 @@ def _float_outputs(spec: ModelSpec, feeds: list[dict]) -> tuple[list[str], list[
 
 
 def _charset(spec: ModelSpec) -> list[str]:
-    from export_pkg import dictionary_path
+    from benchmarks.zoo.export_pkg import dictionary_path
 
     lines = dictionary_path(spec).read_text(encoding="utf-8").split("\n")[:-1]
     if "charset" in spec.extra:            # ddddocr: index 0 is already the blank ''
@@ -172,8 +131,6 @@ def _charset(spec: ModelSpec) -> list[str]:
 
 
 def _task_metric(spec: ModelSpec, sim: dict[str, list], ref: dict[str, list], feeds: list[dict]) -> tuple[str, float, str]:
-    import metrics
-
     first = next(iter(ref))
     if spec.metric == "top1":
         return "top-1 = float", metrics.top1(sim[first], ref[first]), ""
@@ -190,8 +147,6 @@ def _task_metric(spec: ModelSpec, sim: dict[str, list], ref: dict[str, list], fe
 def detections(spec: ModelSpec, outputs: dict[str, list]) -> list[tuple]:
     """(boxes, classes) per sample, decoded the package's way (``metrics.py``) from a detector's
     outputs (output name -> one array per sample)."""
-    import metrics
-
     size = spec.shape[2:]
     first = next(iter(outputs))
     if spec.metric == "yolox":
@@ -209,7 +164,7 @@ def work(spec: ModelSpec, args: argparse.Namespace, row: dict) -> dict:
     import numpy as np
     import onnx
 
-    from data import float_samples, samples
+    from benchmarks.zoo.data import float_samples, samples
 
     deadline = time.time() + args.timeout
     case = args.out_root / spec.name
@@ -262,7 +217,7 @@ def work(spec: ModelSpec, args: argparse.Namespace, row: dict) -> dict:
         out_names, float_runs = _float_outputs(spec, float_samples(spec, held))
         ref = {n: [run[i] for run in float_runs] for i, n in enumerate(out_names)}
         sim = simulated_outputs(case / "sim", ref)
-        row["cosine"] = min(float(np.mean([__import__("metrics").cosine(a, b) for a, b in zip(sim[n], ref[n])])) for n in out_names)
+        row["cosine"] = min(float(np.mean([metrics.cosine(a, b) for a, b in zip(sim[n], ref[n])])) for n in out_names)
         if spec.metric:
             try:
                 row["metric_name"], row["metric"], row["metric_note"] = _task_metric(spec, sim, ref, held)
@@ -305,7 +260,6 @@ def _short(counts: dict | None, limit: int = 3) -> str:
     total = sum(counts.values())
     items = sorted(counts.items(), key=lambda kv: -kv[1])
     text = ", ".join(f"{v}x {k[:70]}" for k, v in items[:limit])
-    text = text.replace("|", "\\|")   # a reason may hold "|a A|"; keep the markdown cell whole
     return f"{total}: {text}" + (" ..." if len(items) > limit else "")
 
 
@@ -324,9 +278,9 @@ def _fmt(v, spec: str = ".4f") -> str:
 
 
 def markdown(rows: list[dict], wall: float) -> str:
-    head = ("| model | source | exporter | nodes | BPU MACs | CPU nodes | float fallbacks | chk | cal | cmp | sim "
-            "| cal s | cmp s | cos vs float | max LSB | task metric |")
-    lines = [head, "|" + "---|" * 16]
+    header = ("model", "source", "exporter", "nodes", "BPU MACs", "CPU nodes", "float fallbacks", "chk", "cal", "cmp", "sim",
+              "cal s", "cmp s", "cos vs float", "max LSB", "task metric")
+    cells = []
     for r in rows:
         st = r.get("stages", {})
         metric = "-"
@@ -334,7 +288,7 @@ def markdown(rows: list[dict], wall: float) -> str:
             metric = f"{r['metric_name']} {r['metric']:.3f}"
         elif r.get("metric_error"):
             metric = f"error: {r['metric_error'][:60]}"
-        lines.append("| " + " | ".join([
+        cells.append([
             r["model"] + (f" ({r['status']})" if r.get("status") else ""), r.get("source", ""), r.get("exporter", ""),
             str(r.get("nodes", "-")),
             "-" if r.get("bpu_mac_share") is None else f"{100 * r['bpu_mac_share']:.1f}%",
@@ -342,9 +296,10 @@ def markdown(rows: list[dict], wall: float) -> str:
             _short(r.get("fallback_reasons")) if "float_fallbacks" in r else "-",
             *(_rc(r, s) for s in STAGES),
             _fmt(st.get("calibrate", {}).get("seconds"), ".1f"), _fmt(st.get("compile", {}).get("seconds"), ".1f"),
-            _fmt(r.get("cosine")), _fmt(r.get("max_lsb"), ".2f"), metric]) + " |")
+            _fmt(r.get("cosine")), _fmt(r.get("max_lsb"), ".2f"), metric])
     n_clean = sum(clean(r) for r in rows)
     n_exit3 = sum(exit3(r) for r in rows)
+    lines = markdown_table(header, cells).splitlines()
     lines.append("")
     lines.append(f"**{n_clean} of {len(rows)} models go end to end with zero float fallbacks and every BPU node integer; "
                  f"{n_exit3} give exit 3 (internal error) in some stage.** Corpus wall time {wall / 60:.1f} min.")
@@ -389,20 +344,15 @@ def causes(rows: list[dict]) -> str:
 def write_tables(rows: list[dict], out: Path, wall: float) -> None:
     """zoo.json, zoo.md, causes.md; the corpus wall time is the sum of the rows' (right under --update too)."""
     wall = sum(r.get("wall_seconds", 0.0) for r in rows) or wall
-    out.mkdir(parents=True, exist_ok=True)
     summary = {"models": len(rows), "clean": sum(clean(r) for r in rows), "exit3": sum(exit3(r) for r in rows),
                "wall_seconds": round(wall, 1)}
-    for name, text in (("zoo.json", json.dumps({"summary": summary, "rows": rows}, indent=1)),
-                       ("zoo.md", markdown(rows, wall)), ("causes.md", causes(rows))):
-        tmp = out / f".{name}.tmp"
-        tmp.write_text(text)
-        tmp.replace(out / name)
+    write_results(out, {"zoo.json": {"summary": summary, "rows": rows}, "zoo.md": markdown(rows, wall), "causes.md": causes(rows)})
 
 
 # ----------------------------------------------------------------------------- main
 def _merged(rows: list[dict], earlier: dict[str, dict]) -> list[dict]:
     """This run's rows plus (with --update) the earlier rows of models not run again, in corpus order."""
-    from corpus import CORPUS
+    from benchmarks.zoo.corpus import CORPUS
 
     by_name = {**earlier, **{r["model"]: r for r in rows}}
     return [by_name[m.name] for m in CORPUS if m.name in by_name]
@@ -419,6 +369,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=OUT_DIR, help="where zoo.md / zoo.json / causes.md go")
     ap.add_argument("--update", action="store_true", help="keep the other models' rows of an earlier zoo.json in --out")
     ap.add_argument("--rewrite", action="store_true", help="only rewrite zoo.md / causes.md from --out's zoo.json")
+    ap.add_argument("--strict", action="store_true",
+                    help="exit 1 unless every exported model goes end to end clean (scripts/nightly.sh)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.out_root = OUT_DIR
@@ -456,11 +408,11 @@ def main() -> None:
                    "status": "not exported (run benchmarks/zoo/export.py)"}
         else:
             row_file.unlink(missing_ok=True)
-            cmd = [sys.executable, __file__, "--worker", spec.name, "--timeout", str(args.timeout),
+            cmd = [sys.executable, "-m", "benchmarks.zoo.run", "--worker", spec.name, "--timeout", str(args.timeout),
                    "--cal-samples", str(args.cal_samples), "--eval-samples", str(args.eval_samples),
                    "--calibration-type", args.calibration_type]
             try:
-                subprocess.run(cmd, timeout=args.timeout + 120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                subprocess.run(cmd, timeout=args.timeout + 120, cwd=ROOT, env=hbtool_env())
             except subprocess.TimeoutExpired:
                 pass
             row = json.loads(row_file.read_text()) if row_file.exists() else {
@@ -478,6 +430,10 @@ def main() -> None:
     write_tables(rows, args.out, wall)
     print(markdown(rows, wall).splitlines()[-1])
     print(f"table: {args.out / 'zoo.md'}  json: {args.out / 'zoo.json'}  causes: {args.out / 'causes.md'}")
+    if args.strict:
+        failed = [r["model"] for r in rows if not clean(r) and not str(r.get("status", "")).startswith("not exported")]
+        if failed:
+            raise SystemExit(f"not clean: {', '.join(failed)}")
 
 
 if __name__ == "__main__":

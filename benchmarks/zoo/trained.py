@@ -1,6 +1,6 @@
 """The trained corpus models' task metrics, deployed vs float, on enough samples to read a difference.
 
-    python benchmarks/zoo/trained.py [--models NAME ...] [--cal-samples 32] [--eval-samples N] [--out DIR]
+    python -m benchmarks.zoo.trained [--models NAME ...] [--cal-samples 32] [--eval-samples N] [--out DIR]
 
 For every trained corpus model (source ``pkg`` in ``corpus.py``, or ``--models``): calibrate
 through the real CLI with ``--cal-samples`` generated samples (default 32; a Horizon user
@@ -31,18 +31,15 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-import metrics  # noqa: E402
-import run as zoo_run  # noqa: E402
-from corpus import CORPUS, OUT_DIR, ModelSpec, select  # noqa: E402
+from benchmarks.configs import write_config
+from benchmarks.zoo import metrics
+from benchmarks.zoo import run as zoo_run
+from benchmarks.zoo.corpus import CORPUS, OUT_DIR, ModelSpec, select
 
 DETECTOR_METRICS = {"yolox", "db", "picodet"}
 CHAR_ACC_BAR = -0.003     # recogniser: deployed char accuracy minus float's, at least -0.3 points
@@ -94,7 +91,7 @@ def score(spec: ModelSpec, deployed: dict[str, list], ref: dict[str, list], held
     n = len(ref[first])
     cos = [min(metrics.cosine(deployed[k][i], ref[k][i]) for k in ref) for i in range(n)]
     row: dict = {"cosine": float(np.mean(cos))}
-    from data import orientation_label, truth
+    from benchmarks.zoo.data import orientation_label, truth
 
     if spec.metric == "ctc":
         chars = zoo_run._charset(spec)
@@ -184,12 +181,12 @@ def apply_overrides(cfg: Path, assignments: list[str]) -> dict:
 
     doc = yaml.safe_load(cfg.read_text())
     done = set_keys(doc, assignments)
-    cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+    write_config(cfg, doc)
     return done
 
 
 def run_model(spec: ModelSpec, args: argparse.Namespace, progress, step) -> dict:
-    from data import float_samples, samples
+    from benchmarks.zoo.data import float_samples, samples
 
     row: dict = {"model": spec.name, "metric_kind": spec.metric}
     deadline = time.time() + args.timeout

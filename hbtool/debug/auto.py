@@ -260,36 +260,53 @@ def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: f
     ``deadline``: a :func:`time.monotonic` value after which no new try starts; ``weight_share``:
     the weights' share of the loss (:func:`hbtool.debug.sensitivity.weight_share`): below
     :data:`GROUP_MIN_WEIGHT_SHARE` the group phase (weight remedies only) is skipped."""
-    base_info = copy.deepcopy(session.cfg.model.node_info or {})
-    cur = session.measure(session.base, base_info)
-    cur.fps = estimate_fps(session, cur)
-    res = AutoResult(base_fps=cur.fps, quantized_nodes=len(ranking))
-    res.steps.append(Step("ptq", None, cur.cosine, {o: m["cosine"] for o, m in cur.outputs.items()}, cur.metric, cur.fps, True))
-    hook = session.metric.is_hook
-    floor_fps = cur.fps * (1.0 - max_fps_loss)
+    search = _AutoSearch(session, target_cosine, max_fps_loss, ideal_metric, progress, deadline, len(ranking))
+    weight_ranking = weight_ranking or []
+    search.weight_groups_phase(weight_ranking, weight_share)
+    search.int16_groups_phase(ranking)
+    search.nodes_phase(ranking, weight_ranking, candidates, weight_candidates)
+    return search.result()
 
-    def done(m: Measured) -> bool:
-        return m.cosine >= target_cosine and (not hook or m.metric >= ideal_metric - 1e-12)
 
-    def out_of_time() -> bool:
+class _AutoSearch:
+    """The state the phases of :func:`run_auto` share: the model kept so far (``cur``), the budget, the result."""
+
+    def __init__(self, session: DebugSession, target_cosine: float, max_fps_loss: float, ideal_metric: float,
+                 progress: Callable[[str, int, int], None] | None, deadline: float | None, quantized_nodes: int):
+        self.session, self.target_cosine, self.ideal_metric = session, target_cosine, ideal_metric
+        self.progress, self.deadline = progress, deadline
+        base_info = copy.deepcopy(session.cfg.model.node_info or {})
+        self.cur = session.measure(session.base, base_info)
+        self.cur.fps = estimate_fps(session, self.cur)
+        self.res = AutoResult(base_fps=self.cur.fps, quantized_nodes=quantized_nodes)
+        self.res.steps.append(Step("ptq", None, self.cur.cosine, _cosines(self.cur), self.cur.metric, self.cur.fps, True))
+        self.hook = session.metric.is_hook
+        self.floor_fps = self.cur.fps * (1.0 - max_fps_loss)
+        self.corrected = bias_corrected_everywhere(session.cfg)
+
+    # ------------------------------------------------------------------ judging a try
+    def done(self, m: Measured) -> bool:
+        return m.cosine >= self.target_cosine and (not self.hook or m.metric >= self.ideal_metric - 1e-12)
+
+    def out_of_time(self) -> bool:
         """No new try after the deadline; the first time, say where the search stopped."""
-        if deadline is None or time.monotonic() < deadline:
+        if self.deadline is None or time.monotonic() < self.deadline:
             return False
-        if not res.stopped:
-            res.stopped = f"time limit reached after {res.tries} tries; the best found so far is kept"
-            log.warning("debug --auto: %s", res.stopped)
+        if not self.res.stopped:
+            self.res.stopped = f"time limit reached after {self.res.tries} tries; the best found so far is kept"
+            log.warning("debug --auto: %s", self.res.stopped)
         return True
 
-    def better(a: Measured, b: Measured) -> bool:
+    def better(self, a: Measured, b: Measured) -> bool:
         """``a`` improves on ``b`` by a step worth a node: 10 % of what is left to gain, at least MIN_GAIN.
 
         With a task metric, a difference within its noise on the debug samples (:func:`paired_noise`)
         is a tie, and a tie goes to the worst output's cosine, as a difference under MIN_GAIN does;
         a noisy tie needs a cosine gain of 10 % of what is left to 1, also past the target: a metric
         possibly given up is not traded for a cosine gain in the fifth decimal."""
-        cosine_gain = a.cosine > b.cosine + max(MIN_GAIN, RELATIVE_GAIN * (target_cosine - b.cosine))
-        if hook:
-            need = max(MIN_GAIN, RELATIVE_GAIN * (ideal_metric - b.metric))
+        cosine_gain = a.cosine > b.cosine + max(MIN_GAIN, RELATIVE_GAIN * (self.target_cosine - b.cosine))
+        if self.hook:
+            need = max(MIN_GAIN, RELATIVE_GAIN * (self.ideal_metric - b.metric))
             noise = paired_noise(a, b)
             if a.metric > b.metric + max(need, noise):
                 return True
@@ -298,123 +315,146 @@ def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: f
             return abs(a.metric - b.metric) <= noise and a.cosine > b.cosine + max(MIN_GAIN, RELATIVE_GAIN * (1.0 - b.cosine))
         return cosine_gain
 
-    corrected = bias_corrected_everywhere(session.cfg)
-    groups = weight_groups(weight_ranking or []) if hook else []
-    if groups and weight_share is not None and weight_share < GROUP_MIN_WEIGHT_SHARE:
-        res.notes.append(f"group weight remedies skipped: every weight float recovers {weight_share:.0%} of the loss "
-                         f"(under {GROUP_MIN_WEIGHT_SHARE:.0%}), so the loss is in the activations")
-        log.info("auto: %s", res.notes[-1])
-        groups = []
-    tick, total = 0, 0
-    if groups:
-        # the group phase (module docstring, 2.): the best (remedy, k) over all tries, if it is a fix
-        group_remedies = [r for r in GROUP_REMEDIES if not (corrected and r[1]["Weight"] == "bias_correction")]
-        total = len(groups) * len(group_remedies)
-        best_g: tuple[str, list[str], Measured] | None = None
+    def _tick(self, phase: str, k: int, total: int) -> None:
+        if self.progress:
+            self.progress(phase, k, total)
+
+    def _not_applicable(self, remedy: str, node: str, exc: Exception) -> None:
+        """A remedy that cannot be built is skipped, and said so."""
+        self.res.steps.append(Step(remedy, node, float("nan"), {}, float("nan"), None, False,
+                                   f"not applicable: {type(exc).__name__}: {str(exc)[:120]}"))
+
+    def _keep(self, remedy: str, label: str, m: Measured, nodes: list[str]) -> None:
+        mark_kept(self.res.steps, remedy, label)
+        self.cur = m
+        self.res.changed += [n for n in nodes if n not in self.res.changed]
+
+    # ------------------------------------------------------------------ the phases (module docstring)
+    def weight_groups_phase(self, weight_ranking: list[WeightGain], weight_share: float | None) -> None:
+        """2.: the best (remedy, k) over all weight-group tries, if it is a fix; no FPS cost."""
+        res = self.res
+        groups = weight_groups(weight_ranking) if self.hook else []
+        if groups and weight_share is not None and weight_share < GROUP_MIN_WEIGHT_SHARE:
+            res.notes.append(f"group weight remedies skipped: every weight float recovers {weight_share:.0%} of the loss "
+                             f"(under {GROUP_MIN_WEIGHT_SHARE:.0%}), so the loss is in the activations")
+            log.info("auto: %s", res.notes[-1])
+            groups = []
+        if not groups:
+            return
+        group_remedies = [r for r in GROUP_REMEDIES if not (self.corrected and r[1]["Weight"] == "bias_correction")]
+        total, tick = len(groups) * len(group_remedies), 0
+        best: tuple[str, list[str], Measured] | None = None
         for name, entry in group_remedies:
             for names in groups:
                 tick += 1
-                if progress:
-                    progress("auto groups", tick, total)
-                if out_of_time():
+                self._tick("auto groups", tick, total)
+                if self.out_of_time():
                     break
                 res.tries += 1
-                info = with_group(cur.node_info, names, entry)
+                info = with_group(self.cur.node_info, names, entry)
                 label = f"top {len(names)} of the weight ranking"
                 try:
-                    m = session.measure(session.calibrate(info), info)
+                    m = self.session.measure(self.session.calibrate(info), info)
                 except Exception as exc:  # as for a single node: said, and skipped
-                    res.steps.append(Step(name, label, float("nan"), {}, float("nan"), None, False, f"not applicable: {type(exc).__name__}: {str(exc)[:120]}"))
+                    self._not_applicable(name, label, exc)
                     continue
-                m.fps = cur.fps
-                res.steps.append(Step(name, label, m.cosine, {o: v["cosine"] for o, v in m.outputs.items()}, m.metric, m.fps, False, ", ".join(names), paired_noise(m, cur)))
+                m.fps = self.cur.fps
+                res.steps.append(Step(name, label, m.cosine, _cosines(m), m.metric, m.fps, False, ", ".join(names), paired_noise(m, self.cur)))
                 log.info("auto: %s on %s: worst cosine %.5f, metric %.5g", name, label, m.cosine, m.metric)
-                if better(m, cur) and (best_g is None or better(m, best_g[2])):
-                    best_g = (name, names, m)
-                if best_g is not None and done(best_g[2]):
+                if self.better(m, self.cur) and (best is None or self.better(m, best[2])):
+                    best = (name, names, m)
+                if best is not None and self.done(best[2]):
                     break
-            if (best_g is not None and done(best_g[2])) or res.stopped:
+            if (best is not None and self.done(best[2])) or res.stopped:
                 break
-        if best_g is not None:
-            mark_kept(res.steps, best_g[0], f"top {len(best_g[1])} of the weight ranking")
-            cur = best_g[2]
-            res.changed += [n for n in best_g[1] if n not in res.changed]
-    act_groups = int16_groups(session, ranking) if hook and not done(cur) else []
-    if act_groups:
-        # the activation groups (module docstring, 2b.): int16 on the k worst-SQNR outputs, priced in FPS
-        best_a: tuple[list[str], Measured] | None = None
+        if best is not None:
+            self._keep(best[0], f"top {len(best[1])} of the weight ranking", best[2], best[1])
+
+    def int16_groups_phase(self, ranking: list[Sensitivity]) -> None:
+        """2b.: int16 on the k worst-SQNR outputs, priced in FPS, the best within the budget kept."""
+        res = self.res
+        act_groups = int16_groups(self.session, ranking) if self.hook and not self.done(self.cur) else []
+        best: tuple[list[str], Measured] | None = None
         for k, names in enumerate(act_groups):
-            if progress:
-                progress("auto int16 groups", k + 1, len(act_groups))
-            if out_of_time():
+            self._tick("auto int16 groups", k + 1, len(act_groups))
+            if self.out_of_time():
                 break
             res.tries += 1
-            info = with_group(cur.node_info, names, INT16_OUT[1])
+            info = with_group(self.cur.node_info, names, INT16_OUT[1])
             label = f"{len(names)} outputs of the lowest int8 SQNR"
             try:
-                m = session.measure(session.calibrate(info), info)
-                m.fps = estimate_fps(session, m)
+                m = self.session.measure(self.session.calibrate(info), info)
+                m.fps = estimate_fps(self.session, m)
             except Exception as exc:
-                res.steps.append(Step("group_int16_output", label, float("nan"), {}, float("nan"), None, False,
-                                      f"not applicable: {type(exc).__name__}: {str(exc)[:120]}"))
+                self._not_applicable("group_int16_output", label, exc)
                 continue
-            ok = m.fps >= floor_fps
-            note = ", ".join(names) if ok else f"over the FPS budget ({m.fps:.1f} < {floor_fps:.1f}): " + ", ".join(names)
-            res.steps.append(Step("group_int16_output", label, m.cosine, {o: v["cosine"] for o, v in m.outputs.items()}, m.metric, m.fps, False, note, paired_noise(m, cur)))
+            ok = m.fps >= self.floor_fps
+            note = ", ".join(names) if ok else f"over the FPS budget ({m.fps:.1f} < {self.floor_fps:.1f}): " + ", ".join(names)
+            res.steps.append(Step("group_int16_output", label, m.cosine, _cosines(m), m.metric, m.fps, False, note, paired_noise(m, self.cur)))
             log.info("auto: group_int16_output on %s: worst cosine %.5f, metric %.5g, FPS %.1f", label, m.cosine, m.metric, m.fps)
-            if ok and better(m, cur) and (best_a is None or better(m, best_a[1])):
-                best_a = (names, m)
-            if best_a is not None and done(best_a[1]):
+            if ok and self.better(m, self.cur) and (best is None or self.better(m, best[1])):
+                best = (names, m)
+            if best is not None and self.done(best[1]):
                 break
             if not ok:     # larger groups cost more: none of them fits the budget either
                 break
-        if best_a is not None:
-            mark_kept(res.steps, "group_int16_output", f"{len(best_a[0])} outputs of the lowest int8 SQNR")
-            cur = best_a[1]
-            res.changed += [n for n in best_a[0] if n not in res.changed]
-    four_bit = set(((session.base.options or {}).get("int4") or {}).get("applied") or {})
-    pool = [(s.name, remedies_for(s, four_bit, corrected)) for s in ranking if max(s.order) > 0][: candidates or max(5, len(ranking) // 4)]
-    pool += weight_pool(weight_ranking or [], {name for name, _ in pool}, weight_candidates)
-    total, tick = len(pool) * 2, 0
-    for phase in ("cheap", "cpu"):
-        for name_s, cheap in pool:
-            tick += 1
-            if progress:
-                progress("auto", tick, total)
-            if done(cur) or out_of_time():
-                break
-            if phase == "cpu" and (cur.node_info.get(name_s) or {}).get("ON") == "CPU":
-                continue
-            if phase == "cheap" and name_s in res.changed:
-                continue
-            best: tuple[str, Measured] | None = None
-            for name, entry in (cheap if phase == "cheap" else [CPU]):
-                if out_of_time():
+        if best is not None:
+            self._keep("group_int16_output", f"{len(best[0])} outputs of the lowest int8 SQNR", best[1], best[0])
+
+    def nodes_phase(self, ranking: list[Sensitivity], weight_ranking: list[WeightGain], candidates: int | None,
+                    weight_candidates: int) -> None:
+        """0.-3.: node by node in rank order, the cheap remedies over every candidate first, then CPU placement."""
+        four_bit = set(((self.session.base.options or {}).get("int4") or {}).get("applied") or {})
+        pool = [(s.name, remedies_for(s, four_bit, self.corrected)) for s in ranking if max(s.order) > 0][: candidates or max(5, len(ranking) // 4)]
+        pool += weight_pool(weight_ranking, {name for name, _ in pool}, weight_candidates)
+        total, tick = len(pool) * 2, 0
+        for phase in ("cheap", "cpu"):
+            for node, cheap in pool:
+                tick += 1
+                self._tick("auto", tick, total)
+                if self.done(self.cur) or self.out_of_time():
                     break
-                res.tries += 1
-                info = merge(cur.node_info, name_s, entry)
-                try:
-                    m = session.measure(session.calibrate(info), info)
-                except Exception as exc:  # a remedy that cannot be built is skipped, and said so
-                    res.steps.append(Step(name, name_s, float("nan"), {}, float("nan"), None, False, f"not applicable: {type(exc).__name__}: {str(exc)[:120]}"))
+                if phase == "cpu" and (self.cur.node_info.get(node) or {}).get("ON") == "CPU":
                     continue
-                m.fps = estimate_fps(session, m) if name in STRUCTURAL else cur.fps
-                kept_ok = m.fps is None or m.fps >= floor_fps
-                note = "" if kept_ok else f"over the FPS budget ({m.fps:.1f} < {floor_fps:.1f})"
-                if kept_ok and better(m, cur) and (best is None or better(m, best[1])):
-                    best = (name, m)
-                res.steps.append(Step(name, name_s, m.cosine, {o: v["cosine"] for o, v in m.outputs.items()}, m.metric, m.fps, False, note, paired_noise(m, cur)))
-                log.info("auto: %s on %s: worst cosine %.5f, metric %.5g, FPS %s %s", name, name_s, m.cosine, m.metric, m.fps, note)
-                if best is not None and done(best[1]):
-                    break
-            if best is not None:
-                mark_kept(res.steps, best[0], name_s)
-                cur = best[1]
-                if name_s not in res.changed:
-                    res.changed.append(name_s)
-        if done(cur) or res.stopped:
-            break
-    res.node_info = cur.node_info
-    res.final = cur
-    res.reached = done(cur)
-    return res
+                if phase == "cheap" and node in self.res.changed:
+                    continue
+                self._try_node(node, cheap if phase == "cheap" else [CPU])
+            if self.done(self.cur) or self.res.stopped:
+                break
+
+    def _try_node(self, node: str, remedies: list[tuple[str, dict[str, str]]]) -> None:
+        """Each remedy on one node; the best that improves within the FPS budget is kept."""
+        res = self.res
+        best: tuple[str, Measured] | None = None
+        for name, entry in remedies:
+            if self.out_of_time():
+                break
+            res.tries += 1
+            info = merge(self.cur.node_info, node, entry)
+            try:
+                m = self.session.measure(self.session.calibrate(info), info)
+            except Exception as exc:  # a remedy that cannot be built is skipped, and said so
+                self._not_applicable(name, node, exc)
+                continue
+            m.fps = estimate_fps(self.session, m) if name in STRUCTURAL else self.cur.fps
+            kept_ok = m.fps is None or m.fps >= self.floor_fps
+            note = "" if kept_ok else f"over the FPS budget ({m.fps:.1f} < {self.floor_fps:.1f})"
+            if kept_ok and self.better(m, self.cur) and (best is None or self.better(m, best[1])):
+                best = (name, m)
+            res.steps.append(Step(name, node, m.cosine, _cosines(m), m.metric, m.fps, False, note, paired_noise(m, self.cur)))
+            log.info("auto: %s on %s: worst cosine %.5f, metric %.5g, FPS %s %s", name, node, m.cosine, m.metric, m.fps, note)
+            if best is not None and self.done(best[1]):
+                break
+        if best is not None:
+            self._keep(best[0], node, best[1], [node])
+
+    def result(self) -> AutoResult:
+        self.res.node_info = self.cur.node_info
+        self.res.final = self.cur
+        self.res.reached = self.done(self.cur)
+        return self.res
+
+
+def _cosines(m: Measured) -> dict[str, float]:
+    """Each output's cosine, as a step records it."""
+    return {o: v["cosine"] for o, v in m.outputs.items()}

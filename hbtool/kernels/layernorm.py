@@ -50,7 +50,7 @@ is the widest spread of x: int16 input gives f = 8 at N = 48, f = 4 at N = 8192;
 f = 16 at N = 48, f = 14 at N = 768, f = 12 at N = 8192. Then ``|S 2**(f+1)| < 2**52`` (exact division), ``|d R 2**k| <= 2**50(1+2**-24)``,
 ``|u G + B| < 2**51 + 2**28``: every DOUBLE intermediate of the ONNX form is an exact integer.
 
-Accuracy (``tests/test_kernels.py::test_layernorm_accuracy``): the scale path has a
+Accuracy (``tests/unit/kernels/test_numpy_and_onnx_forms_agree.py::test_layernorm_accuracy``): the scale path has a
 relative error near 2**-20 (G holds 20 bits), the mean ``2**-(f+1)`` input LSB. Against float64
 LayerNorm of the dequantized input rounded to the output grid, on rows with per-channel
 spread and offsets (N = 48 .. 8192, gamma ~ N(1, 0.3), beta ~ N(0, 0.3), eps = 1e-5, a
@@ -87,6 +87,120 @@ from hbtool.kernels.units import VECTOR
 
 MAX_MEAN_BITS = 16
 _NORM_STEPS = (16, 8, 4, 2, 1)
+
+
+# ----------------------------------------------------------------------------- the steps of LayerNorm.build
+def _checked_axes(axes: Any, ptf_alpha: Any) -> tuple[int, ...]:
+    axes = tuple(int(a) for a in np.atleast_1d(np.asarray(axes)).reshape(-1))
+    if not axes or axes[-1] >= 0 or list(axes) != list(range(axes[0], axes[-1] + 1)):
+        raise ValueError(f"LayerNorm axes must be negative and consecutive, got {axes}")
+    if ptf_alpha is not None and axes != (-1,):
+        raise ValueError("LayerNorm power-of-two factors need the last axis")
+    return axes
+
+
+def _params(gamma: Any, beta: Any, n: int | None, ptf_alpha: Any, norm_shape: Any,
+            param_shape: Any) -> tuple[int, np.ndarray, np.ndarray, tuple[int, ...] | None]:
+    """``(N, gamma, beta, param_shape)``: the normalised length and the flat float parameters (None: 1 / 0)."""
+    for v in (gamma, beta, ptf_alpha):
+        if v is not None and n is None:
+            n = int(np.asarray(v).size)
+    if n is None or n < 1:
+        raise ValueError("LayerNorm needs its length: pass gamma, beta or n")
+    if param_shape is not None:
+        param_shape = tuple(int(d) for d in param_shape)
+        if norm_shape is None or ptf_alpha is not None:
+            raise ValueError("LayerNorm with gamma over other axes needs norm_shape and no power-of-two factors")
+        n = int(np.prod(norm_shape))
+    N = int(n)
+    P = N if param_shape is None else int(np.prod(param_shape))
+    gam = np.ones(P) if gamma is None else np.asarray(gamma, np.float64).reshape(-1)
+    bet = np.zeros(P) if beta is None else np.asarray(beta, np.float64).reshape(-1)
+    if gam.size != P or bet.size != P:
+        raise ValueError("gamma and beta must have the normalised length (or param_shape's size)")
+    return N, gam, bet, param_shape
+
+
+def _ptf_factors(ptf_alpha: Any, N: int) -> tuple[np.ndarray | None, int]:
+    """The power-of-two factors (None when all are 0) and the largest."""
+    if ptf_alpha is None:
+        return None, 0
+    alpha = np.asarray(ptf_alpha, np.int64).reshape(-1)
+    if alpha.size != N or alpha.min() < 0 or alpha.max() > 8:
+        raise ValueError("ptf_alpha must hold N integers in 0..8")
+    amax = int(alpha.max())
+    return (None if amax == 0 else alpha), amax
+
+
+def _mean_bits(N: int, in_bits: int, amax: int, eps: float, s_in: float) -> tuple[int, int, int]:
+    """``(f, E, d_shift)`` of steps 1-2 (module docstring): the most mean bits that keep ``V + E < 2**52``,
+    else ``f = 0`` and the smallest right shift of the centred values that does. ``eps`` 0: none inside the root."""
+    W = (2**in_bits - 1) << amax
+
+    def eps_units(f: int) -> int:
+        if eps == 0:
+            return 0
+        v = eps * N * 4.0**f / s_in / s_in  # not s_in**2: it underflows to 0 for tiny scales
+        return max(1, int(math.floor(v + 0.5))) if v < 2.0**62 else 2**62
+
+    for f in range(MAX_MEAN_BITS, -1, -1):
+        vmax = -(-(N * (W * W * 4**f + 1)) // 4)
+        if vmax + eps_units(f) < EXACT_LIMIT:
+            return f, eps_units(f), 0
+    vmax0 = -(-(N * (W * W + 1)) // 4)
+    if vmax0 >= EXACT_LIMIT // 2:
+        raise ValueError(f"LayerNorm of {N} int{in_bits} values (PTF up to 2**{amax}) can exceed 2**52")
+    # eps alone passes 2**52: shift d right (V and E shrink by 4**j, d / sqrt(V + E) stays); the bound
+    # on V allows the shift's rounding (|d_j| <= |d| / 2**j + 1)
+    v = eps * N / s_in / s_in
+    for d_shift in range(1, MAX_SHIFT + 1):
+        vmax_j = (vmax0 >> (2 * d_shift)) + ((2 * N * W) >> d_shift) + N + 2
+        e_j = v / 4.0**d_shift
+        if vmax_j + e_j < EXACT_LIMIT - 1:
+            break
+    room = EXACT_LIMIT - 1 - vmax_j  # e_j too large even at the last shift: d is 0 there anyway
+    return 0, (min(max(1, int(math.floor(e_j + 0.5))), room) if e_j < room else room), d_shift
+
+
+def _eps_outside_root(eps: float, N: int, f: int, s_in: float) -> tuple[int, int]:
+    """``(C, m)`` of step 4b: eps in the units of ``sqrt(V)``, ``m`` fractional bits."""
+    c = eps * math.sqrt(N) * 2.0**f / s_in
+    eps_root_shift = min(40, 26 - math.frexp(c)[1])
+    if eps_root_shift < 0:
+        raise ValueError("LayerNorm eps outside the root is over 2**26 input steps: it swamps the spread")
+    return int(math.floor(math.ldexp(c, eps_root_shift) + 0.5)), eps_root_shift
+
+
+def _affine(gam: np.ndarray, bet: np.ndarray, s_out: np.ndarray, N: int, out_bits: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(G, B, shift)`` of step 6."""
+    gr = gam * math.sqrt(N) / s_out
+    lim = np.abs(gr) + 2 ** (out_bits - 1) + 2
+    br = np.clip(bet / s_out, -lim, lim)
+    top = float(max(np.abs(gr).max(), np.abs(br).max(), 2.0**-40))
+    g = min(20 - math.frexp(top)[1], 22)
+    if g < -30 or not math.isfinite(top):
+        raise ValueError("gamma / scale_out or beta / scale_out too large (over 2**50)")
+    shift = 30 + g
+    G = np.floor(np.ldexp(gr, g) + 0.5).astype(np.int64)
+    B = np.floor(np.ldexp(br, shift) + 0.5).astype(np.int64)
+    return G, B, shift
+
+
+def _broadcast_shapes(G: np.ndarray, B: np.ndarray, N: int, axes: tuple[int, ...], norm_shape: Any,
+                      param_shape: tuple[int, ...] | None) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+    """G and B shaped to broadcast onto the input (module docstring), and ``norm_dims``."""
+    if param_shape is not None:
+        norm_dims = tuple(int(d) for d in norm_shape)
+        if len(norm_dims) != len(axes):
+            raise ValueError(f"norm_shape {norm_dims} does not fit axes {axes}")
+        return G.reshape(param_shape), B.reshape(param_shape), norm_dims
+    if axes != (-1,) or norm_shape is not None:
+        shape = (N,) if norm_shape is None else tuple(int(d) for d in norm_shape)
+        if len(shape) != len(axes) or int(np.prod(shape)) != N:
+            raise ValueError(f"norm_shape {shape} does not fit {N} elements over axes {axes}")
+        bshape = shape + (1,) * (-1 - axes[-1])
+        return G.reshape(bshape), B.reshape(bshape), ()
+    return G, B, ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -158,30 +272,11 @@ class LayerNorm(Kernel):
         over axes that are not normalised (InstanceNormalization: ``(C, 1, 1)`` over H, W; then
         ``norm_shape`` is needed and ``scale_out`` is a scalar).
         """
-        axes = tuple(int(a) for a in np.atleast_1d(np.asarray(axes)).reshape(-1))
-        if not axes or axes[-1] >= 0 or list(axes) != list(range(axes[0], axes[-1] + 1)):
-            raise ValueError(f"LayerNorm axes must be negative and consecutive, got {axes}")
-        if ptf_alpha is not None and axes != (-1,):
-            raise ValueError("LayerNorm power-of-two factors need the last axis")
+        axes = _checked_axes(axes, ptf_alpha)
         check_scales("LayerNorm", scale_in=scale_in, scale_out=scale_out)
         if rounding not in ROUNDING_MODES:
             raise ValueError(f"rounding mode must be one of {ROUNDING_MODES}, not {rounding!r}")
-        for v in (gamma, beta, ptf_alpha):
-            if v is not None and n is None:
-                n = int(np.asarray(v).size)
-        if n is None or n < 1:
-            raise ValueError("LayerNorm needs its length: pass gamma, beta or n")
-        if param_shape is not None:
-            param_shape = tuple(int(d) for d in param_shape)
-            if norm_shape is None or ptf_alpha is not None:
-                raise ValueError("LayerNorm with gamma over other axes needs norm_shape and no power-of-two factors")
-            n = int(np.prod(norm_shape))
-        N = int(n)
-        P = N if param_shape is None else int(np.prod(param_shape))
-        gam = np.ones(P) if gamma is None else np.asarray(gamma, np.float64).reshape(-1)
-        bet = np.zeros(P) if beta is None else np.asarray(beta, np.float64).reshape(-1)
-        if gam.size != P or bet.size != P:
-            raise ValueError("gamma and beta must have the normalised length (or param_shape's size)")
+        N, gam, bet, param_shape = _params(gamma, beta, n, ptf_alpha, norm_shape, param_shape)
         qmin, qmax = int_range(out_bits)
         int_range(in_bits)
         s_in, eps = float(scale_in), float(eps)
@@ -190,76 +285,12 @@ class LayerNorm(Kernel):
             raise ValueError("scale_out must be a scalar or one scale per normalised channel")
         if not (s_in > 0 and bool(np.all(s_out > 0)) and eps >= 0):
             raise ValueError("scales must be > 0 and eps >= 0")
-        alpha = None
-        amax = 0
-        if ptf_alpha is not None:
-            alpha = np.asarray(ptf_alpha, np.int64).reshape(-1)
-            if alpha.size != N or alpha.min() < 0 or alpha.max() > 8:
-                raise ValueError("ptf_alpha must hold N integers in 0..8")
-            amax = int(alpha.max())
-            if amax == 0:
-                alpha = None
-        W = (2**in_bits - 1) << amax
-
-        def eps_units(f: int) -> int:
-            if eps == 0 or eps_outside:
-                return 0
-            v = eps * N * 4.0**f / s_in / s_in  # not s_in**2: it underflows to 0 for tiny scales
-            return max(1, int(math.floor(v + 0.5))) if v < 2.0**62 else 2**62
-
-        chosen = None
-        for f in range(MAX_MEAN_BITS, -1, -1):
-            vmax = -(-(N * (W * W * 4**f + 1)) // 4)
-            if vmax + eps_units(f) < EXACT_LIMIT:
-                chosen = (f, eps_units(f))
-                break
-        d_shift = 0
-        if chosen is None:
-            vmax0 = -(-(N * (W * W + 1)) // 4)
-            if vmax0 >= EXACT_LIMIT // 2:
-                raise ValueError(f"LayerNorm of {N} int{in_bits} values (PTF up to 2**{amax}) can exceed 2**52")
-            # eps alone passes 2**52: shift d right (V and E shrink by 4**j, d / sqrt(V + E) stays); the bound
-            # on V allows the shift's rounding (|d_j| <= |d| / 2**j + 1)
-            v = eps * N / s_in / s_in
-            for d_shift in range(1, MAX_SHIFT + 1):
-                vmax_j = (vmax0 >> (2 * d_shift)) + ((2 * N * W) >> d_shift) + N + 2
-                e_j = v / 4.0**d_shift
-                if vmax_j + e_j < EXACT_LIMIT - 1:
-                    break
-            room = EXACT_LIMIT - 1 - vmax_j  # e_j too large even at the last shift: d is 0 there anyway
-            chosen = (0, min(max(1, int(math.floor(e_j + 0.5))), room) if e_j < room else room)
-        f, E = chosen
+        alpha, amax = _ptf_factors(ptf_alpha, N)
+        f, E, d_shift = _mean_bits(N, in_bits, amax, 0.0 if eps_outside else eps, s_in)
         check(N * (2 ** (in_bits - 1) << (amax + f + 1)) + 4 * N < 2**53, "LayerNorm mean division bound")
-        eps_root = eps_root_shift = 0
-        if eps_outside and eps > 0:
-            c = eps * math.sqrt(N) * 2.0**f / s_in
-            eps_root_shift = min(40, 26 - math.frexp(c)[1])
-            if eps_root_shift < 0:
-                raise ValueError("LayerNorm eps outside the root is over 2**26 input steps: it swamps the spread")
-            eps_root = int(math.floor(math.ldexp(c, eps_root_shift) + 0.5))
-
-        gr = gam * math.sqrt(N) / s_out
-        lim = np.abs(gr) + 2 ** (out_bits - 1) + 2
-        br = np.clip(bet / s_out, -lim, lim)
-        top = float(max(np.abs(gr).max(), np.abs(br).max(), 2.0**-40))
-        g = min(20 - math.frexp(top)[1], 22)
-        if g < -30 or not math.isfinite(top):
-            raise ValueError("gamma / scale_out or beta / scale_out too large (over 2**50)")
-        shift = 30 + g
-        G = np.floor(np.ldexp(gr, g) + 0.5).astype(np.int64)
-        B = np.floor(np.ldexp(br, shift) + 0.5).astype(np.int64)
-        norm_dims: tuple[int, ...] = ()
-        if param_shape is not None:
-            norm_dims = tuple(int(d) for d in norm_shape)
-            if len(norm_dims) != len(axes):
-                raise ValueError(f"norm_shape {norm_dims} does not fit axes {axes}")
-            G, B = G.reshape(param_shape), B.reshape(param_shape)
-        elif axes != (-1,) or norm_shape is not None:
-            shape = (N,) if norm_shape is None else tuple(int(d) for d in norm_shape)
-            if len(shape) != len(axes) or int(np.prod(shape)) != N:
-                raise ValueError(f"norm_shape {shape} does not fit {N} elements over axes {axes}")
-            bshape = shape + (1,) * (-1 - axes[-1])
-            G, B = G.reshape(bshape), B.reshape(bshape)
+        eps_root, eps_root_shift = _eps_outside_root(eps, N, f, s_in) if eps_outside and eps > 0 else (0, 0)
+        G, B, shift = _affine(gam, bet, s_out, N, out_bits)
+        G, B, norm_dims = _broadcast_shapes(G, B, N, axes, norm_shape, param_shape)
         return cls(n=N, in_bits=in_bits, out_bits=out_bits, f=f, E=int(E), G=G, B=B, shift=shift, lo=qmin, hi=qmax,
                    alpha=alpha, rounding=rounding, d_shift=d_shift, axes=axes, eps_root=eps_root, eps_root_shift=eps_root_shift,
                    norm_dims=norm_dims)

@@ -18,7 +18,7 @@ range and a NaN becomes 0.
 
 Measured worst-case error against the float function over every input code, in output LSB
 (``|y - f(q s_in) / s_out|`` after clamping the reference to the output range;
-``tests/test_kernels.py::test_lut_accuracy`` holds these). Scales are symmetric ranges,
+``tests/unit/kernels/test_numpy_and_onnx_forms_agree.py::test_lut_accuracy`` holds these). Scales are symmetric ranges,
 ``s = range / qmax``:
 
 ===========  ==============  ==============  =======  ========  ========  =========

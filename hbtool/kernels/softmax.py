@@ -46,7 +46,7 @@ Exactness: ``T_hi T_lo <= 2**(2E) <= 2**50`` (``E <= 25``); the division is exac
 while ``N 2**(E+2) + 2**(E+p) < 2**53`` for rows of length N (``N < 2**30`` at E = 20,
 p = 15), checked by the numpy form.
 
-Accuracy (``tests/test_kernels.py::test_softmax_accuracy``), int16 logits N(0, sigma) with
+Accuracy (``tests/unit/kernels/test_numpy_and_onnx_forms_agree.py::test_softmax_accuracy``), int16 logits N(0, sigma) with
 sigma in 1..15, rows of N = 49, 197, 768, scale = max|x| / 32767, against float64 softmax of
 the dequantized input: int16 output max abs error 2**-15.0 (the clamp of 1.0 to 32767/32768;
 2**-15.5 elsewhere; target 2**-12); int8 output 2**-7 (the clamp of 1.0 to 127/128), 2**-8 elsewhere.

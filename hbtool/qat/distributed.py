@@ -5,8 +5,9 @@ that sets ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT``). Backends: gl
 nccl on GPU. Every process builds the same model from the same PTQ result; each step, the
 global batch (``batch_size`` samples, the same indices a one-process run takes) is split
 into equal contiguous shards, each process computes the gradient of its shard's share of the
-global mean loss, and the gradients are summed with ``all_reduce``: the update DDP makes,
-and the same update as one process on the whole batch up to float summation order.
+global mean loss, and torch's ``DistributedDataParallel`` sums the gradients (bucketed, and
+overlapped with the backward pass): the same update as one process on the whole batch up to
+float summation order.
 """
 
 from __future__ import annotations
@@ -47,15 +48,35 @@ def init_distributed(device: str) -> DistInfo:
     return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
 
 
-def all_reduce_gradients(params, info: DistInfo) -> None:
-    """Sum every gradient over the processes (each holds its shard's part of the global mean)."""
-    if not info.active:
-        return
+def _sum_gradients_hook(process_group, bucket):
+    """DDP's gradient communication, summing instead of DDP's default mean.
+
+    Each process's loss is already its shard's share of the global mean (``loss / batch_size``
+    over the global batch), so the sum is the one-process gradient; DDP's mean would divide it
+    by the number of processes a second time.
+    """
     import torch.distributed as dist
 
-    for p in params:
-        if p.grad is not None:
-            dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+    work = dist.all_reduce(bucket.buffer(), op=dist.ReduceOp.SUM, group=process_group, async_op=True)
+    return work.get_future().then(lambda fut: fut.value()[0])
+
+
+def data_parallel(model: torch.nn.Module, info: DistInfo, device: str) -> torch.nn.Module:
+    """The module to run training steps through: ``model`` itself alone, wrapped in DDP in a process group.
+
+    Parameters stay those of ``model`` (checkpoints, export and evaluation read it directly).
+    ``find_unused_parameters``: a loss on the logits alone (``loss: kl``) leaves the layers
+    after them without a gradient; globally unused parameters keep no gradient, as before, so
+    the optimizer skips them. Buffers are not broadcast: every process builds them identically.
+    """
+    if not info.active:
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    ddp = DistributedDataParallel(model, device_ids=[info.local_rank] if device == "cuda" else None,
+                                  broadcast_buffers=False, find_unused_parameters=True)
+    ddp.register_comm_hook(None, _sum_gradients_hook)
+    return ddp
 
 
 def barrier(info: DistInfo) -> None:

@@ -8,7 +8,7 @@ shifts, comparisons) is exact like numpy's, so these functions are the numpy for
 (:func:`hbtool.kernels.fixedpoint.rounding_shift_numpy`,
 :meth:`hbtool.kernels.requantize.Requantize.apply_trusted`, and Add, Mul and Softmax's ``apply_numpy``)
 written again, term for term;
-tests/test_qat_int_ops.py checks them against the numpy forms on random and tie inputs.
+tests/unit/qat/test_torch_int_requantization.py checks them against the numpy forms on random and tie inputs.
 
 Where they run: on an accelerator, where the numpy form would mean a copy to the host and
 back. On the CPU the numpy forms are faster (measured on 4M-element tensors, 2 threads:

@@ -28,7 +28,7 @@ import torch
 from hbtool.config.types import HbConfig
 from hbtool.errors import InputError
 from hbtool.qat.data import augment, read_labels, training_data
-from hbtool.qat.distributed import DistInfo, ShardSampler, all_reduce_gradients, barrier, init_distributed, resolve_device
+from hbtool.qat.distributed import DistInfo, ShardSampler, barrier, data_parallel, init_distributed, resolve_device
 from hbtool.qat.export import export_qat_model, qat_model_path
 from hbtool.qat.module import FloatGraphModule, QatModel
 
@@ -306,18 +306,18 @@ def run_qat(cfg: HbConfig, progress: Progress | None = None, resume: bool = Fals
     if resume:
         start, result.losses = _load_checkpoint(ckpt, model, opt, device)
     model.train()
+    trained = data_parallel(model, info, device)
     for step in range(start, total):
         local = train_ids[sampler.local_indices(step)]
         batch = augment(_stack(data, local), image_inputs, q.augment, q.seed, step, local)
         xs = _to_torch(batch, names, device)
-        student = model(*xs, tensors=tensors, outputs=q.loss != "kl")  # kl: the logits (and distill tensors) only
+        student = trained(*xs, tensors=tensors, outputs=q.loss != "kl")  # kl: the logits (and distill tensors) only
         if q.loss == "ce":
             loss = _cross_entropy(student, labels[local], q.batch_size, device)
         else:
             loss = loss_fn(student, _teacher_outputs(teacher, cached_teacher, xs, local, tensors, q.loss != "kl"), q.batch_size)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        all_reduce_gradients(model.parameters(), info)
+        loss.backward()  # under DDP: gradients summed over the processes
         for group in opt.param_groups:
             group["lr"] = q.lr * lr_factor(q.lr_schedule, step, total)
         opt.step()

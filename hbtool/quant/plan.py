@@ -210,120 +210,158 @@ def build_plan(
     """
     from hbtool.config.optimization import Switches
 
-    node_info = node_info or {}
     sw = switches if switches is not None else Switches()
-    all_int16 = all_int16 or sw.all_int16
-    output_int16 = output_int16 or sw.model_output_bits == 16
-    explicit16: set[str] = set()
-    force8: set[str] = set()
-    tensors = bpu_activation_tensors(graph)
-    uf = _UnionFind()
-    for t in tensors:
-        uf.add(t)
-    want16: set[str] = set()
-    fixed: dict[str, tuple[str, str]] = {}
-    const_absmax: dict[str, float] = {}
-    for node in graph.nodes:
-        if node.meta.get("on") != "BPU":
-            continue
-        data = _data_inputs(graph, node)
-        if node.op_type == "Concat":
-            consts = [i for i in node.inputs if i and graph.is_const(i)]
-            if consts and node.outputs[0] in uf.parent:
-                const_absmax[node.outputs[0]] = max(float(np.abs(graph.const(c)).max()) for c in consts)
-        if node.op_type in SCALE_PRESERVING and data:
-            for o in node.outputs:
-                if o:
-                    for i in (data if node.op_type == "Concat" else data[:1]):
-                        uf.union(i, o)
-        if auto_int16:
-            if node.op_type in INT16_INPUTS:
-                want16.update(data)
-            if node.op_type in INT16_OUTPUTS:
-                want16.update(o for o in node.outputs if o)
-        info = node_info.get(node.name) or {}
+    builder = _PlanBuilder(graph, stats, method, auto_int16, percentile, min_sqnr_db)
+    builder.read_nodes(node_info or {}, sw)
+    builder.read_model_outputs(output_int16 or sw.model_output_bits == 16, sw.model_output_bits == 8,
+                               all_int16 or sw.all_int16)
+    return builder.build()
+
+
+class _PlanBuilder:
+    """The steps of :func:`build_plan`: read every BPU node's wishes, group the tensors, give each group its bits and scale."""
+
+    def __init__(self, graph: Graph, stats: Mapping[str, TensorStats], method: str | Mapping[str, str], auto_int16: bool,
+                 percentile: float, min_sqnr_db: float):
+        self.graph, self.stats, self.method = graph, stats, method
+        self.auto_int16, self.percentile, self.min_sqnr_db = auto_int16, percentile, min_sqnr_db
+        self.tensors = bpu_activation_tensors(graph)
+        self.uf = _UnionFind()
+        for t in self.tensors:
+            self.uf.add(t)
+        self.explicit16: set[str] = set()   # int16 asked for (node_info, set_<Op>_*_int16, model outputs)
+        self.force8: set[str] = set()       # int8 asked for: auto_int16 leaves these alone
+        self.want16: set[str] = set()       # auto_int16's wishes (kernels that want int16, logit paths)
+        self.base16: set[str] = set()       # every tensor int16 (enable_int16 / set_all_nodes_int16)
+        self.fixed: dict[str, tuple[str, str]] = {}   # output of a fixed-scale kernel -> (op type, node)
+        self.const_absmax: dict[str, float] = {}      # a Concat's constant inputs widen its group's range
+
+    # ------------------------------------------------------------------ what the nodes and the config ask for
+    def read_nodes(self, node_info: Mapping[str, Mapping[str, Any]], sw: Any) -> None:
+        graph, uf = self.graph, self.uf
+        for node in graph.nodes:
+            if node.meta.get("on") != "BPU":
+                continue
+            data = _data_inputs(graph, node)
+            if node.op_type == "Concat":
+                consts = [i for i in node.inputs if i and graph.is_const(i)]
+                if consts and node.outputs[0] in uf.parent:
+                    self.const_absmax[node.outputs[0]] = max(float(np.abs(graph.const(c)).max()) for c in consts)
+            if node.op_type in SCALE_PRESERVING and data:
+                for o in node.outputs:
+                    if o:
+                        for i in (data if node.op_type == "Concat" else data[:1]):
+                            uf.union(i, o)
+            if self.auto_int16:
+                if node.op_type in INT16_INPUTS:
+                    self.want16.update(data)
+                if node.op_type in INT16_OUTPUTS:
+                    self.want16.update(o for o in node.outputs if o)
+            self._read_node_info(node, data, node_info.get(node.name) or {})
+            for bits_map, names in ((sw.op_input_bits, data), (sw.op_output_bits, [o for o in node.outputs if o])):
+                bits_wanted = bits_map.get(node.op_type)
+                if bits_wanted == 16:
+                    self.explicit16.update(names)
+                elif bits_wanted == 8:
+                    self.force8.update(names)
+            if node.op_type in FIXED_OUTPUT_SCALE:
+                self.fixed[node.outputs[0]] = (node.op_type, node.name)
+
+    def _read_node_info(self, node: Node, data: list[str], info: Mapping[str, Any]) -> None:
         if str(info.get("InputType", "")).lower() == "int16":
-            explicit16.update(data)
+            self.explicit16.update(data)
         for k, v in info.items():  # InputType<i>: the i-th input only
             if k.startswith("InputType") and k[9:].isdigit() and str(v).lower() == "int16":
                 i = int(k[9:])
-                if i < len(node.inputs) and node.inputs[i] and not graph.is_const(node.inputs[i]):
-                    explicit16.add(node.inputs[i])
+                if i < len(node.inputs) and node.inputs[i] and not self.graph.is_const(node.inputs[i]):
+                    self.explicit16.add(node.inputs[i])
         if str(info.get("OutputType", "")).lower() == "int16":
-            explicit16.update(o for o in node.outputs if o)
-        for bits_map, names in ((sw.op_input_bits, data), (sw.op_output_bits, [o for o in node.outputs if o])):
-            bits_wanted = bits_map.get(node.op_type)
-            if bits_wanted == 16:
-                explicit16.update(names)
-            elif bits_wanted == 8:
-                force8.update(names)
-        if node.op_type in FIXED_OUTPUT_SCALE:
-            fixed[node.outputs[0]] = (node.op_type, node.name)
-    if auto_int16:
-        want16.update(_logit_paths(graph))
-    if output_int16:
-        explicit16.update(o for o in graph.outputs if o in uf.parent)
-    if sw.model_output_bits == 8:
-        force8.update(o for o in graph.outputs if o in uf.parent)
-    base16 = set(tensors) if all_int16 else set()  # Horizon's enable_int16 / set_all_nodes_int16
+            self.explicit16.update(o for o in node.outputs if o)
 
-    groups: dict[str, list[str]] = {}
-    for t in tensors:
-        groups.setdefault(uf.find(t), []).append(t)
-    plan = QuantPlan(method=method if isinstance(method, str) else "mix")
-    zero_groups: dict[int, tuple[list[str], int, str]] = {}
-    for gid, (root, members) in enumerate(sorted(groups.items(), key=lambda kv: tensors.index(kv[1][0]))):
-        if any(m in explicit16 for m in members):
+    def read_model_outputs(self, output_int16: bool, output_int8: bool, all_int16: bool) -> None:
+        if self.auto_int16:
+            self.want16.update(_logit_paths(self.graph))
+        if output_int16:
+            self.explicit16.update(o for o in self.graph.outputs if o in self.uf.parent)
+        if output_int8:
+            self.force8.update(o for o in self.graph.outputs if o in self.uf.parent)
+        if all_int16:
+            self.base16 = set(self.tensors)
+
+    # ------------------------------------------------------------------ the groups
+    def build(self) -> QuantPlan:
+        groups: dict[str, list[str]] = {}
+        for t in self.tensors:
+            groups.setdefault(self.uf.find(t), []).append(t)
+        plan = QuantPlan(method=self.method if isinstance(self.method, str) else "mix")
+        zero_groups: dict[int, tuple[list[str], int, str]] = {}
+        for gid, (root, members) in enumerate(sorted(groups.items(), key=lambda kv: self.tensors.index(kv[1][0]))):
+            bits, pinned8 = self._bits(members)
+            chosen = self._quantize(members, bits, pinned8)
+            if chosen is None:  # a (numerically) zero range, or none observed: the neighbours decide, below
+                zero_groups[gid] = (members, bits, self._method_name())
+                continue
+            bits, scale, thr, used = chosen
+            plan.groups[gid] = members
+            for m in members:
+                plan.tensors[m] = TensorQuant(m, bits, scale, float(thr), used, gid)
+        for gid, thr in degenerate_thresholds(self.graph, plan, {g: v[0] for g, v in zero_groups.items()}).items():
+            members, bits, used = zero_groups[gid]
+            plan.groups[gid] = members
+            scale = float(np.float32(thr / QMAX[bits]))
+            for m in members:
+                plan.tensors[m] = TensorQuant(m, bits, scale, float(thr), f"{used}+zero_range", gid)
+        plan.groups = dict(sorted(plan.groups.items()))
+        check_plan_scales(plan)
+        return plan
+
+    def _method_name(self) -> str:
+        return self.method if isinstance(self.method, str) else "mix"
+
+    def _bits(self, members: list[str]) -> tuple[int, bool]:
+        """A group's bits, strongest wish first (build_plan's docstring), and whether int8 is pinned."""
+        if any(m in self.explicit16 for m in members):
             bits = 16
-        elif any(m in force8 for m in members):
+        elif any(m in self.force8 for m in members):
             bits = 8
         else:
-            bits = 16 if any(m in want16 or m in base16 for m in members) else 8
-        pinned8 = bits == 8 and any(m in force8 for m in members)
+            bits = 16 if any(m in self.want16 or m in self.base16 for m in members) else 8
+        return bits, bits == 8 and any(m in self.force8 for m in members)
+
+    def _threshold(self, members: list[str], qmax: int) -> float:
+        t = 0.0
+        for m in members:
+            st = self.stats.get(m)
+            if st is not None:
+                t = max(t, threshold(st, self.method if isinstance(self.method, str) else self.method.get(m, "max"), qmax,
+                                     self.percentile))
+        for m in members:
+            t = max(t, self.const_absmax.get(m, 0.0))
+        return t if t > 0 else ZERO_RANGE
+
+    def _quantize(self, members: list[str], bits: int, pinned8: bool) -> tuple[int, float, float, str] | None:
+        """``(bits, scale, threshold, method used)`` of a group; None for a zero-range group.
+
+        auto_int16 takes an int8 group to int16 when a member's int8 SQNR falls under ``min_sqnr_db``."""
         qmax = QMAX[bits]
-        fixed_members = [m for m in members if m in fixed]
+        fixed_members = [m for m in members if m in self.fixed]
         if fixed_members:
-            op_type = fixed[fixed_members[0]][0]
+            op_type = self.fixed[fixed_members[0]][0]
             scale = FIXED_OUTPUT_SCALE[op_type][bits]
-            thr = scale * qmax
-            used = f"fixed:{op_type}"
-        else:
-            used = method if isinstance(method, str) else "mix"
-
-            def group_threshold(q: int) -> float:
-                t = 0.0
-                for m in members:
-                    st = stats.get(m)
-                    if st is not None:
-                        t = max(t, threshold(st, method if isinstance(method, str) else method.get(m, "max"), q, percentile))
-                for m in members:
-                    t = max(t, const_absmax.get(m, 0.0))
-                return t if t > 0 else ZERO_RANGE
-
-            observed = max([stats[m].absmax for m in members if m in stats] + [const_absmax.get(m, 0.0) for m in members])
-            if not observed > ZERO_RANGE:  # a (numerically) zero range, or none observed: the neighbours decide, below
-                zero_groups[gid] = (members, bits, used)
-                continue
-            thr = group_threshold(qmax)
-            if bits == 8 and auto_int16 and not pinned8:
-                worst = min((sqnr_db(stats[m], thr, qmax) for m in members if m in stats), default=float("inf"))
-                if worst < min_sqnr_db:
-                    bits, qmax = 16, QMAX[16]
-                    thr = group_threshold(qmax)
-                    used = f"{used}+sqnr"
-            scale = float(np.float32(thr / qmax))
-        plan.groups[gid] = members
-        for m in members:
-            plan.tensors[m] = TensorQuant(m, bits, scale, float(thr), used, gid)
-    for gid, thr in degenerate_thresholds(graph, plan, {g: v[0] for g, v in zero_groups.items()}).items():
-        members, bits, used = zero_groups[gid]
-        plan.groups[gid] = members
-        scale = float(np.float32(thr / QMAX[bits]))
-        for m in members:
-            plan.tensors[m] = TensorQuant(m, bits, scale, float(thr), f"{used}+zero_range", gid)
-    plan.groups = dict(sorted(plan.groups.items()))
-    check_plan_scales(plan)
-    return plan
+            return bits, scale, scale * qmax, f"fixed:{op_type}"
+        used = self._method_name()
+        stats = self.stats
+        observed = max([stats[m].absmax for m in members if m in stats] + [self.const_absmax.get(m, 0.0) for m in members])
+        if not observed > ZERO_RANGE:
+            return None
+        thr = self._threshold(members, qmax)
+        if bits == 8 and self.auto_int16 and not pinned8:
+            worst = min((sqnr_db(stats[m], thr, qmax) for m in members if m in stats), default=float("inf"))
+            if worst < self.min_sqnr_db:
+                bits, qmax = 16, QMAX[16]
+                thr = self._threshold(members, qmax)
+                used = f"{used}+sqnr"
+        return bits, float(np.float32(thr / qmax)), thr, used
 
 
 def check_plan_scales(plan: QuantPlan) -> None:

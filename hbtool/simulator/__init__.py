@@ -5,6 +5,7 @@
 :mod:`.batching`  many samples per pass: the sample axis through a one-sample program
 :mod:`.accel`     exact faster forms of the kernels (products in onnxruntime)
 :mod:`.fused`     the integer loops after the products, compiled by numba, rows over the cores
+:mod:`.jit`       the loops' jit machinery: numba's cache policy, the row thread pool, the background compiler
 :mod:`.inputs`    reading and checking the user's inputs (``.npy`` stacks, folders of images/arrays)
 :mod:`.simulate`  the driver behind the CLI: batches, streamed and resumable outputs, the comparison table
 """
