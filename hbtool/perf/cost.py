@@ -343,7 +343,8 @@ def vector_class(kind: str, kernel: Any) -> str:
     if kind == "Lut":
         return "lut_int16" if int(getattr(kernel, "in_bits", 8)) > 8 else "lut"
     return {"LayerNorm": "layernorm", "Softmax": "softmax", "AvgPool": "pool", "ReduceMean": "pool",
-            "ReduceSum": "pool", "MaxPool": "pool", "ReduceL2": "pool", "Div": "divide"}.get(kind, "elementwise")
+            "ReduceSum": "pool", "MaxPool": "pool", "ReduceL2": "pool", "Div": "divide",
+            "ArgMax": "pool"}.get(kind, "elementwise")  # ArgMax: a max reduction over the channels; PRelu, MinMax: elementwise
 
 
 @lru_cache(maxsize=None)
