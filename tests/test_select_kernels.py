@@ -106,10 +106,20 @@ def _conv(out="a"):
     return helper.make_node("Conv", ["x", "w"], [out], name="conv"), tensor("w", np.ones((8, 8, 1, 1), np.float32))
 
 
-def test_log_softmax_runs_on_the_cpu_with_horizons_reason():
-    conv, w = _conv()
-    meta = _place([conv, helper.make_node("LogSoftmax", ["a"], ["y"], axis=1)], [w])["LogSoftmax"]
-    assert meta["on"] == "CPU" and "LogSoftmax runs on the CPU on every march" in meta["reason"]
+@pytest.mark.parametrize("bits,out_bits,axis", [(8, 8, -1), (16, 16, -3), (16, 8, -1), (8, 16, -3)])
+def test_log_softmax_forms_agree_and_follow_the_float_op(bits, out_bits, axis):
+    from hbtool.kernels.softmax import LogSoftmax
+
+    rng = np.random.default_rng(6)
+    q = int_data(rng, (2, 8, 5, 6), bits, "edge")
+    s_in = 6.0 / 2 ** (bits - 1)
+    x = q * s_in
+    ref = x - x.max(axis=axis, keepdims=True)
+    ref = ref - np.log(np.exp(ref).sum(axis=axis, keepdims=True))
+    s_out = float(-ref.min()) / 2 ** (out_bits - 1)
+    y = assert_bit_exact(LogSoftmax.build(s_in, s_out, bits, out_bits, axis=axis), q)
+    # the output rounding, the log table (1.8e-4 nats) and the exponentials' roundings
+    assert np.abs(y - np.clip(ref / s_out, -(2 ** (out_bits - 1)), 0)).max() <= (1.0 if out_bits == 16 else 0.6)
 
 
 @pytest.mark.parametrize("op", ["Max", "Min"])

@@ -288,11 +288,6 @@ def argmax_first_index_on_ties(ctx: RuleContext) -> str | None:
     return None if not int(ctx.node.attr("select_last_index", 0)) else "select_last_index=1"
 
 
-def log_softmax_runs_on_the_cpu(ctx: RuleContext) -> str | None:
-    """LogSoftmax runs on the CPU on every march, as in Horizon's op lists (J5, X5, X3): hbtool has no integer log-sum-exp kernel (a Softmax followed by a Log table loses every probability that quantizes to 0)"""
-    return "LogSoftmax"
-
-
 def clip_bounds_are_constant(ctx: RuleContext) -> str | None:
     """Clip runs on the BPU with constant bounds"""
     for k in (1, 2):
@@ -416,7 +411,7 @@ _register(
 _register(["Pow"], "HzLut", "vector", pow_exponent_is_constant)
 _register(["HzPreprocess"], "HzSQuantizedPreprocess", "vector")
 _register(["Softmax"], "HzSoftmax", "vector")
-_register(["LogSoftmax"], "HzSoftmax", "vector", log_softmax_runs_on_the_cpu)
+_register(["LogSoftmax"], "HzSoftmax", "vector")
 _register(["LayerNormalization", "ChannelLayerNorm", "InstanceNormalization"], "HzLayerNorm", "vector", layernorm_size_within_limit)
 _register(["BatchNormalization"], "HzSElementwiseMul", "vector")
 _register(["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceL2"], "HzSQuantizedReduce", "vector", reduce_axes_are_constant)

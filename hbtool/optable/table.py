@@ -59,7 +59,6 @@ def probes_of(op: str) -> list[Probe]:
 def kernel_precisions(kernels: Iterable[str], march: str) -> str:
     """int8 / int16 / int4 of the kernels, from their ``build`` signatures and the march's int16 and int4 support."""
     from hbtool import kernels as K
-    from hbtool.kernels import select
     from hbtool.march.description import load_march
 
     m = load_march(march)
@@ -69,7 +68,7 @@ def kernel_precisions(kernels: Iterable[str], march: str) -> str:
         if name in (FUSED, MOVES):
             found.add("int16")
             continue
-        cls = getattr(K, name, None) or getattr(select, name, None)
+        cls = getattr(K, name, None)
         params = set(inspect.signature(cls.build).parameters) if cls is not None else set()
         if params & {"in_bits", "out_bits", "a_bits", "bits"}:
             found.add("int16")

@@ -344,7 +344,7 @@ def vector_class(kind: str, kernel: Any) -> str:
         return "lut_int16" if int(getattr(kernel, "in_bits", 8)) > 8 else "lut"
     return {"LayerNorm": "layernorm", "Softmax": "softmax", "AvgPool": "pool", "ReduceMean": "pool",
             "ReduceSum": "pool", "MaxPool": "pool", "ReduceL2": "pool", "Div": "divide",
-            "ArgMax": "pool"}.get(kind, "elementwise")  # ArgMax: a max reduction over the channels; PRelu, MinMax: elementwise
+            "ArgMax": "pool", "LogSoftmax": "softmax"}.get(kind, "elementwise")  # ArgMax: a max over C; PRelu, MinMax: elementwise
 
 
 @lru_cache(maxsize=None)

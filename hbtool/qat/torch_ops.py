@@ -435,6 +435,7 @@ OPS: dict[str, Callable[[OpContext, Node, list], list[Tensor]]] = {
     "PRelu": lambda ctx, node, xs: [torch.where(xs[0] >= 0, xs[0], xs[0] * xs[1])],
     "Selu": lambda ctx, node, xs: [float(node.attr("gamma", 1.05070102214813232421875)) * torch.where(
         xs[0] > 0, xs[0], float(node.attr("alpha", 1.67326319217681884765625)) * torch.expm1(torch.clamp(xs[0], max=0)))],
+    "LogSoftmax": lambda ctx, node, xs: [F.log_softmax(xs[0], dim=int(node.attr("axis", -1)))],
     "Softsign": _unary(F.softsign), "Sin": _unary(torch.sin), "Cos": _unary(torch.cos),
     "ArgMax": lambda ctx, node, xs: [torch.argmax(xs[0], dim=int(node.attr("axis", 0)), keepdim=bool(node.attr("keepdims", 1)))],
     "ArgMin": lambda ctx, node, xs: [torch.argmin(xs[0], dim=int(node.attr("axis", 0)), keepdim=bool(node.attr("keepdims", 1)))],

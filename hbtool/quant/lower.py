@@ -636,6 +636,19 @@ class _Lowerer:
         self.emit_kernel(node, "HzSoftmax", kernel, [x.name], node.outputs[0])
         return True
 
+    def _lower_LogSoftmax(self, node: Node) -> bool:
+        """x - max - log(sum exp(x - max)) as integers (:class:`~hbtool.kernels.softmax.LogSoftmax`)."""
+        from hbtool.kernels.softmax import LogSoftmax
+
+        axis = self._softmax_axis(node)
+        if axis is None:
+            return False
+        x = self.int_input(node.inputs[0])
+        tq = self.tq(node.outputs[0])
+        kernel = LogSoftmax.build(x.scale, tq.scale, x.bits, tq.bits, axis=axis, rounding=self.rounding)
+        self.emit_kernel(node, "HzLogSoftmax", kernel, [x.name], node.outputs[0])
+        return True
+
     def _layernorm(self, node: Node, axes: list[int]) -> bool:
         """LayerNorm over the non-negative, consecutive ``axes`` of the input, gamma/beta over those axes."""
         shape = self.src.shape(node.inputs[0])

@@ -35,7 +35,7 @@ Run = Callable[[list[Any]], list[np.ndarray]]
 _TRAILING_KERNELS = {
     "Conv", "ConvTranspose", "MaxPool", "AvgPool", "BilinearResize", "Linear", "Lut", "Quantize", "Dequantize",
     "Requantize", "Add", "Mul", "Div", "LayerNorm", "Softmax", "ReduceMean", "ReduceSum", "ReduceL2", "MatMul",
-    "Log2MatMul", "PRelu", "MinMax", "ArgMax",
+    "Log2MatMul", "PRelu", "MinMax", "ArgMax", "LogSoftmax",
 }
 _MATRIX_KERNELS = {"MatMul", "Log2MatMul"}  # their last two axes are the matrix: axis 0 must be a batch axis
 
