@@ -538,7 +538,8 @@ MARCH_RULES: dict[str, dict[str, tuple[Rule, ...]]] = {
         **{op: (bernoulli2_runs_softmax_and_norms_on_the_cpu,) for op in
            ("Softmax", "LogSoftmax", "LayerNormalization", "ChannelLayerNorm", "InstanceNormalization", "Sub")},
         "MatMul": (bernoulli2_matmul_of_feature_maps_is_1xbxmxk,),
-        **{op: (bernoulli2_lut_size_within_8192,) for op in ("Sigmoid", "Tanh", "Swish", "HardSwish", "HardSigmoid", "Gelu", "Erf", "Exp", "Mish")},
+        **{op: (bernoulli2_lut_size_within_8192,) for op in ("Sigmoid", "Tanh", "Swish", "HardSwish", "HardSigmoid", "Gelu", "Erf", "Exp", "Mish",
+                                                              "Selu", "Softsign")},
         **{op: (bernoulli2_has_no_min_max_unit,) for op in ("Max", "Min", "ArgMin")},
         **{op: (bernoulli2_lut_chw_within_8192,) for op in ("Sin", "Cos", "Sqrt", "Softplus")},
     },
