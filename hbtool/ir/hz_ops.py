@@ -32,6 +32,12 @@ HZ_MUL = "HzMul"
 HZ_DIV = "HzDiv"
 HZ_LUT = "HzLut"
 HZ_SOFTMAX = "HzSoftmax"
+HZ_LOG_SOFTMAX = "HzLogSoftmax"
+HZ_PRELU = "HzPRelu"
+#: elementwise Max / Min (``attrs["mode"]``)
+HZ_MIN_MAX = "HzMinMax"
+#: ArgMax / ArgMin (``attrs["mode"]``)
+HZ_ARG_MAX = "HzArgMax"
 HZ_LAYERNORM = "HzLayerNorm"
 HZ_INPUT_CONVERT = "HzInputConvert"
 HZ_MAXPOOL = "HzMaxPool"

@@ -59,7 +59,8 @@ Modules
 :mod:`.conv_transpose`    ConvTranspose (as a Conv of the zero-inserted input; output_padding too)
 :mod:`.eltwise`           Add / Sub, Mul
 :mod:`.lut`               Lut (GELU, Sigmoid, Exp, Reciprocal, ... and any callable)
-:mod:`.softmax`           Softmax over any axis (the last by default), masks honoured (linear or log2 output)
+:mod:`.softmax`           Softmax over any axis (the last by default), masks honoured (linear or log2 output); LogSoftmax
+:mod:`.select`            PRelu (per-channel slopes), elementwise Max / Min (MinMax), ArgMax / ArgMin
 :mod:`.layernorm`         LayerNorm over the last axis or consecutive axes anywhere (optional power-of-two factors)
 :mod:`.normalize`         Div by a feature map (exact integer division), ReduceL2 (integer sqrt of the sum of squares)
 :mod:`.pool`              AvgPool, ReduceMean / GlobalAveragePool, ReduceSum (any axes), MaxPool
@@ -104,12 +105,13 @@ from hbtool.kernels.quantize import (
 )
 from hbtool.kernels.requantize import Requantize
 from hbtool.kernels.resize import BilinearResize
-from hbtool.kernels.softmax import Softmax
+from hbtool.kernels.select import ArgMax, MinMax, PRelu
+from hbtool.kernels.softmax import LogSoftmax, Softmax
 
 __all__ = [
-    "Add", "AvgPool", "BilinearResize", "Conv", "ConvTranspose", "DEFAULT_ROUNDING", "Dequantize", "Div", "InputConvert", "Kernel", "LUT_FUNCTIONS",
+    "Add", "ArgMax", "AvgPool", "BilinearResize", "Conv", "ConvTranspose", "DEFAULT_ROUNDING", "Dequantize", "Div", "InputConvert", "Kernel", "LUT_FUNCTIONS",
     "LayerNorm", "Linear",
-    "Log2MatMul", "Lut", "MAX_SHIFT", "MatMul", "MaxPool", "Mul", "OnnxBuilder", "Quantize", "ROUNDING_MODES", "RangeError",
+    "Log2MatMul", "LogSoftmax", "Lut", "MAX_SHIFT", "MatMul", "MaxPool", "MinMax", "Mul", "PRelu", "OnnxBuilder", "Quantize", "ROUNDING_MODES", "RangeError",
     "ReduceL2", "ReduceMean", "ReduceSum", "Requantize", "Softmax", "dequantize_numpy", "floor_div_numpy", "floor_div_onnx", "int_range",
     "isqrt_numpy", "isqrt_onnx", "quantize_bias", "quantize_multiplier", "quantize_numpy", "quantize_weight",
     "rounding_shift_numpy", "rounding_shift_onnx",

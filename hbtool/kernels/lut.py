@@ -80,6 +80,11 @@ def elu_fn(alpha: float = 1.0) -> tuple[Callable, None]:
     return (lambda x: np.where(x >= 0, x, alpha * np.expm1(np.minimum(x, 0)))), None
 
 
+def selu_fn(alpha: float = 1.67326319217681884765625, gamma: float = 1.05070102214813232421875) -> tuple[Callable, None]:
+    """ONNX Selu ``gamma * (x > 0 ? x : alpha (e**x - 1))`` (the defaults are ONNX's float32 constants)."""
+    return (lambda x: gamma * np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0)))), None
+
+
 #: named functions: ``name -> (f, domain or None)``
 LUT_FUNCTIONS: dict[str, tuple[Callable[[np.ndarray], np.ndarray], tuple[float, float] | None]] = {
     "gelu": (lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))), None),
@@ -95,6 +100,10 @@ LUT_FUNCTIONS: dict[str, tuple[Callable[[np.ndarray], np.ndarray], tuple[float, 
     "softplus": (lambda x: np.logaddexp(0.0, x), None),
     "mish": (lambda x: x * np.tanh(np.logaddexp(0.0, x)), None),
     "elu": elu_fn(),
+    "selu": selu_fn(),
+    "softsign": (lambda x: x / (1.0 + np.abs(x)), None),
+    "sin": (np.sin, None),
+    "cos": (np.cos, None),
     "leaky_relu": leaky_relu_fn(),
     "sqrt": (np.sqrt, (0.0, math.inf)),
     "rsqrt": (lambda x: 1.0 / np.sqrt(x), (_TINY, math.inf)),

@@ -1,7 +1,8 @@
 """Pooling and mean reductions.
 
 * ``AvgPool``: integer window sums, then :class:`Requantize` with ``M 2**-n ~ s_in / (s_out count)``.
-  With ``count_include_pad=0`` and padding, the count differs at the borders: the
+  With ``count_include_pad=0`` and padding, or ``ceil_mode=1`` (the last windows overhang the
+  end; they are summed over extra zero padding), the count differs at the borders: the
   multiplier becomes a map over the output positions (``spatial_shape`` is then needed at
   build). ONNX: window sums are a depthwise FLOAT Conv with all-one weights, split into
   digits like :mod:`hbtool.kernels.conv` when ``2**(in_bits-1) * area > 2**24`` (int16 with
@@ -76,19 +77,38 @@ class AvgPool(Kernel):
         out_bits: int = 8,
         relu: bool = False,
         rounding: str = DEFAULT_ROUNDING,
+        ceil_mode: bool = False,
     ) -> "AvgPool":
-        """``channels`` sizes the depthwise ONNX Conv; ``spatial_shape`` is needed for border counts."""
+        """``channels`` sizes the depthwise ONNX Conv; ``spatial_shape`` is needed for border counts and ``ceil_mode``.
+
+        ``ceil_mode``: the ONNX output size rounded up; the last windows then reach past the end
+        padding, so the kernel pads further (zeros) and divides each window by what it covers."""
         check_scales("AvgPool", scale_in=scale_in, scale_out=scale_out)
         k = tuple(int(v) for v in kernel_shape)
         s, p, _ = conv_geometry(len(k), strides, pads, None)
         int_range(in_bits)
         area = int(np.prod(k))
-        if any(p) and not count_include_pad:
+        nd = len(k)
+        extra = [0] * nd
+        if ceil_mode:
+            if spatial_shape is None:
+                raise ValueError("AvgPool with ceil_mode=1 needs spatial_shape")
+            out = pool_output_shape(spatial_shape, k, s, p, (1,) * nd, True)
+            extra = [max(0, (out[i] - 1) * s[i] + k[i] - int(spatial_shape[i]) - p[i] - p[i + nd]) for i in range(nd)]
+        if (any(p) and not count_include_pad) or any(extra):
             if spatial_shape is None:
                 raise ValueError("AvgPool with padding and count_include_pad=0 needs spatial_shape")
-            ones = np.ones((1, 1) + tuple(int(v) for v in spatial_shape), np.int64)
-            counts = windows_numpy(pad_numpy(ones, p), k, s, (1,) * len(k)).sum(axis=tuple(range(-len(k), 0)))[0, 0]
+            # the elements a window divides by: the input's, and the declared padding's with count_include_pad;
+            # never the overhang of a ceil_mode window past the padding (onnxruntime's divisor)
+            counted = np.ones((1, 1) + tuple(int(v) for v in spatial_shape), np.int64)
+            if count_include_pad:
+                counted = pad_numpy(counted, p, 1)
+                counted = pad_numpy(counted, [0] * nd + extra)
+            else:
+                counted = pad_numpy(counted, list(p[:nd]) + [p[nd + i] + extra[i] for i in range(nd)])
+            counts = windows_numpy(counted, k, s, (1,) * nd).sum(axis=tuple(range(-nd, 0)))[0, 0]
             ratio = float(scale_in) / (float(scale_out) * counts.astype(np.float64))
+            p = tuple(p[:nd]) + tuple(p[nd + i] + extra[i] for i in range(nd))  # the ceil_mode windows, in floor mode
         else:
             ratio = float(scale_in) / (float(scale_out) * area)
         rq = Requantize.build(ratio, out_bits, acc_bound=2 ** (in_bits - 1) * area, relu=relu, rounding=rounding)

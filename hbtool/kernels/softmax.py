@@ -184,3 +184,106 @@ class Softmax(Kernel):
                          b.const(self.log2_thresholds.astype(np.float64), hint="log2_thresholds"))
             return b.reduce("ReduceSum", b.cast(below, np.float64), [-1], keepdims=False)
         return b.clip(y, 0.0, float(2**self.p - 1))
+
+
+#: index bits of the log2-mantissa table of :class:`LogSoftmax` (4096 entries: |error| < 2**-13 * ln 2 / ln 2 nats)
+LOG_TABLE_BITS = 12
+
+
+@dataclass(frozen=True, eq=False)
+class LogSoftmax(Kernel):
+    """``log(softmax(x))`` over ``axis`` as integers: ``-(s u + ln(S / 2**E)) / s_out`` (make it with :meth:`build`).
+
+    ``x - max - log(sum exp(x - max))``: the exponentials and their sum ``S`` are the Softmax kernel's
+    (steps 1-2 above, ``S >= 2**E``), then ``ln(S / 2**E) = ln 2 (L - E + log2 m)`` with ``L = floor(log2 S)``
+    and ``m = S / 2**L`` in [1, 2), ``log2 m`` read from a table on the ``K = LOG_TABLE_BITS`` bits after
+    the leading one (at each interval's midpoint). In ``F`` fractional bits of the output LSB:
+
+    ``Z = u M + (L - E) C + T[(S 2**K >> L) - 2**K]``, ``y = clamp(-rshift(Z, F), lo, hi)``
+
+    with ``M = round(s / s_out 2**F)``, ``C = round(ln 2 / s_out 2**F)``,
+    ``T[i] = round(ln(1 + (i + 0.5) / 2**K) / s_out 2**F)``. No division, no float at run time; the ONNX
+    form finds ``L`` by counting the powers of two ``<= S`` (exact in DOUBLE), so both forms agree bit for
+    bit. Error against the float op: the output rounding, the table's ``2**-(K+1)`` in ``log2 m`` (under
+    ``1.8e-4`` nats) and the exponentials' roundings (the Softmax kernel's).
+
+    Bounds: ``u <= 65535``; ``F`` (at most 20) is chosen so that ``Z < 2**52``.
+    """
+
+    unit = VECTOR
+    vector_class = "softmax"
+    merges_samples = True
+
+    exp: Softmax
+    M: int
+    C: int
+    table: np.ndarray  # int64 [2**K]
+    frac_bits: int
+    lo: int
+    hi: int
+    rounding: str = DEFAULT_ROUNDING
+
+    @property
+    def axis(self) -> int:
+        return self.exp.axis
+
+    @property
+    def in_bits(self) -> int:
+        return self.exp.in_bits
+
+    @classmethod
+    def build(cls, scale_in: float, scale_out: float, in_bits: int = 8, out_bits: int = 8, axis: int = -1,
+              rounding: str = DEFAULT_ROUNDING, max_row: int = 2**20) -> "LogSoftmax":
+        """``max_row``: the longest row the bounds are checked for (the kernel refuses longer ones)."""
+        check_scales("LogSoftmax", scale_in=scale_in, scale_out=scale_out)
+        exp = Softmax.build(scale_in, in_bits, 16, mask_min=False, rounding=rounding, axis=axis)
+        lo, hi = int_range(out_bits)
+        K, E = LOG_TABLE_BITS, exp.exp_bits
+        ratio, per_octave = float(scale_in) / float(scale_out), math.log(2.0) / float(scale_out)
+        octaves = math.ceil(math.log2(max_row)) + 1
+        for F in range(20, -1, -1):
+            M, C = round(ratio * 2**F), round(per_octave * 2**F)
+            if 65535 * M + octaves * C + C < 2**52:
+                break
+        else:
+            raise ValueError("LogSoftmax: the input and output scales are too far apart for exact integers")
+        i = np.arange(2**K, dtype=np.float64)
+        table = np.floor(np.log1p((i + 0.5) / 2**K) / float(scale_out) * 2**F + 0.5).astype(np.int64)
+        return cls(exp=exp, M=int(M), C=int(C), table=table, frac_bits=F, lo=lo, hi=0 if hi > 0 else hi, rounding=rounding)
+
+    def apply_numpy(self, q: np.ndarray) -> np.ndarray:
+        e = self.exp.exp_numpy(q)
+        if e.size == 0:
+            return e
+        q = np.asarray(q, np.int64)
+        u = q.max(axis=self.axis, keepdims=True) - q
+        total = e.sum(axis=self.axis, keepdims=True)
+        check(int(total.max()) < 2 ** (62 - LOG_TABLE_BITS), "LogSoftmax row too long")
+        L = np.frexp(total.astype(np.float64))[1].astype(np.int64) - 1  # exact: total < 2**53
+        idx = ((total << LOG_TABLE_BITS) >> L) - 2**LOG_TABLE_BITS
+        z = u * self.M + (L - self.exp.exp_bits) * self.C + self.table[idx]
+        return np.clip(-rounding_shift_numpy(z, self.frac_bits, self.rounding), self.lo, self.hi)
+
+    def emit(self, b: OnnxBuilder, q: str) -> str:
+        K, E = LOG_TABLE_BITS, self.exp.exp_bits
+        u = b.sub(b.reduce("ReduceMax", q, [self.axis]), q)
+        if self.in_bits == 8:
+            e = b.op("Gather", b.const(self.exp.t_lo.astype(np.float64), hint="exp_lo"), b.cast(u, np.int64))
+        else:
+            h = b.floor(b.mul(u, b.const(1.0 / 256)))
+            lo = b.sub(u, b.mul(h, b.const(256.0)))
+            e_hi = b.op("Gather", b.const(self.exp.t_hi.astype(np.float64), hint="exp_hi"), b.cast(h, np.int64))
+            e_lo = b.op("Gather", b.const(self.exp.t_lo.astype(np.float64), hint="exp_lo"), b.cast(lo, np.int64))
+            e = rounding_shift_onnx(b, b.mul(e_hi, e_lo), E, self.rounding)
+        total = b.reduce("ReduceSum", e, [self.axis])
+        powers = b.const(2.0 ** np.arange(1, 53, dtype=np.float64), hint="powers")
+        at_least = b.op("GreaterOrEqual", b.op("Unsqueeze", total, b.const(np.array([-1], np.int64), np.int64, "axes")), powers)
+        L = b.reduce("ReduceSum", b.cast(at_least, np.float64), [-1], keepdims=False)  # floor(log2 total)
+        L_index = b.cast(L, np.int64)
+        scale_down = b.op("Gather", b.const(2.0 ** (K - np.arange(53, dtype=np.float64)), hint="pow2"), L_index)
+        idx = b.sub(b.floor(b.mul(total, scale_down)), b.const(float(2**K)))
+        lse = b.add(b.mul(b.sub(L, b.const(float(E))), b.const(float(self.C))),
+                    b.op("Gather", b.const(self.table.astype(np.float64), hint="log_table"), b.cast(idx, np.int64)))
+        z = b.add(b.mul(u, b.const(float(self.M))), lse)
+        y = b.op("Neg", rounding_shift_onnx(b, z, self.frac_bits, self.rounding))
+        return b.clip(y, float(self.lo), float(self.hi))

@@ -273,6 +273,21 @@ def argmax_channels_within_limit(ctx: RuleContext) -> str | None:
     return None if s[1] <= ctx.lim("argmax_max_channels") else f"{s[1]} channels"
 
 
+def prelu_slope_is_constant(ctx: RuleContext) -> str | None:
+    """PRelu runs on the BPU with constant slopes (one, or one per channel): its integer kernel holds one multiplier per slope"""
+    return None if ctx.const(1) is not None else f"slope '{ctx.node.inputs[1]}' is computed at run time"
+
+
+def min_max_takes_two_operands(ctx: RuleContext) -> str | None:
+    """Elementwise Max/Min on the BPU compare two operands (feature maps, or a feature map and a constant); ONNX's one- or three-operand forms run on the CPU"""
+    return None if len(ctx.node.inputs) == 2 else f"{len(ctx.node.inputs)} operands"
+
+
+def argmax_first_index_on_ties(ctx: RuleContext) -> str | None:
+    """ArgMax/ArgMin on the BPU return the first index of equal values; select_last_index=1 runs on the CPU"""
+    return None if not int(ctx.node.attr("select_last_index", 0)) else "select_last_index=1"
+
+
 def clip_bounds_are_constant(ctx: RuleContext) -> str | None:
     """Clip runs on the BPU with constant bounds"""
     for k in (1, 2):
@@ -383,9 +398,10 @@ _register(["Add"], "HzSElementwiseAdd", "vector", elementwise_rank_within_limit)
 _register(["Sub"], "HzSElementwiseSub", "vector", elementwise_rank_within_limit)
 _register(["Mul"], "HzSElementwiseMul", "vector", elementwise_rank_within_limit)
 _register(["Div"], "HzSElementwiseDiv", "vector", elementwise_rank_within_limit)
-_register(["Max", "Min"], "HzSElementwiseMinMax", "vector", elementwise_rank_within_limit)
+_register(["Max", "Min"], "HzSElementwiseMinMax", "vector", min_max_takes_two_operands, elementwise_rank_within_limit)
 _register(["Relu"], "HzRelu", "vector")
-_register(["LeakyRelu", "PRelu"], "HzPRelu", "vector")
+_register(["LeakyRelu"], "HzPRelu", "vector")
+_register(["PRelu"], "HzPRelu", "vector", prelu_slope_is_constant)
 _register(["Clip"], "HzClip", "vector", clip_bounds_are_constant)
 _register(
     ["Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Reciprocal", "Erf", "Gelu", "Swish", "HardSwish", "HardSigmoid",
@@ -401,7 +417,7 @@ _register(["BatchNormalization"], "HzSElementwiseMul", "vector")
 _register(["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceL2"], "HzSQuantizedReduce", "vector", reduce_axes_are_constant)
 _register(["MaxPool", "AveragePool"], "HzSQuantizedPool", "vector", pool_is_2d, pool_kernel_within_limit)
 _register(["GlobalAveragePool", "GlobalMaxPool"], "HzSQuantizedPool", "vector", pool_is_2d)
-_register(["ArgMax", "ArgMin"], "HzArgMax", "vector", argmax_channels_within_limit)
+_register(["ArgMax", "ArgMin"], "HzArgMax", "vector", argmax_channels_within_limit, argmax_first_index_on_ties)
 
 _register(["Reshape", "Expand", "Tile"], "Reshape", "data_movement", reshape_target_is_constant)
 _register(["Squeeze", "Unsqueeze"], "Reshape", "data_movement", reshape_target_is_constant)
@@ -501,6 +517,20 @@ def bernoulli2_lut_size_within_8192(ctx: RuleContext) -> str | None:
     return None if size <= 8192 else f"aligned size {size}"
 
 
+def bernoulli2_has_no_min_max_unit(ctx: RuleContext) -> str | None:
+    """The Bernoulli2 BPU (RDK X3) computes elementwise Add and Mul only: Max, Min and ArgMin run on the CPU (Horizon's X3 op list)"""
+    return f"{ctx.node.op_type} on march bernoulli2"
+
+
+def bernoulli2_lut_chw_within_8192(ctx: RuleContext) -> str | None:
+    """On the Bernoulli2 BPU (RDK X3) Sin, Cos, Sqrt and Softplus take a feature map of at most 8192 elements (C x H x W); a larger one runs on the CPU"""
+    s = ctx.out_shape(0)
+    if s is None or len(s) != 4:
+        return None
+    size = int(np.prod(s[1:]))
+    return None if size <= 8192 else f"C x H x W = {size}"
+
+
 MARCH_RULES: dict[str, dict[str, tuple[Rule, ...]]] = {
     "bernoulli2": {
         **{op: (bernoulli2_moves_data_on_the_cpu,) for op in
@@ -508,7 +538,10 @@ MARCH_RULES: dict[str, dict[str, tuple[Rule, ...]]] = {
         **{op: (bernoulli2_runs_softmax_and_norms_on_the_cpu,) for op in
            ("Softmax", "LogSoftmax", "LayerNormalization", "ChannelLayerNorm", "InstanceNormalization", "Sub")},
         "MatMul": (bernoulli2_matmul_of_feature_maps_is_1xbxmxk,),
-        **{op: (bernoulli2_lut_size_within_8192,) for op in ("Sigmoid", "Tanh", "Swish", "HardSwish", "HardSigmoid", "Gelu", "Erf", "Exp", "Mish")},
+        **{op: (bernoulli2_lut_size_within_8192,) for op in ("Sigmoid", "Tanh", "Swish", "HardSwish", "HardSigmoid", "Gelu", "Erf", "Exp", "Mish",
+                                                              "Selu", "Softsign")},
+        **{op: (bernoulli2_has_no_min_max_unit,) for op in ("Max", "Min", "ArgMin")},
+        **{op: (bernoulli2_lut_chw_within_8192,) for op in ("Sin", "Cos", "Sqrt", "Softplus")},
     },
 }
 

@@ -241,11 +241,12 @@ def _avg_pool(ctx, node, xs):
     torch_pads: list[int] = []
     for i in reversed(range(nd)):
         torch_pads += [pads[i], pads[i + nd]]
-    mean = fn(F.pad(x, torch_pads), k, strides, 0)
+    ceil = bool(node.attr("ceil_mode", 0))  # torch divides an overhanging last window by what it covers, as onnxruntime
+    mean = fn(F.pad(x, torch_pads), k, strides, 0, ceil_mode=ceil)
     if bool(node.attr("count_include_pad", 0)) or not any(pads):
         return [mean]
     ones = torch.ones((1, 1) + tuple(x.shape[2:]), dtype=x.dtype, device=x.device)
-    return [mean / fn(F.pad(ones, torch_pads), k, strides, 0)]
+    return [mean / fn(F.pad(ones, torch_pads), k, strides, 0, ceil_mode=ceil)]
 
 
 # ------------------------------------------------------------------ data movement
@@ -431,6 +432,13 @@ OPS: dict[str, Callable[[OpContext, Node, list], list[Tensor]]] = {
     "Concat": _concat, "Slice": _slice, "Split": _split, "Gather": _gather, "Expand": _expand, "Tile": _tile,
     "Pad": _pad, "DepthToSpace": _depth_to_space, "SpaceToDepth": _space_to_depth, "Identity": lambda ctx, node, xs: [xs[0]],
     "Where": _where, "Cast": _cast,
+    "PRelu": lambda ctx, node, xs: [torch.where(xs[0] >= 0, xs[0], xs[0] * xs[1])],
+    "Selu": lambda ctx, node, xs: [float(node.attr("gamma", 1.05070102214813232421875)) * torch.where(
+        xs[0] > 0, xs[0], float(node.attr("alpha", 1.67326319217681884765625)) * torch.expm1(torch.clamp(xs[0], max=0)))],
+    "LogSoftmax": lambda ctx, node, xs: [F.log_softmax(xs[0], dim=int(node.attr("axis", -1)))],
+    "Softsign": _unary(F.softsign), "Sin": _unary(torch.sin), "Cos": _unary(torch.cos),
+    "ArgMax": lambda ctx, node, xs: [torch.argmax(xs[0], dim=int(node.attr("axis", 0)), keepdim=bool(node.attr("keepdims", 1)))],
+    "ArgMin": lambda ctx, node, xs: [torch.argmin(xs[0], dim=int(node.attr("axis", 0)), keepdim=bool(node.attr("keepdims", 1)))],
 }
 
 

@@ -24,7 +24,7 @@ import numpy as np
 from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node
 from hbtool.ir.hz_ops import (HZ_ADD, HZ_AVGPOOL, HZ_CONV, HZ_CONV_TRANSPOSE, HZ_DEQUANTIZE, HZ_DIV, HZ_INPUT_CONVERT, HZ_LAYERNORM,
                               HZ_LINEAR, HZ_LUT, HZ_MATMUL, HZ_MAXPOOL, HZ_MUL, HZ_QUANTIZE, HZ_REDUCE_L2, HZ_REDUCE_MEAN,
-                              HZ_REDUCE_SUM, HZ_RESIZE, HZ_SOFTMAX)
+                              HZ_REDUCE_SUM, HZ_RESIZE, HZ_SOFTMAX, HZ_PRELU, HZ_MIN_MAX, HZ_ARG_MAX, HZ_LOG_SOFTMAX)
 from hbtool.kernels import Add, Conv, ConvTranspose, LayerNorm, Linear, Log2MatMul, Lut, MatMul, Mul
 from hbtool.kernels.movement import COMPILER_MOVES, DATA_MOVEMENT_OPS, MODE_DEPENDENT_MOVES
 from hbtool.kernels.normalize import Div, ReduceL2
@@ -50,7 +50,7 @@ LUT_KNOT_BITS = 6
 LUT_OF = {
     "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Reciprocal": "reciprocal",
     "Erf": "erf", "Swish": "swish", "HardSwish": "hardswish", "Softplus": "softplus", "Abs": "abs", "Neg": "neg",
-    "Mish": "mish", "Relu": "relu",
+    "Mish": "mish", "Relu": "relu", "Softsign": "softsign", "Sin": "sin", "Cos": "cos",
 }
 
 
@@ -76,6 +76,7 @@ class IntTensor:
     alpha: np.ndarray | None = None  # PTF: channel c of the last axis at scale * 2**alpha_c
     log2: bool = False               # log2 codes of a Softmax (bits = code bits, scale unused)
     code_range: tuple[int, int] | None = None  # 4-bit codes, held there by the BPU kernel that wrote them
+    index: bool = False              # ArgMax/ArgMin indices (scale unused): the CPU side casts them to int64
 
     @property
     def scales(self) -> float | np.ndarray:
@@ -179,6 +180,11 @@ class _Lowerer:
         it = self.ints[tensor]
         if it.log2:
             raise ValueError(f"log2 codes of {tensor!r} cannot leave the BPU")
+        if it.index:
+            name = self.out.unique_name(f"{tensor}_int64")
+            self._index_to_int64(it, name)
+            self.floats.add(name)
+            return name
         name = self.out.unique_name(f"{tensor}_deq")
         self.out.set_value(name, self.src.shape(tensor), np.float32)
         node = self.out.add_node(HZ_DEQUANTIZE, [it.name], [name], {"scale": it.scale}, name=f"{tensor}_HzDequantize", domain=HBTOOL_DOMAIN)
@@ -197,7 +203,7 @@ class _Lowerer:
         qmax = 32767 if bits == 16 else 127
         amax = float(np.abs(data).max()) if data.size else 0.0
         scale = float(np.float32(amax / qmax)) if amax > 0 else float(zero_scale)
-        q = np.clip(np.round(data / scale), -qmax - 1, qmax).astype(np.float64)
+        q = np.asarray(np.clip(np.round(data / scale), -qmax - 1, qmax), np.float64)  # an array even for a scalar
         name = self.out.add_const(q, hint=f"{tensor}_q")
         return IntTensor(name, scale, bits)
 
@@ -349,6 +355,74 @@ class _Lowerer:
         from hbtool.kernels.lut import elu_fn
 
         return self._lut(node, "elu", elu_fn(float(node.attr("alpha", 1.0))))
+
+    def _lower_Selu(self, node: Node) -> bool:
+        from hbtool.kernels.lut import selu_fn
+
+        return self._lut(node, "selu", selu_fn(float(node.attr("alpha", 1.67326319217681884765625)),
+                                               float(node.attr("gamma", 1.05070102214813232421875))))
+
+    def _lower_PRelu(self, node: Node) -> bool:
+        """Per-channel (or one) slope: :class:`~hbtool.kernels.select.PRelu`, slopes broadcast like the float op."""
+        from hbtool.kernels.select import PRelu
+
+        slope = self.src.const(node.inputs[1])
+        shape = self.src.shape(node.inputs[0])
+        if slope is None or shape is None or slope.ndim > len(shape):
+            return False
+        slope = np.asarray(slope, np.float64)
+        slope = slope.reshape((1,) * (len(shape) - slope.ndim) + slope.shape)
+        x = self.int_input(node.inputs[0])
+        tq = self.tq(node.outputs[0])
+        kernel = PRelu.build(x.scale, slope, tq.scale, x.bits, tq.bits, rounding=self.rounding)
+        self.emit_kernel(node, HZ_PRELU, kernel, [x.name], node.outputs[0])
+        return True
+
+    def _min_max(self, node: Node, mode: str) -> bool:
+        """Two operands (feature maps or a constant, with broadcasting): :class:`~hbtool.kernels.select.MinMax`."""
+        from hbtool.kernels.select import MinMax
+
+        if len(node.inputs) != 2:
+            return False
+        live = {t: self.int_input(t) for t in node.inputs if not self.src.is_const(t)}
+        if not live:
+            return False
+        zero_scale = next(iter(live.values())).scale
+        a, b = (live[t] if t in live else self.const_int(t, zero_scale=zero_scale) for t in node.inputs)
+        tq = self.tq(node.outputs[0])
+        kernel = MinMax.build(a.scale, b.scale, tq.scale, a.bits, b.bits, tq.bits, mode=mode, rounding=self.rounding)
+        self.emit_kernel(node, HZ_MIN_MAX, kernel, [a.name, b.name], node.outputs[0], {"mode": mode})
+        return True
+
+    def _lower_Max(self, node: Node) -> bool:
+        return self._min_max(node, "max")
+
+    def _lower_Min(self, node: Node) -> bool:
+        return self._min_max(node, "min")
+
+    def _arg(self, node: Node, mode: str) -> bool:
+        """Indices of the largest/smallest code: :class:`~hbtool.kernels.select.ArgMax`; the CPU casts them to int64."""
+        from hbtool.kernels.select import ArgMax
+
+        shape = self.src.shape(node.inputs[0])
+        if shape is None or int(node.attr("select_last_index", 0)):
+            return False
+        axis = int(node.attr("axis", 0))
+        axis = axis - len(shape) if axis >= 0 else axis
+        x = self.int_input(node.inputs[0])
+        kernel = ArgMax.build(axis, bool(node.attr("keepdims", 1)), x.bits, mode)
+        out = node.outputs[0]
+        name = self.copy_value(out, as_int=True)
+        new = self.out.add_node(HZ_ARG_MAX, [x.name], [name], {"mode": mode}, name=node.name, domain=HBTOOL_DOMAIN)
+        new.meta.update(kernel=kernel, on="BPU", subgraph=node.meta.get("subgraph"), source_op=node.op_type)
+        self.ints[out] = IntTensor(name, 1.0, 16, index=True)
+        return True
+
+    def _lower_ArgMax(self, node: Node) -> bool:
+        return self._arg(node, "max")
+
+    def _lower_ArgMin(self, node: Node) -> bool:
+        return self._arg(node, "min")
 
     def _lower_Pow(self, node: Node) -> bool:
         from hbtool.kernels.lut import pow_fn
@@ -563,6 +637,19 @@ class _Lowerer:
         self.emit_kernel(node, HZ_SOFTMAX, kernel, [x.name], node.outputs[0])
         return True
 
+    def _lower_LogSoftmax(self, node: Node) -> bool:
+        """x - max - log(sum exp(x - max)) as integers (:class:`~hbtool.kernels.softmax.LogSoftmax`)."""
+        from hbtool.kernels.softmax import LogSoftmax
+
+        axis = self._softmax_axis(node)
+        if axis is None:
+            return False
+        x = self.int_input(node.inputs[0])
+        tq = self.tq(node.outputs[0])
+        kernel = LogSoftmax.build(x.scale, tq.scale, x.bits, tq.bits, axis=axis, rounding=self.rounding)
+        self.emit_kernel(node, HZ_LOG_SOFTMAX, kernel, [x.name], node.outputs[0])
+        return True
+
     def _layernorm(self, node: Node, axes: list[int]) -> bool:
         """LayerNorm over the non-negative, consecutive ``axes`` of the input, gamma/beta over those axes."""
         shape = self.src.shape(node.inputs[0])
@@ -690,7 +777,7 @@ class _Lowerer:
         return True
 
     def _lower_AveragePool(self, node: Node) -> bool:
-        if node.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID") or node.attr("ceil_mode", 0):
+        if node.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
             return False
         x = self.int_input(node.inputs[0])
         out, extra, act = self.fused_activation(node)
@@ -699,7 +786,8 @@ class _Lowerer:
         kshape = list(node.attr("kernel_shape"))
         kernel = AvgPool.build(kshape, x.scale, tq.scale, shape[1], node.attr("strides") or [1] * len(kshape),
                                node.attr("pads") or [0] * (2 * len(kshape)), bool(node.attr("count_include_pad", 0)),
-                               spatial_shape=shape[2:], in_bits=x.bits, out_bits=tq.bits, rounding=self.rounding, **extra)
+                               spatial_shape=shape[2:], in_bits=x.bits, out_bits=tq.bits, rounding=self.rounding,
+                               ceil_mode=bool(node.attr("ceil_mode", 0)), **extra)
         self.emit_kernel(node, HZ_AVGPOOL, kernel, [x.name], out)
         if act is not None:
             self.skip.add(act.name)
@@ -839,6 +927,10 @@ class _Lowerer:
             int_name = self.out.unique_name(f"{o}_int")
             self._rename(it.name, int_name)
             it.name = int_name
+            if it.index:
+                self._index_to_int64(it, o)
+                outputs.append(o)
+                continue
             self.out.set_value(o, self.src.shape(o), np.float32)
             node = self.out.add_node(HZ_DEQUANTIZE, [int_name], [o], {"scale": it.scale}, name=f"{o}_HzDequantize", domain=HBTOOL_DOMAIN)
             node.meta.update(kernel=Dequantize.build(it.scale), on="CPU", boundary=True)
@@ -856,6 +948,20 @@ class _Lowerer:
         self.report.tensors = {it.name: (float(it.scale), int(it.bits)) for it in self.ints.values() if it.name in self.out.values}
         self.report.codes = {it.name: it.code_range for it in self.ints.values() if it.name in self.out.values and it.code_range}
         return self.out
+
+    def _index_to_int64(self, it: IntTensor, name: str) -> None:
+        """ArgMax indices leave the BPU as the float model has them: int64 (a Dequantize at scale 1, then a Cast)."""
+        from onnx import TensorProto
+
+        src = name if name in self.src.values else None
+        shape = self.out.shape(it.name)
+        deq = self.out.unique_name(f"{it.name}_deq")
+        self.out.set_value(deq, shape, np.float32)
+        node = self.out.add_node(HZ_DEQUANTIZE, [it.name], [deq], {"scale": 1.0}, name=f"{deq}_HzDequantize", domain=HBTOOL_DOMAIN)
+        node.meta.update(kernel=Dequantize.build(1.0), on="CPU", boundary=True)
+        self.out.set_value(name, shape if src is None else self.src.shape(src), np.int64)
+        cast = self.out.add_node("Cast", [deq], [name], {"to": TensorProto.INT64}, name=f"{name}_Cast")
+        cast.meta.update(on="CPU", subgraph=None)
 
     def _rename(self, old: str, new: str) -> None:
         v = self.out.values.pop(old)

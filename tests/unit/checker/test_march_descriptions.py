@@ -203,10 +203,35 @@ def test_x3_matmul_of_two_feature_maps_only_as_1xbxmxk_by_1x1xkxn():
     assert x3["on"] == "BPU"
 
 
+@pytest.mark.parametrize("op", ["Max", "Min"])
+def test_x3_has_no_elementwise_max_min(op):
+    from hbtool.march.op_rules import bernoulli2_has_no_min_max_unit
+
+    m = make_model([helper.make_node(op, ["a", "b"], ["y"], name="mm")], [vinfo("a", [1, 4, 2, 2]), vinfo("b", [1, 4, 2, 2])],
+                   [vinfo("y", [1, 4, 2, 2])])
+    x3, j5 = _place(m, "bernoulli2")[op], _place(m, "bayes")[op]
+    assert x3["on"] == "CPU" and j5["on"] == "BPU"
+    assert x3["reason"].startswith(" ".join(bernoulli2_has_no_min_max_unit.__doc__.split()))
+
+
+def test_x3_sin_cos_up_to_8192_elements():
+    from hbtool.march.op_rules import bernoulli2_lut_chw_within_8192
+
+    def place(shape):
+        m = make_model([helper.make_node("Sin", ["a"], ["y"], name="sin")], [vinfo("a", shape)], [vinfo("y", shape)])
+        return _place(m, "bernoulli2")["Sin"]
+
+    assert place([1, 8, 32, 32])["on"] == "BPU"                     # 8192
+    big = place([1, 9, 32, 32])
+    assert big["on"] == "CPU" and "C x H x W = 9216" in big["reason"]
+    assert big["reason"].startswith(" ".join(bernoulli2_lut_chw_within_8192.__doc__.split()))
+
+
 def test_every_march_rule_has_a_violating_case_here():
     from hbtool.march import op_rules
 
     tested = {"bernoulli2_moves_data_on_the_cpu", "bernoulli2_runs_softmax_and_norms_on_the_cpu",
-              "bernoulli2_lut_size_within_8192", "bernoulli2_matmul_of_feature_maps_is_1xbxmxk"}
+              "bernoulli2_lut_size_within_8192", "bernoulli2_matmul_of_feature_maps_is_1xbxmxk",
+              "bernoulli2_has_no_min_max_unit", "bernoulli2_lut_chw_within_8192"}
     rules = {r.__name__ for m in op_rules.MARCH_RULES.values() for rs in m.values() for r in rs}
     assert rules == tested
