@@ -12,7 +12,7 @@ from hbtool.kernels.lut import Lut
 from hbtool.kernels.pool import AvgPool
 from hbtool.kernels.select import ArgMax, MinMax, PRelu
 from tests.helpers import make_model, run_ort, tensor, vinfo
-from tests.test_kernels import assert_bit_exact, int_data
+from tests.unit.kernels.test_numpy_and_onnx_forms_agree import assert_bit_exact, int_data
 
 
 @pytest.mark.parametrize("bits", [8, 16])
