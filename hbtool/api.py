@@ -252,7 +252,7 @@ def simulate_report(artifact: str | Path, inputs: Mapping[str, np.ndarray | str 
 # -------------------------------------------------------------------------------------------- perf
 @dataclass
 class PerfReport:
-    """A performance estimate. ``result``: the :class:`~hbtool.perf.schedule.PerfResult` (per-op costs, timeline)."""
+    """A performance estimate. ``result``: the :class:`~hbtool.costmodel.schedule.PerfResult` (per-op costs, timeline)."""
 
     latency_ms: float
     fps: float
