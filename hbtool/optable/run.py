@@ -114,7 +114,7 @@ def _run(probe: Probe, march: str, tmp: Path, samples: int, seed: int, result: P
     so = ort.SessionOptions()
     so.log_severity_level = 3
     session = ort.InferenceSession(str(quantized), so, providers=["CPUExecutionProvider"])
-    scales = {o["name"]: (o.get("dequantize") or {}).get("scale") for o in _outputs(compiled)}
+    scales = {o["name"]: (o.get("dequantize") or {}).get("scale") for o in compiled.header.get("outputs") or []}
     rng = np.random.default_rng(seed + 1)
     for _ in range(2):
         feed = {"x": rng.standard_normal(INPUT_SHAPE).astype(np.float32)}
@@ -124,8 +124,3 @@ def _run(probe: Probe, march: str, tmp: Path, samples: int, seed: int, result: P
             diff = np.abs(np.asarray(got[name], np.float64) - np.asarray(ref, np.float64))
             step = scales.get(name) or 1.0
             result.max_lsb = max(result.max_lsb, float(diff.max() / step) if diff.size else 0.0)
-
-
-def _outputs(compiled) -> list[dict]:
-    header = compiled.header if isinstance(compiled.header, dict) else {}
-    return list(header.get("outputs") or [])
