@@ -1,7 +1,7 @@
 """The ``hbtool`` command line: one click group, each subcommand a thin wrapper over a library call.
 
 Exit codes: 0 success, 1 the model cannot be deployed, 2 bad usage or bad input, 3 an internal
-error (a bug: please report it). Errors are one line on stderr; ``--verbose`` adds the traceback.
+error (a bug: please report it), 4 a gate failed (gate_parameters, verify, diff; docs/ci.md). Errors are one line on stderr; ``--verbose`` adds the traceback.
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ class HbGroup(click.Group):
         except HbError as exc:
             if verbose:
                 traceback.print_exc()
-            click.echo(f"hbtool: error: {exc.one_line()}", err=True)
+            for line in exc.stderr_lines():
+                click.echo(line, err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("hbtool: error: interrupted (Ctrl-C); no half-written file was kept; fix: run the command again", err=True)
