@@ -210,8 +210,9 @@ def compile_cmd(config_path: Path, optimize_level: str | None, disabled: tuple[s
 @click.option("-c", "--config", "config_path", required=True, type=click.Path(path_type=Path), help="Horizon-style YAML config (hb_mapper makertbin's).")
 @click.option("--model-type", type=click.Choice(["onnx", "caffe"]), default="onnx", show_default=True, help="Accepted for hb_mapper command lines; only onnx is supported.")
 @click.option("--max-rows", type=click.IntRange(min=0), default=30, show_default=True, help="Rows of the checker and calibration tables (CPU rows always shown).")
-def makertbin(config_path: Path, model_type: str, max_rows: int) -> None:
-    """Checker, calibrate and compile in one run, like hb_mapper makertbin."""
+@click.option("--junit", type=click.Path(path_type=Path), default=None, help="With gate_parameters: also write the gates as JUnit XML here.")
+def makertbin(config_path: Path, model_type: str, max_rows: int, junit: Path | None) -> None:
+    """Checker, calibrate and compile in one run, like hb_mapper makertbin; then the gate_parameters gates (exit 4 on a failure)."""
     from hbtool.checker.report import print_checker_report
     from hbtool.config import load_config
     from hbtool.makertbin import run_makertbin
@@ -233,6 +234,9 @@ def makertbin(config_path: Path, model_type: str, max_rows: int) -> None:
         result = run_makertbin(cfg, progress=_progress_callback(progress), report=report, log_text=stage.text)
     for path in result.files:
         click.echo(f"wrote {path}")
+    from hbtool.cli_release import gate_after_build
+
+    gate_after_build(cfg, result.compiled.path, junit)
 
 
 @main.command()
@@ -434,6 +438,10 @@ def debug(config_path: Path, output_dir: Path | None, auto: bool, target_cosine:
     for path in files:
         click.echo(f"wrote {path}")
 
+
+from hbtool.cli_release import register as _register_release  # noqa: E402  (gate, release, verify, diff, pack)
+
+_register_release(main)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

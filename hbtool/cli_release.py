@@ -1,0 +1,70 @@
+"""The CI and release commands: ``gate``, ``release``, ``verify``, ``diff``, ``pack``.
+
+Registered on the ``hbtool`` click group by :func:`register`; each is a thin wrapper over
+:mod:`hbtool.release` (and :mod:`hbtool.compiler.pack`). A failed gate, a bundle that does not
+verify, or a regression beyond a ``diff`` limit is :class:`hbtool.errors.GateFailed`: exit code 4,
+one stderr line per failure (docs/ci.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from hbtool.errors import InputError
+
+
+def print_gates(report) -> None:
+    """The gate table on stdout (the JSON and JUnit files hold the same)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from hbtool.release.gates import fmt
+
+    table = Table(title=f"gates ({report.model})")
+    for col in ("gate", "limit", "measured", "pass", "detail"):
+        table.add_column(col)
+    for r in report.results:
+        table.add_row(r.key, fmt(r.limit), fmt(r.measured), "[green]pass[/green]" if r.passed else "[red]FAIL[/red]", r.detail)
+    Console(width=160).print(table)
+
+
+def gate_after_build(cfg, artifact: Path, junit: Path | None) -> None:
+    """makertbin's last step when the config has ``gate_parameters``: measure, write, print, exit 4 on a failure."""
+    from hbtool.release.gates import asked, check
+
+    if not asked(cfg):
+        if junit is not None:
+            raise InputError("--junit: the config has no gate_parameters, so there is no gate to report",
+                             "add gate_parameters (docs/ci.md) or drop --junit")
+        return
+    report = check(cfg, artifact, junit)
+    print_gates(report)
+    for path in report.files:
+        click.echo(f"wrote {path}")
+    report.raise_if_failed()
+
+
+def register(main: click.Group) -> None:
+    """Add the commands of this module to ``main``."""
+    for command in (gate,):
+        main.add_command(command)
+
+
+@click.command()
+@click.option("-c", "--config", "config_path", required=True, type=click.Path(path_type=Path), help="Horizon-style YAML config with gate_parameters.")
+@click.option("--junit", type=click.Path(path_type=Path), default=None, help="Also write a JUnit XML report here (one testcase per gate).")
+def gate(config_path: Path, junit: Path | None) -> None:
+    """Check the config's gates on its existing working_dir (no rebuild); exit 4 when one fails."""
+    from hbtool.compiler.compile import artifact_path
+    from hbtool.config import load_config
+    from hbtool.release.gates import asked
+
+    cfg = load_config(config_path)
+    if not asked(cfg):
+        raise InputError(f"{config_path}: gate_parameters sets no gate", "add e.g. gate_parameters: {min_fps: 100} (docs/ci.md)")
+    artifact = artifact_path(cfg)
+    if not artifact.exists():
+        raise InputError(f"{artifact} not found: hbtool gate checks an existing build", "run hbtool makertbin -c cfg.yaml first")
+    gate_after_build(cfg, artifact, junit)
