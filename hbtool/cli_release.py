@@ -48,7 +48,7 @@ def gate_after_build(cfg, artifact: Path, junit: Path | None) -> None:
 
 def register(main: click.Group) -> None:
     """Add the commands of this module to ``main``."""
-    for command in (gate,):
+    for command in (gate, release, verify):
         main.add_command(command)
 
 
@@ -68,3 +68,60 @@ def gate(config_path: Path, junit: Path | None) -> None:
     if not artifact.exists():
         raise InputError(f"{artifact} not found: hbtool gate checks an existing build", "run hbtool makertbin -c cfg.yaml first")
     gate_after_build(cfg, artifact, junit)
+
+
+@click.command()
+@click.option("-c", "--config", "config_path", required=True, type=click.Path(path_type=Path), help="Horizon-style YAML config.")
+@click.option("-o", "--output-dir", "out_dir", required=True, type=click.Path(path_type=Path), help="The release folder to write.")
+@click.option("--junit", type=click.Path(path_type=Path), default=None, help="Also write the gates' JUnit XML here (it is in DIR/reports too).")
+@click.option("--max-rows", type=click.IntRange(min=0), default=10, show_default=True, help="Rows of the checker and calibration tables.")
+def release(config_path: Path, out_dir: Path, junit: Path | None, max_rows: int) -> None:
+    """makertbin, the gates, and a reproducible release folder (artifact, manifest.json, reports/, check/); exit 4 on a failed gate."""
+    from hbtool.checker.report import print_checker_report
+    from hbtool.config import load_config
+    from hbtool.makertbin import run_makertbin
+    from hbtool.quant.report import print_report
+    from hbtool.release.bundle import write_release
+    from hbtool.utils.stage_log import stage_log
+
+    cfg = load_config(config_path)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError(f"--output-dir {out_dir} is a file", "give a folder (it is created if missing)")
+
+    def report(stage: str, result) -> None:
+        if stage == "checker":
+            print_checker_report(result, max_rows=max_rows)
+        else:
+            print_report(result, max_rows=max_rows)
+
+    with stage_log(cfg.model.log_level) as stage:
+        built = run_makertbin(cfg, report=report, log_text=stage.text)
+    done = write_release(cfg, built.compiled.path, built.calibration.data, out_dir)
+    m = done.manifest
+    click.echo(f"release {m['model']} ({m['march']}): artifact sha256 {m['artifact_sha256']}, "
+               f"{m['perf']['fps']} FPS, {m['perf']['latency_ms']} ms")
+    for path in done.files:
+        click.echo(f"wrote {path}")
+    if done.gates is not None:
+        print_gates(done.gates)
+        if junit is not None:
+            from hbtool.release.junit import render_junit
+            from hbtool.utils.atomic import atomic_write_bytes
+
+            atomic_write_bytes(junit, render_junit(done.gates))
+            click.echo(f"wrote {junit}")
+        done.gates.raise_if_failed()
+    elif junit is not None:
+        raise InputError("--junit: the config has no gate_parameters, so there is no gate to report",
+                         "add gate_parameters (docs/ci.md) or drop --junit")
+
+
+@click.command(name="verify")
+@click.argument("bundle", type=click.Path(path_type=Path))
+def verify(bundle: Path) -> None:
+    """Check a release folder against its manifest: artifact hash, check files, re-simulated outputs bit for bit; exit 4 on a difference."""
+    from hbtool.release.verify import verify_or_raise
+
+    m = verify_or_raise(bundle)
+    click.echo(f"verified {bundle}: {m['artifact']['file']} sha256 {m['artifact_sha256']}, "
+               f"{(m.get('check') or {}).get('samples', 0)} check samples bit for bit")

@@ -80,7 +80,7 @@ class GateReport:
 
 def fmt(x: Any) -> str:
     if isinstance(x, float):
-        return f"{x:.6g}"
+        return str(int(x)) if x.is_integer() and abs(x) < 1e12 else f"{x:.6g}"
     return str(x)
 
 
