@@ -48,7 +48,7 @@ def gate_after_build(cfg, artifact: Path, junit: Path | None) -> None:
 
 def register(main: click.Group) -> None:
     """Add the commands of this module to ``main``."""
-    for command in (gate, release, verify):
+    for command in (gate, release, verify, diff):
         main.add_command(command)
 
 
@@ -125,3 +125,33 @@ def verify(bundle: Path) -> None:
     m = verify_or_raise(bundle)
     click.echo(f"verified {bundle}: {m['artifact']['file']} sha256 {m['artifact_sha256']}, "
                f"{(m.get('check') or {}).get('samples', 0)} check samples bit for bit")
+
+
+@click.command(name="diff")
+@click.argument("old", type=click.Path(path_type=Path))
+@click.argument("new", type=click.Path(path_type=Path))
+@click.option("--max-cosine-drop", type=click.FloatRange(min=0), default=None, help="Exit 4 when an output's cosine vs float drops by more than this (absolute, e.g. 0.01).")
+@click.option("--max-metric-drop", type=click.FloatRange(min=0), default=None, help="Exit 4 when debug_parameters.metric drops by more than this (absolute).")
+@click.option("--max-fps-drop", type=click.FloatRange(min=0), default=None, help="Exit 4 when the estimated FPS drops by more than this many percent.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help="Also write the deltas as JSON here ('-': stdout).")
+def diff(old: Path, new: Path, max_cosine_drop: float | None, max_metric_drop: float | None, max_fps_drop: float | None,
+         json_path: Path | None) -> None:
+    """Compare two releases (folders or manifest.json): cosine, metric, FPS, latency, size, precision per node; exit 4 on a regression beyond a limit."""
+    import json
+
+    from hbtool.release.diff import diff as run_diff
+    from hbtool.release.diff import raise_on_regression
+
+    d = run_diff(old, new, max_cosine_drop, max_metric_drop, max_fps_drop)
+    text = json.dumps(d.deltas, indent=1, sort_keys=True) + "\n"
+    if json_path is not None and str(json_path) == "-":
+        click.echo(text, nl=False)
+    else:
+        for line in d.lines:
+            click.echo(line)
+        if json_path is not None:
+            from hbtool.utils.atomic import atomic_write_text
+
+            atomic_write_text(json_path, text)
+            click.echo(f"wrote {json_path}")
+    raise_on_regression(d)

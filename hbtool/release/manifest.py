@@ -67,18 +67,23 @@ def samples_sha256(samples: Iterable[dict[str, np.ndarray]]) -> tuple[str, int]:
 
 
 def precision(header: dict[str, Any]) -> dict[str, str]:
-    """Per program node: where it runs and the bits of what it writes (``BPU int8``, ``BPU int16``, ``CPU``)."""
+    """Per program node: where it runs and the bits of what it reads and writes (``BPU int8``,
+    ``BPU int16->int8``, ``CPU int16``; ``w4`` for 4-bit weights)."""
     tensors = header.get("tensors", {})
     out: dict[str, str] = {}
+
+    def bits(names) -> int | None:
+        return next((tensors[t]["bits"] for t in names if t in tensors and "bits" in tensors[t]), None)
+
     for n in header["program"]["nodes"]:
         meta = n.get("meta", {})
         if meta.get("unit") == "data_movement":
             continue
-        on = meta.get("on", "CPU")
-        bits = next((tensors[t]["bits"] for t in n.get("outputs", []) if t in tensors and "bits" in tensors[t]), None)
-        kernel = meta.get("kernel")
-        wbits = getattr(kernel, "weight_bits", None)
-        text = on if on == "CPU" or bits is None else f"{on} int{bits}"
+        text = meta.get("on", "CPU")
+        b_in, b_out = bits(n.get("inputs", [])), bits(n.get("outputs", []))
+        if b_out is not None:
+            text += f" int{b_in}->int{b_out}" if b_in is not None and b_in != b_out else f" int{b_out}"
+        wbits = getattr(meta.get("kernel"), "weight_bits", None)
         if wbits and wbits != 8:
             text += f" w{wbits}"
         out[n["name"]] = text
