@@ -275,14 +275,19 @@ def qat(config_path: Path, resume: bool) -> None:
 @main.command()
 @click.argument("artifact", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the description as JSON.")
-def info(artifact: Path, as_json: bool) -> None:
-    """Describe an artifact: version, options, inputs/outputs, program, memory (like hb_model_info)."""
+@click.option("--model-name", default=None, help="Describe this model of a packed artifact (without it: the list of its models).")
+def info(artifact: Path, as_json: bool, model_name: str | None) -> None:
+    """Describe an artifact: version, options, inputs/outputs, program, memory (like hb_model_info); a packed one: its models."""
     import json
 
     from hbtool.compiler.artifact import read_artifact
-    from hbtool.compiler.info import print_info, summary
+    from hbtool.compiler.info import packed_summary, print_info, print_packed, summary
 
-    art = read_artifact(artifact)
+    packed = packed_summary(artifact) if model_name is None else None
+    if packed is not None:
+        click.echo(json.dumps(packed, indent=1, sort_keys=True)) if as_json else print_packed(packed)
+        return
+    art = read_artifact(artifact, model_name)
     if as_json:
         click.echo(json.dumps(summary(art), indent=1, sort_keys=True))
     else:
@@ -297,8 +302,9 @@ def info(artifact: Path, as_json: bool) -> None:
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads for the emulator, CPU subgraphs and --compare (default: all cores).")
 @click.option("--batch-size", "-b", type=int, default=16, show_default=True, help="Samples per pass through the integer program (results do not depend on it).")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run into the same --output-dir where it stopped.")
+@click.option("--model-name", default=None, help="Run this model of a packed artifact (hbtool pack; hbtool info lists them).")
 def simulate(artifact: Path, inputs: tuple[str, ...], output_dir: Path | None, compare: Path | None, threads: int | None,
-             batch_size: int, resume: bool) -> None:
+             batch_size: int, resume: bool, model_name: str | None) -> None:
     """Run an artifact's integer program on inputs, bit-exactly, and compare with an ONNX model."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -321,7 +327,8 @@ def simulate(artifact: Path, inputs: tuple[str, ...], output_dir: Path | None, c
 
         try:
             result = run_simulation(artifact, parse_input_args(list(inputs)), output_dir, compare, progress=update,
-                                    threads=threads, batch_size=batch_size, resume=resume, keep_outputs=False)
+                                    threads=threads, batch_size=batch_size, resume=resume, keep_outputs=False,
+                                    model_name=model_name)
         except KeyboardInterrupt:
             if output_dir is None:
                 raise
@@ -349,9 +356,10 @@ def simulate(artifact: Path, inputs: tuple[str, ...], output_dir: Path | None, c
               help="Cost the inputs as this run-time type (nv12: the BPU converts the image, no CPU quantize; default: the artifact's).")
 @click.option("--board", default=None,
               help="The board the march's BPU runs on (bayes: journey5, the default, or rdk-ultra at 96 TOPS; bayes-e: rdk-x5; bernoulli2: rdk-x3).")
+@click.option("--model-name", default=None, help="Estimate this model of a packed artifact (hbtool pack).")
 def perf(artifact: Path | None, config_path: Path | None, model: Path | None, fast: bool, input_shapes, march: str,
          optimize_level: str | None, core_num: str | None, output_dir: Path | None, json_path: Path | None,
-         compare_levels: bool, top: int, input_type_rt: str | None, board: str | None) -> None:
+         compare_levels: bool, top: int, input_type_rt: str | None, board: str | None, model_name: str | None) -> None:
     """Estimate latency, FPS, DDR traffic and what binds them, from the march's hardware description."""
     import json
 
@@ -370,11 +378,13 @@ def perf(artifact: Path | None, config_path: Path | None, model: Path | None, fa
     if artifact is not None and (optimize_level or compare_levels):
         raise InputError("an artifact is already compiled: --optimize-level and --compare-levels need the calibrated model",
                          "use hbtool perf -c cfg.yaml or --model M.onnx --fast with them")
+    if model_name is not None and artifact is None:
+        raise InputError("--model-name picks a model of a packed artifact", "give the packed .bin as ARTIFACT")
     cores = int(core_num) if core_num is not None else None
     with _progress_bar() as progress:
         callback = _progress_callback(progress)
         if artifact is not None:
-            run = perf_artifact(artifact, cores, input_type_rt, board)
+            run = perf_artifact(artifact, cores, input_type_rt, board, model_name)
         elif config_path is not None:
             from hbtool.config import load_config
 

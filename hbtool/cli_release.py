@@ -48,7 +48,7 @@ def gate_after_build(cfg, artifact: Path, junit: Path | None) -> None:
 
 def register(main: click.Group) -> None:
     """Add the commands of this module to ``main``."""
-    for command in (gate, release, verify, diff):
+    for command in (gate, release, verify, diff, pack):
         main.add_command(command)
 
 
@@ -155,3 +155,19 @@ def diff(old: Path, new: Path, max_cosine_drop: float | None, max_metric_drop: f
             atomic_write_text(json_path, text)
             click.echo(f"wrote {json_path}")
     raise_on_regression(d)
+
+
+@click.command(name="pack")
+@click.argument("artifacts", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--output", "output", required=True, type=click.Path(path_type=Path), help="The packed artifact to write.")
+def pack(artifacts: tuple[Path, ...], output: Path) -> None:
+    """Pack several compiled models into one artifact (like hb_pack); info lists them, simulate/perf --model-name run one."""
+    from hbtool.compiler.pack import members_of
+    from hbtool.compiler.pack import pack as pack_files
+    from hbtool.utils.atomic import atomic_write_bytes
+
+    if len(artifacts) < 2:
+        raise InputError("pack: give at least two artifacts", "hbtool pack a.bin b.bin -o models.bin")
+    data = pack_files(list(artifacts))
+    atomic_write_bytes(output, data)
+    click.echo(f"packed {', '.join(members_of(data))} into {output} ({len(data):,} bytes)")
