@@ -66,14 +66,19 @@ def check_outputs(artifact: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.
     return {o: np.asarray(outs[o]) for o in executor.output_names}
 
 
-def _accuracy(cfg: HbConfig, artifact: Path, gates: GateReport | None) -> Accuracy:
+def _accuracy(cfg: HbConfig, artifact: Path, gates: GateReport | None) -> Accuracy | None:
+    """The manifest's accuracy: on gate_parameters.data_dir, else on the first calibration samples (random ones
+    for calibration_type skip); None when the config has neither (calibration_type load without data)."""
     if gates is not None and gates.accuracy is not None:
         return gates.accuracy
     if cfg.gates.data_dir is not None:
         samples = load_samples(cfg, cfg.gates.data_dir, "gate_parameters.data_dir")
         return measure(cfg, artifact, samples, "gate_parameters.data_dir")
+    if cfg.calibration.calibration_type == "load" and not cfg.calibration.cal_data_dir:
+        return None
     samples = load_samples(cfg, None, "calibration_parameters.cal_data_dir", ACCURACY_SAMPLES)
-    return measure(cfg, artifact, samples, f"the first {len(samples)} calibration samples (no gate_parameters.data_dir)")
+    what = "random samples (calibration_type skip)" if cfg.calibration.calibration_type == "skip" else "calibration samples"
+    return measure(cfg, artifact, samples, f"the first {len(samples)} {what} (no gate_parameters.data_dir)")
 
 
 def _metric_json(cfg: HbConfig, acc: Accuracy) -> dict[str, Any]:
@@ -105,7 +110,7 @@ def write_release(cfg: HbConfig, artifact: Path, calibration_data, out_dir: Path
 
     files: dict[Path, bytes] = {out_dir / f"{prefix}.bin": data}
     check: dict[str, Any] = {"samples": 0, "inputs": {}, "outputs": {}}
-    feeds = acc.feeds[:CHECK_SAMPLES]
+    feeds = acc.feeds[:CHECK_SAMPLES] if acc is not None else []
     if feeds:
         stacked = {n: np.concatenate([f[n] for f in feeds]) for n in feeds[0]}
         outs = check_outputs(artifact, stacked)
@@ -130,7 +135,7 @@ def write_release(cfg: HbConfig, artifact: Path, calibration_data, out_dir: Path
         "calibration_sha256": cal_sha, "calibration_samples": cal_n,
         "gates": None if gates is None else {"passed": gates.passed, "results": [r.to_json() for r in gates.results]},
         "perf": perf_summary(artifact),
-        "accuracy": {**acc.to_json(), "metric": _metric_json(cfg, acc)},
+        "accuracy": None if acc is None else {**acc.to_json(), "metric": _metric_json(cfg, acc)},
         "cpu_nodes": sum(len(s.get("nodes", [])) for s in art.header.get("cpu_subgraphs", [])),
         "check": check,
     })
