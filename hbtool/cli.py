@@ -221,6 +221,9 @@ def makertbin(config_path: Path, model_type: str, max_rows: int, junit: Path | N
     if model_type == "caffe":
         raise InputError("--model-type caffe: Caffe models are not supported", "convert the model to ONNX and pass --model-type onnx")
     cfg = load_config(config_path)
+    from hbtool.cli_release import gate_after_build, require_gates_for_junit
+
+    require_gates_for_junit(cfg, junit)
 
     def report(stage: str, result) -> None:
         if stage == "checker":
@@ -234,8 +237,6 @@ def makertbin(config_path: Path, model_type: str, max_rows: int, junit: Path | N
         result = run_makertbin(cfg, progress=_progress_callback(progress), report=report, log_text=stage.text)
     for path in result.files:
         click.echo(f"wrote {path}")
-    from hbtool.cli_release import gate_after_build
-
     gate_after_build(cfg, result.compiled.path, junit)
 
 

@@ -30,14 +30,21 @@ def print_gates(report) -> None:
     Console(width=160).print(table)
 
 
+def require_gates_for_junit(cfg, junit: Path | None) -> None:
+    """``--junit`` without a gate to report is a usage error, said before minutes of building."""
+    from hbtool.release.gates import asked
+
+    if junit is not None and not asked(cfg):
+        raise InputError("--junit: the config has no gate_parameters, so there is no gate to report",
+                         "add gate_parameters (docs/ci.md) or drop --junit")
+
+
 def gate_after_build(cfg, artifact: Path, junit: Path | None) -> None:
     """makertbin's last step when the config has ``gate_parameters``: measure, write, print, exit 4 on a failure."""
     from hbtool.release.gates import asked, check
 
+    require_gates_for_junit(cfg, junit)
     if not asked(cfg):
-        if junit is not None:
-            raise InputError("--junit: the config has no gate_parameters, so there is no gate to report",
-                             "add gate_parameters (docs/ci.md) or drop --junit")
         return
     report = check(cfg, artifact, junit)
     print_gates(report)
@@ -85,6 +92,7 @@ def release(config_path: Path, out_dir: Path, junit: Path | None, max_rows: int)
     from hbtool.utils.stage_log import stage_log
 
     cfg = load_config(config_path)
+    require_gates_for_junit(cfg, junit)
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"--output-dir {out_dir} is a file", "give a folder (it is created if missing)")
 
@@ -111,9 +119,6 @@ def release(config_path: Path, out_dir: Path, junit: Path | None, max_rows: int)
             atomic_write_bytes(junit, render_junit(done.gates))
             click.echo(f"wrote {junit}")
         done.gates.raise_if_failed()
-    elif junit is not None:
-        raise InputError("--junit: the config has no gate_parameters, so there is no gate to report",
-                         "add gate_parameters (docs/ci.md) or drop --junit")
 
 
 @click.command(name="verify")
