@@ -217,7 +217,7 @@ def makertbin(cfg: HbConfig, progress: Progress | None = None, report: Callable[
 
 # ---------------------------------------------------------------------------------------- simulate
 def simulate(artifact: str | Path, inputs: Mapping[str, np.ndarray | str | Path], *, batch_size: int = 16,
-             threads: int | None = None, progress: Progress | None = None) -> dict[str, np.ndarray]:
+             threads: int | None = None, progress: Progress | None = None, model_name: str | None = None) -> dict[str, np.ndarray]:
     """Run the artifact's integer program on ``inputs``, bit-exactly; ``{output name: float32 array}``.
 
     ``inputs``: per model input, samples stacked on the first axis (``(N * input_shape[0], ...)``)
@@ -226,18 +226,19 @@ def simulate(artifact: str | Path, inputs: Mapping[str, np.ndarray | str | Path]
     outputs are dequantized, one row block per sample, exactly what ``hbtool simulate -o DIR``
     writes as ``DIR/<output>.npy``. The results do not depend on ``batch_size`` or ``threads``.
     """
-    result = simulate_report(artifact, inputs, batch_size=batch_size, threads=threads, progress=progress)
+    result = simulate_report(artifact, inputs, batch_size=batch_size, threads=threads, progress=progress, model_name=model_name)
     return dict(result.outputs)
 
 
 def simulate_report(artifact: str | Path, inputs: Mapping[str, np.ndarray | str | Path], *, output_dir: str | Path | None = None,
                     compare: str | Path | None = None, batch_size: int = 16, threads: int | None = None, resume: bool = False,
-                    keep_outputs: bool = True, progress: Progress | None = None):
+                    keep_outputs: bool = True, progress: Progress | None = None, model_name: str | None = None):
     """:func:`simulate` with everything ``hbtool simulate`` does: ``output_dir`` streams each output to
     ``<output>.npy`` there (any number of samples in the memory of one batch; ``resume`` continues an
     interrupted run), ``compare`` scores the outputs against an ONNX model (float or quantized).
     Returns the :class:`~hbtool.simulator.simulate.SimulationResult` (``outputs`` unless
-    ``keep_outputs=False``, ``files``, ``comparisons``).
+    ``keep_outputs=False``, ``files``, ``comparisons``). ``model_name`` picks one model of a packed
+    artifact (``hbtool pack``).
     """
     from hbtool.simulator.simulate import simulate as run_simulation
 
@@ -246,7 +247,7 @@ def simulate_report(artifact: str | Path, inputs: Mapping[str, np.ndarray | str 
         feeds[name] = value if isinstance(value, np.ndarray) else Path(value) if isinstance(value, (str, Path)) else np.asarray(value)
     return run_simulation(Path(artifact), feeds, Path(output_dir) if output_dir is not None else None,
                           Path(compare) if compare is not None else None, progress=progress, threads=threads,
-                          batch_size=batch_size, resume=resume, keep_outputs=keep_outputs)
+                          batch_size=batch_size, resume=resume, keep_outputs=keep_outputs, model_name=model_name)
 
 
 # -------------------------------------------------------------------------------------------- perf
@@ -270,18 +271,21 @@ class PerfReport:
 def perf(target: HbConfig | str | Path, *, optimize_level: str | None = None, core_num: int | None = None,
          compare_levels: bool = False, input_type_rt: str | None = None, board: str | None = None,
          input_shapes: Mapping[str, Sequence[int]] | None = None, march: str = "bayes", quick: bool | None = None,
-         progress: Progress | None = None) -> PerfReport:
+         progress: Progress | None = None, model_name: str | None = None) -> PerfReport:
     """Estimate latency, FPS, DDR traffic and what binds them (``hbtool perf``); writes nothing.
 
     ``target``: an artifact (``.bin``), a config (its calibrated model, compiled in memory), or an
     ONNX model (the quick path, calibrated on random data; ``input_shapes`` and ``march`` apply to
     it only). A path is taken as an ONNX model when ``quick`` is true, or, by default, when it ends
-    in ``.onnx``. ``core_num``, ``input_type_rt`` and ``board`` as the CLI's options.
+    in ``.onnx``. ``core_num``, ``input_type_rt`` and ``board`` as the CLI's options; ``model_name``
+    picks one model of a packed artifact.
     """
     from hbtool.perf.run import perf_artifact, perf_config, perf_fast
 
     if quick is None:
         quick = not isinstance(target, HbConfig) and Path(target).suffix.lower() == ".onnx"
+    if model_name is not None and (quick or isinstance(target, HbConfig)):
+        raise InputError("--model-name picks a model of a packed artifact", "give the packed .bin as ARTIFACT")
     if input_shapes and not quick:
         raise InputError("--input-shape belongs to the quick path", "use it with --model M.onnx")
     if isinstance(target, HbConfig):
@@ -293,7 +297,7 @@ def perf(target: HbConfig | str | Path, *, optimize_level: str | None = None, co
         if optimize_level or compare_levels:
             raise InputError("an artifact is already compiled: --optimize-level and --compare-levels need the calibrated model",
                              "use hbtool perf -c cfg.yaml or --model M.onnx --fast with them")
-        run = perf_artifact(Path(target), core_num, input_type_rt, board)
+        run = perf_artifact(Path(target), core_num, input_type_rt, board, model_name)
     return PerfReport(run.result.latency_ms, run.result.fps, run.result, run.levels, list(run.notes))
 
 

@@ -2,7 +2,7 @@
 :mod:`hbtool.api` (which prints nothing) and prints the result.
 
 Exit codes: 0 success, 1 the model cannot be deployed, 2 bad usage or bad input, 3 an internal
-error (a bug: please report it). Errors are one line on stderr; ``--verbose`` adds the traceback.
+error (a bug: please report it), 4 a gate failed (gate_parameters, verify, diff; docs/ci.md). Errors are one line on stderr; ``--verbose`` adds the traceback.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ class HbGroup(click.Group):
         except HbError as exc:
             if verbose:
                 traceback.print_exc()
-            click.echo(f"hbtool: error: {exc.one_line()}", err=True)
+            for line in exc.stderr_lines():
+                click.echo(line, err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("hbtool: error: interrupted (Ctrl-C); no half-written file was kept; fix: run the command again", err=True)
@@ -183,8 +184,9 @@ def compile_cmd(config_path: Path, optimize_level: str | None, disabled: tuple[s
 @click.option("-c", "--config", "config_path", required=True, type=click.Path(path_type=Path), help="Horizon-style YAML config (hb_mapper makertbin's).")
 @click.option("--model-type", type=click.Choice(["onnx", "caffe"]), default="onnx", show_default=True, help="Accepted for hb_mapper command lines; only onnx is supported.")
 @click.option("--max-rows", type=click.IntRange(min=0), default=30, show_default=True, help="Rows of the checker and calibration tables (CPU rows always shown).")
-def makertbin(config_path: Path, model_type: str, max_rows: int) -> None:
-    """Checker, calibrate and compile in one run, like hb_mapper makertbin."""
+@click.option("--junit", type=click.Path(path_type=Path), default=None, help="With gate_parameters: also write the gates as JUnit XML here.")
+def makertbin(config_path: Path, model_type: str, max_rows: int, junit: Path | None) -> None:
+    """Checker, calibrate and compile in one run, like hb_mapper makertbin; then the gate_parameters gates (exit 4 on a failure)."""
     from hbtool import api
     from hbtool.checker.report import print_checker_report
     from hbtool.compiler.compile import print_compile_summary
@@ -193,6 +195,9 @@ def makertbin(config_path: Path, model_type: str, max_rows: int) -> None:
     if model_type == "caffe":
         raise InputError("--model-type caffe: Caffe models are not supported", "convert the model to ONNX and pass --model-type onnx")
     cfg = api.load_config(config_path)
+    from hbtool.cli_release import gate_after_build, require_gates_for_junit
+
+    require_gates_for_junit(cfg, junit)
 
     def report(stage: str, result) -> None:
         if stage == "checker":
@@ -206,6 +211,7 @@ def makertbin(config_path: Path, model_type: str, max_rows: int) -> None:
         result = api.makertbin(cfg, progress=_progress_callback(progress), report=report)
     for path in result.files:
         click.echo(f"wrote {path}")
+    gate_after_build(cfg, result.compiled.path, junit)
 
 
 @main.command()
@@ -243,14 +249,19 @@ def qat(config_path: Path, resume: bool) -> None:
 @main.command()
 @click.argument("artifact", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the description as JSON.")
-def info(artifact: Path, as_json: bool) -> None:
-    """Describe an artifact: version, options, inputs/outputs, program, memory (like hb_model_info)."""
+@click.option("--model-name", default=None, help="Describe this model of a packed artifact (without it: the list of its models).")
+def info(artifact: Path, as_json: bool, model_name: str | None) -> None:
+    """Describe an artifact: version, options, inputs/outputs, program, memory (like hb_model_info); a packed one: its models."""
     import json
 
     from hbtool.compiler.artifact import read_artifact
-    from hbtool.compiler.info import print_info, summary
+    from hbtool.compiler.info import packed_summary, print_info, print_packed, summary
 
-    art = read_artifact(artifact)
+    packed = packed_summary(artifact) if model_name is None else None
+    if packed is not None:
+        click.echo(json.dumps(packed, indent=1, sort_keys=True)) if as_json else print_packed(packed)
+        return
+    art = read_artifact(artifact, model_name)
     if as_json:
         click.echo(json.dumps(summary(art), indent=1, sort_keys=True))
     else:
@@ -265,8 +276,9 @@ def info(artifact: Path, as_json: bool) -> None:
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads for the emulator, CPU subgraphs and --compare (default: all cores).")
 @click.option("--batch-size", "-b", type=int, default=16, show_default=True, help="Samples per pass through the integer program (results do not depend on it).")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run into the same --output-dir where it stopped.")
+@click.option("--model-name", default=None, help="Run this model of a packed artifact (hbtool pack; hbtool info lists them).")
 def simulate(artifact: Path, inputs: tuple[str, ...], output_dir: Path | None, compare: Path | None, threads: int | None,
-             batch_size: int, resume: bool) -> None:
+             batch_size: int, resume: bool, model_name: str | None) -> None:
     """Run an artifact's integer program on inputs, bit-exactly, and compare with an ONNX model."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -289,7 +301,8 @@ def simulate(artifact: Path, inputs: tuple[str, ...], output_dir: Path | None, c
 
         try:
             result = api.simulate_report(artifact, parse_input_args(list(inputs)), output_dir=output_dir, compare=compare,
-                                         progress=update, threads=threads, batch_size=batch_size, resume=resume, keep_outputs=False)
+                                         progress=update, threads=threads, batch_size=batch_size, resume=resume, keep_outputs=False,
+                                         model_name=model_name)
         except KeyboardInterrupt:
             if output_dir is None:
                 raise
@@ -317,9 +330,10 @@ def simulate(artifact: Path, inputs: tuple[str, ...], output_dir: Path | None, c
               help="Cost the inputs as this run-time type (nv12: the BPU converts the image, no CPU quantize; default: the artifact's).")
 @click.option("--board", default=None,
               help="The board the march's BPU runs on (bayes: journey5, the default, or rdk-ultra at 96 TOPS; bayes-e: rdk-x5; bernoulli2: rdk-x3).")
+@click.option("--model-name", default=None, help="Estimate this model of a packed artifact (hbtool pack).")
 def perf(artifact: Path | None, config_path: Path | None, model: Path | None, fast: bool, input_shapes, march: str,
          optimize_level: str | None, core_num: str | None, output_dir: Path | None, json_path: Path | None,
-         compare_levels: bool, top: int, input_type_rt: str | None, board: str | None) -> None:
+         compare_levels: bool, top: int, input_type_rt: str | None, board: str | None, model_name: str | None) -> None:
     """Estimate latency, FPS, DDR traffic and what binds them, from the march's hardware description."""
     import json
 
@@ -340,7 +354,8 @@ def perf(artifact: Path | None, config_path: Path | None, model: Path | None, fa
     with _progress_bar() as progress:
         run = api.perf(target, optimize_level=optimize_level, core_num=cores, compare_levels=compare_levels,
                        input_type_rt=input_type_rt, board=board, input_shapes=parse_input_shapes(input_shapes), march=march,
-                       quick=model is not None, progress=_progress_callback(progress))
+                       quick=model is not None, progress=_progress_callback(progress),
+                       model_name=model_name)
     from rich.console import Console
 
     to_stdout = json_path is not None and str(json_path) == "-"
@@ -392,6 +407,10 @@ def debug(config_path: Path, output_dir: Path | None, auto: bool, target_cosine:
     for path in report.files:
         click.echo(f"wrote {path}")
 
+
+from hbtool.cli_release import register as _register_release  # noqa: E402  (gate, release, verify, diff, pack)
+
+_register_release(main)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -225,10 +225,21 @@ def from_bytes(data: bytes, source: str = "artifact") -> Artifact:
     return Artifact(header, len(data), hashlib.sha256(data).hexdigest(), index)
 
 
-def read_artifact(path: Path | str) -> Artifact:
+def read_artifact(path: Path | str, model_name: str | None = None) -> Artifact:
+    """One model's artifact; from a packed file (``hbtool pack``) the member named ``model_name``
+    (None: its only member). A plain artifact given a ``model_name`` must be that model."""
     path = Path(path)
     if not path.exists():
         raise ArtifactError(f"artifact {path} does not exist", "check the path, or run hbtool compile -c cfg.yaml to make it")
     if path.is_dir():
         raise ArtifactError(f"{path} is a directory, not an artifact", "give the .bin file that hbtool compile wrote")
-    return from_bytes(path.read_bytes(), str(path))
+    data = path.read_bytes()
+    from hbtool.compiler.pack import is_packed, member
+
+    if is_packed(data):
+        return from_bytes(member(data, model_name, str(path)), f"{path}:{model_name}" if model_name else str(path))
+    art = from_bytes(data, str(path))
+    if model_name is not None and art.header["model"]["name"] != model_name:
+        raise ArtifactError(f"--model-name {model_name}: {path} is the single model '{art.header['model']['name']}'",
+                            "drop --model-name, or give the packed artifact (hbtool pack) that holds the model")
+    return art

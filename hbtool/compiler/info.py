@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -72,3 +73,40 @@ def print_info(art: Artifact, console: Console | None = None) -> None:
         console.print(f"CPU subgraph {sg['name']}: {len(sg['nodes'])} nodes ({', '.join(sg['nodes'][:5])}{'...' if len(sg['nodes']) > 5 else ''})")
     for node, op, why in s["fallbacks"]:
         console.print(f"[yellow]float fallback[/yellow] {node} ({op}): {why}")
+
+
+def packed_summary(path: Path) -> dict[str, Any] | None:
+    """The models of a packed artifact (``hbtool pack``), or None for a single-model artifact."""
+    from hbtool.compiler.artifact import ArtifactError, from_bytes, read_artifact
+    from hbtool.compiler.pack import is_packed, member, members_of
+
+    path = Path(path)
+    if not path.is_file():
+        read_artifact(path)  # its one-line error
+    with open(path, "rb") as f:
+        if not is_packed(f.read(8)):
+            return None
+    data = path.read_bytes()
+    models = []
+    for name in members_of(data, str(path)):
+        blob = member(data, name, str(path))
+        art = from_bytes(blob, f"{path}:{name}")
+        if art.header["model"]["name"] != name:  # pragma: no cover - pack() names members after their header
+            raise ArtifactError(f"{path}: member '{name}' holds model '{art.header['model']['name']}'", "pack the models again")
+        models.append({"name": name, "bytes": art.nbytes, "sha256": art.sha256, "march": art.header["march"],
+                       "inputs": [{"name": d["name"], "shape": d["shape"], "dtype": d["dtype"]} for d in art.header["inputs"]],
+                       "outputs": [{"name": d["name"], "shape": d["shape"], "dtype": d["dtype"]} for d in art.header["outputs"]]})
+    return {"packed": True, "file": {"bytes": len(data)}, "models": models}
+
+
+def print_packed(s: dict[str, Any], console: Console | None = None) -> None:
+    console = console or Console()
+    console.print(f"packed artifact: {len(s['models'])} models, {s['file']['bytes']:,} bytes "
+                  "(hbtool info/simulate/perf --model-name NAME runs one)")
+    t = Table(title="models")
+    for col in ("name", "march", "bytes", "sha256", "inputs", "outputs"):
+        t.add_column(col)
+    for m in s["models"]:
+        io = lambda ds: ", ".join(f"{d['name']} {'x'.join(map(str, d['shape']))}" for d in ds)  # noqa: E731
+        t.add_row(m["name"], m["march"], f"{m['bytes']:,}", m["sha256"][:16] + "...", io(m["inputs"]), io(m["outputs"]))
+    console.print(t)

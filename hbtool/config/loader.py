@@ -18,8 +18,8 @@ import yaml
 from hbtool.errors import ConfigError
 from hbtool.config import schema as S
 from hbtool.config.schema import GROUPS, PER_INPUT_KEYS, Key
-from hbtool.config.types import (CalibrationParams, CompilerParams, DebugParams, HbConfig,
-                                 InputSpec, ModelParams, QatParams)
+from hbtool.config.types import (CalibrationParams, CompilerParams, DebugParams, GateParams,
+                                 HbConfig, InputSpec, ModelParams, QatParams)
 from hbtool.config.values import (closest, describe, fail, format_shape, is_none_word, is_unset,
                                   parse_floats, parse_shape, read_bool, read_enum, read_enum_list,
                                   read_float, read_int, read_names, read_path, read_str,
@@ -32,6 +32,7 @@ GROUP_CLASSES = {
     "compiler_parameters": CompilerParams,
     "qat_parameters": QatParams,
     "debug_parameters": DebugParams,
+    "gate_parameters": GateParams,
 }
 # input_parameters key -> InputSpec field (per-input keys) or HbConfig field (the others).
 INPUT_FIELDS = {
@@ -100,6 +101,10 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
 
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+# YAML 1.1 (PyYAML) reads `1e6` and `1e-3` as strings (it wants `1.0e+6`); YAML 1.2 and every user read them
+# as numbers, so a limit such as `min_fps: 1e6` is a number here too.
+_UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
 
 
 def load_config(path: str | Path, *, require_model: bool = True,
@@ -783,6 +788,19 @@ class _Builder:
                  f"{fc}: hbtool does not split the program into preemptible function calls",
                  "remove max_time_per_fc (or set 0); the whole model runs as one call")
 
+    # -- gates ---------------------------------------------------------------------------------
+    def check_gates(self) -> None:
+        """The accuracy gates read held-out samples: asking for one without data_dir is an error now,
+        not after minutes of compiling."""
+        g = self.vals["gate_parameters"]
+        if g["data_dir"] is not None:
+            return
+        for key in ("min_output_cosine", "min_metric", "max_metric_drop", "bit_exact_samples"):
+            if g[key] is not None:
+                fail(f"gate_parameters.{key}", "this gate measures held-out samples, and gate_parameters.data_dir "
+                     "is not set", "set gate_parameters.data_dir to a folder of held-out samples (same format as "
+                     "cal_data_dir), not the calibration set")
+
     # -- assemble ------------------------------------------------------------------------------
     def build(self) -> HbConfig:
         self.read_plain_keys()
@@ -808,9 +826,11 @@ class _Builder:
         if dv["report_dir"] is None:
             dv["report_dir"] = model.working_dir / "debug"
         debug = DebugParams(**dv)
+        gates = GateParams(**self.vals["gate_parameters"])
+        self.check_gates()
         iv = self.vals["input_parameters"]
         cfg = HbConfig(model=model, inputs=specs, calibration=calibration, compiler=compiler,
-                       qat=qat, debug=debug, input_batch=iv["input_batch"],
+                       qat=qat, debug=debug, gates=gates, input_batch=iv["input_batch"],
                        separate_batch=iv["separate_batch"], source=self.source,
                        base_dir=self.base)
         cfg.raw = to_raw(cfg)
@@ -841,7 +861,7 @@ def to_raw(cfg: HbConfig) -> dict[str, dict[str, Any]]:
     raw: dict[str, dict[str, Any]] = {}
     objs = {"model_parameters": cfg.model, "calibration_parameters": cfg.calibration,
             "compiler_parameters": cfg.compiler, "qat_parameters": cfg.qat,
-            "debug_parameters": cfg.debug}
+            "debug_parameters": cfg.debug, "gate_parameters": cfg.gates}
     for group, (table, _) in GROUPS.items():
         out: dict[str, Any] = {}
         for name, key in table.items():

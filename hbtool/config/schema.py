@@ -427,6 +427,32 @@ DEBUG = _g(
         origin=HBTOOL),
 )
 
+GATE = _g(
+    Key("data_dir", "path", "Held-out samples for the accuracy gates (same format as cal_data_dir): a folder for "
+        "a one-input model, or a folder holding one sub-folder per input name. Not the calibration set.",
+        default=None, origin=HBTOOL, default_doc="none (the accuracy gates need it)"),
+    Key("min_output_cosine", "float", "Least cosine similarity, artifact (simulated) vs the float model on "
+        "data_dir, of every output and of every output channel (a class-score channel quantized to zero fails "
+        "even when the whole output's cosine is 0.99).", default=None, min=-1.0, max=1.0, origin=HBTOOL,
+        default_doc="no gate"),
+    Key("min_metric", "float", "Least value of debug_parameters.metric (the artifact's outputs against the "
+        "float model's) on data_dir.", default=None, origin=HBTOOL, default_doc="no gate"),
+    Key("max_metric_drop", "float", "Largest drop of debug_parameters.metric from the float model's own value "
+        "(metric(float, float) - metric(artifact, float)) on data_dir.", default=None, min=0.0, origin=HBTOOL,
+        default_doc="no gate"),
+    Key("min_fps", "float", "Least estimated frames per second (hbtool perf) on the config's march.",
+        default=None, min=0.0, min_exclusive=True, origin=HBTOOL, default_doc="no gate"),
+    Key("max_latency_ms", "float", "Largest estimated latency of one frame in milliseconds (hbtool perf).",
+        default=None, min=0.0, min_exclusive=True, origin=HBTOOL, default_doc="no gate"),
+    Key("max_cpu_nodes", "int", "Most model nodes the artifact runs on the CPU (the nodes of its CPU "
+        "subgraphs; the input quantize and output dequantize are not counted).", default=None, min=0,
+        origin=HBTOOL, default_doc="no gate"),
+    Key("max_artifact_mb", "float", "Largest artifact file size in MB (10^6 bytes).", default=None, min=0.0,
+        min_exclusive=True, origin=HBTOOL, default_doc="no gate"),
+    Key("bit_exact_samples", "int", "The simulated artifact must equal the quantized ONNX bit for bit on the "
+        "first this many samples of data_dir.", default=None, min=1, origin=HBTOOL, default_doc="no gate"),
+)
+
 # Group name -> (key table, one-line description). Order is the order of the docs and of raw.
 GROUPS: dict[str, tuple[dict[str, Key], str]] = {
     "model_parameters": (MODEL, "The model, the target and where outputs go."),
@@ -437,6 +463,9 @@ GROUPS: dict[str, tuple[dict[str, Key], str]] = {
     "qat_parameters": (QAT, "Quantization-aware training (`hbtool qat`); hbtool's own group."),
     "debug_parameters": (DEBUG, "Accuracy analysis (`hbtool debug`) and auto int16; hbtool's "
                                 "own group."),
+    "gate_parameters": (GATE, "Gates a CI job or a release is judged by (`hbtool makertbin`, `hbtool gate`, "
+                              "`hbtool release`): every key is optional and a key present is a gate; a failed "
+                              "gate is exit code 4 (docs/ci.md); hbtool's own group."),
 }
 
 # Groups Horizon has that hbtool refuses, with problem and fix.

@@ -145,6 +145,21 @@ class DebugParams:
 
 
 @dataclass
+class GateParams:
+    """``gate_parameters``: None means the gate is not asked for."""
+
+    data_dir: Path | None = None
+    min_output_cosine: float | None = None
+    min_metric: float | None = None
+    max_metric_drop: float | None = None
+    min_fps: float | None = None
+    max_latency_ms: float | None = None
+    max_cpu_nodes: int | None = None
+    max_artifact_mb: float | None = None
+    bit_exact_samples: int | None = None
+
+
+@dataclass
 class HbConfig:
     model: ModelParams
     inputs: list[InputSpec]
@@ -152,6 +167,7 @@ class HbConfig:
     compiler: CompilerParams
     qat: QatParams
     debug: DebugParams
+    gates: GateParams = field(default_factory=GateParams)
     input_batch: int = 1
     separate_batch: bool = False
     raw: dict[str, Any] = field(default_factory=dict)

@@ -90,28 +90,13 @@ def run_outputs(graph, samples: list[dict[str, np.ndarray]], names: list[str]) -
 
 def debug_samples(cfg: HbConfig, graph, count: int) -> list[dict[str, np.ndarray]]:
     """The first ``count`` samples of ``debug_parameters.data_dir``, else of the calibration data."""
-    from hbtool.quant.data import load_calibration_data
+    from hbtool.quant.data import held_out_data, load_calibration_data
 
-    data_cfg = cfg
     data_dir = getattr(cfg.debug, "data_dir", None)
     if data_dir is not None:
-        from hbtool.errors import InputError
-
-        if not data_dir.is_dir():
-            raise InputError(f"debug_parameters.data_dir {data_dir}: not a folder", "give the folder of debug samples (same format as cal_data_dir)")
-        if len(cfg.inputs) > 1:
-            folders = [data_dir / str(inp.name) for inp in cfg.inputs]
-        else:
-            folders = [data_dir]
-        data_cfg = copy.copy(cfg)
-        data_cfg.inputs = [copy.copy(i) for i in cfg.inputs]
-        for inp, folder in zip(data_cfg.inputs, folders):
-            inp.cal_data_dir = folder
-        data_cfg.calibration = copy.copy(cfg.calibration)
-        data_cfg.calibration.cal_data_dir = folders
-        if data_cfg.calibration.calibration_type in ("skip", "load"):
-            data_cfg.calibration.calibration_type = "default"
-    data = load_calibration_data(data_cfg, graph, max_samples=count)
+        data = held_out_data(cfg, data_dir, "debug_parameters.data_dir", graph, max_samples=count)
+    else:
+        data = load_calibration_data(cfg, graph, max_samples=count)
     return [data.sample(i) for i in range(min(count, data.num_samples))]
 
 

@@ -52,10 +52,11 @@ def runtime_types(header: dict[str, Any], input_type_rt: str | None) -> dict[str
 
 
 def perf_artifact(path: Path, core_num: int | None = None, input_type_rt: str | None = None,
-                  board: str | None = None) -> PerfRun:
+                  board: str | None = None, model_name: str | None = None) -> PerfRun:
+    """The estimate of a compiled artifact (``model_name``: one model of a packed artifact)."""
     from hbtool.compiler.artifact import read_artifact
 
-    art = read_artifact(path)
+    art = read_artifact(path, model_name)
     return PerfRun(estimate(art.header, core_num, runtime_input_types=runtime_types(art.header, input_type_rt), board=board))
 
 

@@ -189,6 +189,34 @@ def load_calibration_data(cfg: HbConfig, graph: Any | None = None,
     return CalibrationSet(readers, n)
 
 
+def held_out_data(cfg: HbConfig, data_dir: Path, key: str, graph: Any | None = None,
+                  max_samples: int | None = None) -> CalibrationSet:
+    """Samples of a folder other than the calibration set (``debug_parameters.data_dir``,
+    ``gate_parameters.data_dir``), read exactly as ``cal_data_dir`` is.
+
+    ``data_dir`` is the folder of a one-input model, or holds one sub-folder per input name.
+    ``key`` names the setting in errors. Samples are as the model with its preprocessing takes
+    them (the ``*_original_float_model.onnx`` input)."""
+    import copy
+
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        raise InputError(f"{key} {data_dir}: not a folder",
+                         "give a folder of samples in the format of cal_data_dir (one sub-folder per input name "
+                         "for a model of several inputs)")
+    folders = [data_dir / str(inp.name) for inp in cfg.inputs] if len(cfg.inputs) > 1 else [data_dir]
+    data_cfg = copy.copy(cfg)
+    data_cfg.inputs = [copy.copy(i) for i in cfg.inputs]
+    for inp, folder in zip(data_cfg.inputs, folders):
+        inp.cal_data_dir = folder
+    data_cfg.calibration = copy.copy(cfg.calibration)
+    data_cfg.calibration.cal_data_dir = folders
+    if data_cfg.calibration.calibration_type in ("skip", "load"):
+        data_cfg.calibration.calibration_type = "default"
+    data_cfg.calibration.num_samples = None
+    return load_calibration_data(data_cfg, graph, max_samples=max_samples)
+
+
 def _gather_bound(graph: Any | None, name: str) -> int | None:
     """The smallest table size ``name`` indexes through a Gather in ``graph``, if any."""
     if graph is None:

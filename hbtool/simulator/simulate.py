@@ -206,20 +206,21 @@ def _run_key(artifact: Path, inputs: dict[str, Path], compare: Path | None, tota
 
 def simulate(artifact: Path, inputs: dict[str, Path | np.ndarray], output_dir: Path | None = None, compare: Path | None = None,
              progress: Callable[[str, int, int], None] | None = None, threads: int | None = None,
-             batch_size: int = 1, resume: bool = False, keep_outputs: bool = True) -> SimulationResult:
+             batch_size: int = 1, resume: bool = False, keep_outputs: bool = True,
+             model_name: str | None = None) -> SimulationResult:
     """Run every sample of ``inputs`` through the artifact, ``batch_size`` samples per pass.
 
     With ``output_dir`` the outputs stream to memory-mapped ``.npy`` files (see
     :class:`_OutputFiles`) and ``resume`` continues an interrupted run of the same artifact,
     inputs and ``compare`` model where it stopped. ``keep_outputs=False`` (the CLI without
     ``--output-dir``) keeps no outputs in memory, so any number of samples runs in the memory
-    of one batch.
+    of one batch. ``model_name`` picks one model of a packed artifact (``hbtool pack``).
     """
     if batch_size < 1:
         raise InputError(f"--batch-size {batch_size}: must be at least 1", "give a positive number of samples per pass")
     if resume and output_dir is None:
         raise InputError("--resume needs --output-dir", "give the --output-dir of the interrupted run")
-    art = read_artifact(artifact)
+    art = read_artifact(artifact, model_name)
     from hbtool.simulator.accel import fused
 
     if fused is not None:
@@ -238,7 +239,9 @@ def simulate(artifact: Path, inputs: dict[str, Path | np.ndarray], output_dir: P
     start = 0
     if output_dir is not None:
         shapes = {o: tuple(executor.program.shape(o)) for o in out_names}
-        files = _OutputFiles(Path(output_dir), shapes, total, _run_key(Path(artifact), inputs, compare, total))
+        key = _run_key(Path(artifact), inputs, compare, total)
+        key["model_name"] = model_name
+        files = _OutputFiles(Path(output_dir), shapes, total, key)
         if resume:
             start, extras = files.resume_point()
             if extras is not None:

@@ -42,7 +42,7 @@ REFUSED = {
 # keys whose stage belongs to work in flight elsewhere (issue 17, runtime input types)
 PENDING: dict[str, str] = {}
 # groups read by their own command, each walked by its own test below (hbtool qat)
-OWN_COMMAND_GROUPS = ("qat_parameters", "debug_parameters")
+OWN_COMMAND_GROUPS = ("qat_parameters", "debug_parameters", "gate_parameters")
 # the model: caffe keys are refused by the table itself (Key.unsupported)
 
 
@@ -98,7 +98,8 @@ def _every_key_config(tmp: Path) -> dict:
 class _Reads:
     """Records ``(class, attribute)`` reads made from hbtool code outside hbtool/config."""
 
-    CLASSES = (T.ModelParams, T.CalibrationParams, T.CompilerParams, T.QatParams, T.DebugParams, T.InputSpec, T.HbConfig)
+    CLASSES = (T.ModelParams, T.CalibrationParams, T.CompilerParams, T.QatParams, T.DebugParams, T.GateParams, T.InputSpec,
+               T.HbConfig)
 
     def __init__(self) -> None:
         self.seen: set[tuple[str, str]] = set()
@@ -125,7 +126,8 @@ class _Reads:
 def _field(group: str, key: str) -> list[tuple[str, str]]:
     """The (class, attribute) pairs that hold a key."""
     cls = {"model_parameters": "ModelParams", "calibration_parameters": "CalibrationParams",
-           "compiler_parameters": "CompilerParams", "qat_parameters": "QatParams", "debug_parameters": "DebugParams"}
+           "compiler_parameters": "CompilerParams", "qat_parameters": "QatParams", "debug_parameters": "DebugParams",
+           "gate_parameters": "GateParams"}
     out = []
     if key in INPUT_FIELDS:
         out.append(("InputSpec", INPUT_FIELDS[key]))
@@ -285,4 +287,37 @@ def test_every_debug_key_is_read_by_hbtool_debug(tmp_path):
     assert res.exit_code == 0, res.output
     assert (tmp_path / "report" / "debug.json").exists()
     unread = [k for k in debug if not any(f in r.seen for f in _field("debug_parameters", k))]
+    assert unread == []
+
+
+def test_every_gate_key_is_read_by_hbtool_gate(tmp_path):
+    """gate_parameters, every key set, are all read by `hbtool gate` (and each gives its testcase)."""
+    import json
+
+    import yaml
+    from click.testing import CliRunner
+
+    from hbtool.cli import main
+
+    _tiny_model(tmp_path / "tiny.onnx")
+    cal, held = tmp_path / "cal", tmp_path / "held"
+    rng = np.random.default_rng(1)
+    for folder in (cal, held):
+        folder.mkdir()
+        for k in range(3):
+            np.save(folder / f"{k}.npy", rng.uniform(0, 1, (1, 3, 16, 16)).astype(np.float32))
+    gates = {"data_dir": str(held), "min_output_cosine": 0.5, "min_metric": 0.5, "max_metric_drop": 0.5, "min_fps": 1.0,
+             "max_latency_ms": 1000.0, "max_cpu_nodes": 10, "max_artifact_mb": 10.0, "bit_exact_samples": 2}
+    assert set(gates) == set(S.GROUPS["gate_parameters"][0])   # a new gate key must be added here
+    data = {"model_parameters": {"onnx_model": str(tmp_path / "tiny.onnx"), "working_dir": str(tmp_path / "wd")},
+            "calibration_parameters": {"cal_data_dir": str(cal), "calibration_type": "max"},
+            "gate_parameters": gates}
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(data))
+    assert CliRunner().invoke(main, ["makertbin", "-c", str(tmp_path / "cfg.yaml")]).exit_code == 0
+    with _Reads() as r:
+        res = CliRunner().invoke(main, ["gate", "-c", str(tmp_path / "cfg.yaml")])
+    assert res.exit_code == 0, res.output
+    report = json.loads((tmp_path / "wd" / "tiny_gates.json").read_text())
+    assert [g["key"] for g in report["gates"]] == [k for k in gates if k != "data_dir"]
+    unread = [k for k in gates if not any(f in r.seen for f in _field("gate_parameters", k))]
     assert unread == []
