@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[1] / "hbtool"
 
 #: top to bottom; a name is a subpackage (``hbtool/<name>/``) or a top-level module (``hbtool/<name>.py``)
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("cli", "cli_release"),
+    ("cli",),
+    ("cli_release",),  # registered on the click group by cli.py
     ("release",),  # CI gates and release bundles, over the api
     ("api",),
     ("makertbin",),  # the implementation of api.makertbin

@@ -25,7 +25,7 @@ import numpy as np
 
 from hbtool.config import HbConfig
 from hbtool.errors import InputError
-from hbtool.quant.metrics import RunningChannelErrors, RunningErrors, output_channel_axis
+from hbtool.io.metrics import RunningChannelErrors, RunningErrors, output_channel_axis
 
 QUANTIZED_WHAT = "the artifact run through the simulator"
 FLOAT_WHAT = "the original float model with the config's preprocessing (onnxruntime)"

@@ -51,7 +51,7 @@ def _npy(a: np.ndarray) -> bytes:
 
 
 def safe_name(name: str) -> str:
-    from hbtool.simulator.simulate import safe_file_name
+    from hbtool.io.files import safe_file_name
 
     return safe_file_name(name)
 
