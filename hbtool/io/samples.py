@@ -143,7 +143,7 @@ def resolve_inputs(specs: list[InputSpec], graph: Any | None) -> list[InputInfo]
     return infos
 
 
-def _default_dtype_for(stored: np.dtype) -> np.dtype:
+def default_dtype_for(stored: np.dtype) -> np.dtype:
     """Target dtype of a featuremap without a graph, from the first file's dtype."""
     if stored.kind == "b":
         return np.dtype(bool)
@@ -294,7 +294,7 @@ class InputFolder:
     def _settle_dtype(self, stored: np.dtype) -> None:
         if self.info.dtype is None:
             self.info = InputInfo(self.info.spec, self.info.name, self.info.shape,
-                                  _default_dtype_for(stored))
+                                  default_dtype_for(stored))
             self.dtype = self.info.dtype  # type: ignore[assignment]
 
     def _scan_npy(self, path: Path, single: bool) -> None:

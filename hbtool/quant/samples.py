@@ -20,13 +20,14 @@ import numpy as np
 
 from hbtool.config.types import HbConfig
 from hbtool.errors import InputError
-from hbtool.quant.data import CalibrationSet, _check_values, _default_dtype_for, _InputInfo, _resolve_inputs
+from hbtool.io.samples import InputInfo, check_values, default_dtype_for, resolve_inputs
+from hbtool.quant.data import CalibrationSet
 
 
 class _ArrayInput:
     """One input's samples, already checked and cast (the reader interface CalibrationSet reads)."""
 
-    def __init__(self, info: _InputInfo, arrays: list[np.ndarray], dtype: np.dtype):
+    def __init__(self, info: InputInfo, arrays: list[np.ndarray], dtype: np.dtype):
         self.info = info
         self.arrays = arrays
         self.dtype = dtype
@@ -41,7 +42,7 @@ class _ArrayInput:
         return self.arrays[i]
 
 
-def _one_array(info: _InputInfo, value: Any, k: int, dtype: np.dtype | None) -> np.ndarray:
+def _one_array(info: InputInfo, value: Any, k: int, dtype: np.dtype | None) -> np.ndarray:
     """Sample ``k`` of one input: shape checked, values checked, cast (as a one-sample .npy file is)."""
     where = f"data[{k}]['{info.name}']"
     arr = np.asarray(value)
@@ -53,8 +54,8 @@ def _one_array(info: _InputInfo, value: Any, k: int, dtype: np.dtype | None) -> 
     elif shape != info.shape:
         raise InputError(f"{where}: shape {shape} does not fit {info.label}, which takes {info.shape}",
                          f"pass one sample per entry, shaped {info.shape} or {info.shape[1:]}")
-    target = dtype or _default_dtype_for(arr.dtype)
-    _check_values(arr, target, where, info.label)
+    target = dtype or default_dtype_for(arr.dtype)
+    check_values(arr, target, where, info.label)
     return np.ascontiguousarray(arr.astype(target, copy=False))
 
 
@@ -68,7 +69,7 @@ def array_calibration_data(cfg: HbConfig, graph: Any, samples: Iterable[Mapping[
     if isinstance(samples, Mapping):
         raise InputError("data is one {input: array} dict, not an iterable of samples",
                          "pass a list of samples, e.g. data=[{'input': x0}, {'input': x1}]")
-    infos = _resolve_inputs(list(cfg.inputs), graph)
+    infos = resolve_inputs(list(cfg.inputs), graph)
     names = [info.name for info in infos]
     limit = cfg.calibration.num_samples
     columns: list[list[np.ndarray]] = [[] for _ in infos]
