@@ -64,11 +64,11 @@ def register(main: click.Group) -> None:
 @click.option("--junit", type=click.Path(path_type=Path), default=None, help="Also write a JUnit XML report here (one testcase per gate).")
 def gate(config_path: Path, junit: Path | None) -> None:
     """Check the config's gates on its existing working_dir (no rebuild); exit 4 when one fails."""
+    from hbtool import api
     from hbtool.compiler.compile import artifact_path
-    from hbtool.config import load_config
     from hbtool.release.gates import asked
 
-    cfg = load_config(config_path)
+    cfg = api.load_config(config_path)
     if not asked(cfg):
         raise InputError(f"{config_path}: gate_parameters sets no gate", "add e.g. gate_parameters: {min_fps: 100} (docs/ci.md)")
     artifact = artifact_path(cfg)
@@ -84,14 +84,13 @@ def gate(config_path: Path, junit: Path | None) -> None:
 @click.option("--max-rows", type=click.IntRange(min=0), default=10, show_default=True, help="Rows of the checker and calibration tables.")
 def release(config_path: Path, out_dir: Path, junit: Path | None, max_rows: int) -> None:
     """makertbin, the gates, and a reproducible release folder (artifact, manifest.json, reports/, check/); exit 4 on a failed gate."""
+    from hbtool import api
     from hbtool.checker.report import print_checker_report
-    from hbtool.config import load_config
-    from hbtool.makertbin import run_makertbin
+    from hbtool.compiler.compile import print_compile_summary
     from hbtool.quant.report import print_report
     from hbtool.release.bundle import write_release
-    from hbtool.utils.stage_log import stage_log
 
-    cfg = load_config(config_path)
+    cfg = api.load_config(config_path)
     require_gates_for_junit(cfg, junit)
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"--output-dir {out_dir} is a file", "give a folder (it is created if missing)")
@@ -99,12 +98,13 @@ def release(config_path: Path, out_dir: Path, junit: Path | None, max_rows: int)
     def report(stage: str, result) -> None:
         if stage == "checker":
             print_checker_report(result, max_rows=max_rows)
-        else:
+        elif stage == "calibrate":
             print_report(result, max_rows=max_rows)
+        elif stage == "compile":
+            print_compile_summary(cfg, result)
 
-    with stage_log(cfg.model.log_level) as stage:
-        built = run_makertbin(cfg, report=report, log_text=stage.text)
-    done = write_release(cfg, built.compiled.path, built.calibration.data, out_dir)
+    built = api.makertbin(cfg, report=report)
+    done = write_release(cfg, built.path, built.calibration.data, out_dir)
     m = done.manifest
     click.echo(f"release {m['model']} ({m['march']}): artifact sha256 {m['artifact_sha256']}, "
                f"{m['perf']['fps']} FPS, {m['perf']['latency_ms']} ms")

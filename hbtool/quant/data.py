@@ -33,6 +33,7 @@ for bool inputs. Sample k depends only on ``(seed, k)``, not on the batch size.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import numpy as np
