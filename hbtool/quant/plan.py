@@ -69,6 +69,12 @@ class TensorQuant:
     #: a 4-bit tensor (:mod:`hbtool.quant.int4`): its codes are held to ``(0, 15)`` (uint4) or ``(-8, 7)``
     #: (int4) by its producer's clamp, inside the ``bits``-bit container the kernels compute with
     code_range: tuple[int, int] | None = None
+    #: a model output concatenated from pieces of different ranges (:mod:`hbtool.quant.output_channels`):
+    #: float64 [C] scales along ``scale_axis`` (negative, from the end), one per channel, each piece's own
+    #: scale; ``scale`` is their largest. The BPU's Concat moves each piece's codes unchanged and the
+    #: output's dequantize on the CPU multiplies channel by channel.
+    axis_scales: np.ndarray | None = None
+    scale_axis: int | None = None
 
     @property
     def dtype(self) -> str:
@@ -83,7 +89,10 @@ class TensorQuant:
         return self.method == "log2"
 
     def channel_scales(self) -> float | np.ndarray:
-        """The scale, or with PTF the per-channel scales ``scale * 2**alpha`` (float64 [C])."""
+        """The scale, or with PTF the per-channel scales ``scale * 2**alpha`` (float64 [C]), or a segmented
+        output's per-channel scales (along ``scale_axis``)."""
+        if self.axis_scales is not None:
+            return np.asarray(self.axis_scales, np.float64)
         if self.ptf_alpha is None:
             return self.scale
         return self.scale * np.exp2(np.asarray(self.ptf_alpha, np.float64))
@@ -94,6 +103,9 @@ class TensorQuant:
             out["dtype"] = f"log2_{self.bits}bit"
         if self.ptf_alpha is not None:
             out["ptf_alpha"] = [int(a) for a in np.asarray(self.ptf_alpha).reshape(-1)]
+        if self.axis_scales is not None:
+            out["axis_scales"] = [float(v) for v in np.asarray(self.axis_scales).reshape(-1)]
+            out["scale_axis"] = int(self.scale_axis)
         return out
 
 
@@ -197,6 +209,7 @@ def build_plan(
     min_sqnr_db: float = INT8_MIN_SQNR_DB,
     all_int16: bool = False,
     switches: Any = None,
+    segment_outputs: bool = True,
 ) -> QuantPlan:
     """Choose bits and scale for every BPU activation tensor.
 
@@ -206,9 +219,11 @@ def build_plan(
     values. A group's bits, strongest first: an explicit int16 (node_info, a ``set_<Op>_*_int16``
     or ``set_model_output_int16``), an explicit int8 (``set_<Op>_*_int8``,
     ``set_model_output_int8``: auto_int16 leaves it alone), every tensor int16
-    (``all_int16``, ``set_all_nodes_int16``), then auto_int16.
+    (``all_int16``, ``set_all_nodes_int16``), then auto_int16. ``segment_outputs``: a model output that a
+    Concat makes of pieces of different ranges keeps each piece's scale (:mod:`hbtool.quant.output_channels`).
     """
     from hbtool.config.optimization import Switches
+    from hbtool.quant.output_channels import apply_output_segments, output_segments
 
     node_info = node_info or {}
     sw = switches if switches is not None else Switches()
@@ -223,6 +238,8 @@ def build_plan(
     want16: set[str] = set()
     fixed: dict[str, tuple[str, str]] = {}
     const_absmax: dict[str, float] = {}
+    # an output Concat of pieces of different ranges keeps each piece's scale (output_channels.py)
+    segments = output_segments(graph, stats, node_info) if segment_outputs and not output_int16 else {}
     for node in graph.nodes:
         if node.meta.get("on") != "BPU":
             continue
@@ -231,7 +248,7 @@ def build_plan(
             consts = [i for i in node.inputs if i and graph.is_const(i)]
             if consts and node.outputs[0] in uf.parent:
                 const_absmax[node.outputs[0]] = max(float(np.abs(graph.const(c)).max()) for c in consts)
-        if node.op_type in SCALE_PRESERVING and data:
+        if node.op_type in SCALE_PRESERVING and data and node.outputs[0] not in segments:
             for o in node.outputs:
                 if o:
                     for i in (data if node.op_type == "Concat" else data[:1]):
@@ -322,6 +339,7 @@ def build_plan(
         for m in members:
             plan.tensors[m] = TensorQuant(m, bits, scale, float(thr), f"{used}+zero_range", gid)
     plan.groups = dict(sorted(plan.groups.items()))
+    apply_output_segments(plan, segments)
     check_plan_scales(plan)
     return plan
 
