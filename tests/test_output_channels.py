@@ -135,3 +135,38 @@ def test_low_channels_warn_with_the_piece_that_fixes_them(tmp_path):
 def test_channel_list_spells_runs():
     assert channel_list([4, 5, 6, 9]) == "4-6, 9"
     assert channel_list(list(range(20))) == "0-11 and 8 more"
+
+
+@pytest.mark.parametrize("train_scales", [False, True])
+def test_qat_runs_a_segmented_output_at_its_pieces_scales(tmp_path, train_scales):
+    """QAT's program of the segmented output equals the quantized model (each piece at its own scale), and
+    trained piece scales carry into the output's per-channel scales."""
+    import torch
+
+    from hbtool.qat.module import QatModel
+
+    model, cal = boxes_and_scores(tmp_path)
+    result = run_calibration(config(tmp_path, model, cal, "bernoulli2"))
+    qat = QatModel(result.graph, result.plan, result.weight_scales, train_scales=train_scales)
+    x = np.load(cal / "1.npy")
+    with torch.no_grad():
+        got = qat(torch.from_numpy(x))
+    got = (got[0] if isinstance(got, (tuple, list)) else got).numpy()
+    ref = ort.InferenceSession(to_quantized_bytes(result), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    # QAT's torch emulation is not bit-exact (float32 requantization), but each channel is within 2 of its own LSBs;
+    # at one scale for both pieces the scores would be 0 and this fails
+    lsb = result.plan.tensors["y"].axis_scales.reshape(1, -1, 1)
+    assert np.all(np.abs(got - ref) <= 2 * lsb + 1e-6) and np.abs(got[:, 4:]).max() > 0
+    if train_scales:
+        key = qat._scale_index[result.plan.tensors["scores"].group]
+        with torch.no_grad():
+            getattr(qat, key).mul_(2)
+        qat.sync()
+        assert qat.plan.tensors["y"].axis_scales[4] == pytest.approx(2 * result.plan.tensors["scores"].scale, rel=1e-6)
+        assert not qat.report.fallbacks
+
+
+def to_quantized_bytes(result) -> bytes:
+    from hbtool.ir.onnx_export import to_onnx
+
+    return to_onnx(result.quantized, stage="quantized").SerializeToString()

@@ -105,6 +105,25 @@ def apply_output_segments(plan: Any, segments: Mapping[str, Segments]) -> None:
         tq.code_range = None
 
 
+def segment_pieces(graph: Graph, plan: Any, output: str) -> list[tuple[str, int]]:
+    """``[(piece tensor, its channel count along the output's scale axis)]`` of a segmented output."""
+    tq = plan.tensors[output]
+    concat = graph.producer(output)
+    rank = len(graph.shape(output) or ())
+    return [(p, int((graph.shape(p) or [0] * rank)[tq.scale_axis])) for p in concat.inputs]
+
+
+def refresh_output_segments(graph: Graph, plan: Any) -> None:
+    """Recompute each segmented output's per-channel scales from its pieces' current scales (QAT trains them)."""
+    for name, tq in plan.tensors.items():
+        if tq.axis_scales is None or graph.producer(name) is None:
+            continue
+        pieces = segment_pieces(graph, plan, name)
+        scales = np.concatenate([np.full(n, float(np.float32(plan.tensors[p].scale))) for p, n in pieces])
+        tq.axis_scales, tq.scale = scales, float(scales.max())
+        tq.threshold = float(max(plan.tensors[p].threshold for p, _ in pieces))
+
+
 def channel_axis_of(graph: Graph, output: str) -> int | None:
     """The axis :func:`~hbtool.quant.metrics.output_channel_axis` gives this output (from its shape)."""
     from hbtool.quant.metrics import output_channel_axis
