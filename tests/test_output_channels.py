@@ -170,3 +170,36 @@ def to_quantized_bytes(result) -> bytes:
     from hbtool.ir.onnx_export import to_onnx
 
     return to_onnx(result.quantized, stage="quantized").SerializeToString()
+
+
+def wide_conv(tmp_path):
+    """x (1, 8, 50) -> Conv with 2 channels ~100x the other 4 -> y (1, 6, 50): no Concat separates them."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((6, 8, 1)).astype(np.float32)
+    w[:2] *= 100
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], name="head")], [vinfo("x", [1, 8, 50])], [vinfo("y", [1, 6, 50])],
+                       [tensor("w", w)])
+    path = tmp_path / "w.onnx"
+    onnx.save(model, path)
+    cal = tmp_path / "cal"
+    cal.mkdir(exist_ok=True)
+    for i in range(8):
+        np.save(cal / f"{i}.npy", rng.standard_normal((1, 8, 50)).astype(np.float32))
+    return path, cal
+
+
+@pytest.mark.parametrize("march, bits", [("bayes-e", 16), ("bayes", 16), ("bernoulli2", 8)])
+def test_an_output_of_wide_channel_ranges_is_int16_where_the_march_has_it(tmp_path, march, bits):
+    model, cal = wide_conv(tmp_path)
+    result = run_calibration(config(tmp_path, model, cal, march, calibration_type="max"))
+    assert result.plan.tensors["y"].bits == bits
+    judged = result.options["output_channels"]["y"]
+    assert bool(judged.get("warning")) == (bits == 8)
+    if bits == 8:
+        assert "no int16" in judged["fix"] and set(judged["low_channels"]) <= {2, 3, 4, 5}
+
+
+def test_an_output_pinned_to_int8_stays_int8(tmp_path):
+    model, cal = wide_conv(tmp_path)
+    result = run_calibration(config(tmp_path, model, cal, "bayes-e", calibration_type="max", optimization="set_model_output_int8"))
+    assert result.plan.tensors["y"].bits == 8

@@ -33,7 +33,7 @@ from hbtool.quant.fqvit import apply_ptf, apply_softmax_log2, log2_decode, ptf_t
 from hbtool.quant.masks import clamp_masks
 from hbtool.quant.node_weights import adaround_subset, bias_correction_everywhere, clip_node_weights, mean_inputs, nodes_asking
 from hbtool.quant.metrics import RunningChannelErrors, RunningErrors
-from hbtool.quant.output_channels import channel_axis_of, judge_outputs, judgement_lines
+from hbtool.quant.output_channels import channel_axis_of, judge_outputs, judgement_lines, output_channel_axes
 from hbtool.quant.observers import TensorStats
 from hbtool.quant.plan import INT8_MIN_SQNR_DB, QuantPlan, bpu_activation_tensors, build_plan
 from hbtool.quant.load import apply_loaded_scales, strip_quantization
@@ -254,6 +254,7 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     observed = sorted(set(reps.values()), key=tensors.index)
     use_ptf = bool(getattr(cal, "ptf", False))
     ptf_axes = {t: -1 for t in ptf_tensors(graph)[0]} if use_ptf else {}
+    ptf_axes.update({o: a for o, a in output_channel_axes(graph).items() if o in tensors and o not in ptf_axes})  # per-channel maxima
     from hbtool.config.optimization import switches as optimization_switches
 
     switches = optimization_switches(cal.optimization)
@@ -284,7 +285,7 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
 
     def plan_for(method: str | dict[str, str]) -> QuantPlan:
         plan = build_plan(graph, stats, method, auto16, node_info, output16, cal.max_percentile, min_sqnr_db=min_sqnr,
-                          all_int16=bool(cal.enable_int16), switches=switches)
+                          all_int16=bool(cal.enable_int16), switches=switches, int16_wide_outputs=march.has_int16 and ctype != "skip")
         plan.bias_delta = dict(bias_delta or {})
         if getattr(cal, "softmax_log2", False):
             done, skipped = apply_softmax_log2(graph, plan)

@@ -83,6 +83,43 @@ def output_segments(graph: Graph, stats: Mapping[str, Any], node_info: Mapping[s
     return found
 
 
+#: an output whose channels' ranges differ by more than this keeps a few codes for the small ones in int8
+WIDE_RANGE_RATIO = 8.0
+
+
+def output_channel_axes(graph: Graph) -> dict[str, int]:
+    """``{model output: channel axis}`` whose per-channel maxima calibration should collect."""
+    out = {}
+    for name in graph.outputs:
+        axis = channel_axis_of(graph, name)
+        if axis is not None:
+            out[name] = axis
+    return out
+
+
+def wide_range_outputs(graph: Graph, stats: Mapping[str, Any], segments: Mapping[str, Segments],
+                       node_info: Mapping[str, Any] | None = None) -> list[str]:
+    """Model outputs (not segmented) whose channels differ in range by more than :data:`WIDE_RANGE_RATIO`:
+    in int8 their small channels keep a few codes, so they get int16 where the march has it.
+
+    Only an output observed with its own per-channel maxima counts (not one that shares a
+    permutation chain's statistics); one whose node pins ``OutputType`` is the user's choice."""
+    producers = graph.producer_map()
+    found = []
+    for name in graph.outputs:
+        st = stats.get(name)
+        node = producers.get(name)
+        if name in segments or st is None or getattr(st, "name", name) != name or st.channel_absmax is None or node is None:
+            continue
+        if "OutputType" in ((node_info or {}).get(node.name) or {}):
+            continue
+        c = np.asarray(st.channel_absmax, np.float64).reshape(-1)
+        c = c[c > 0]
+        if c.size >= 2 and c.min() * WIDE_RANGE_RATIO < c.max():
+            found.append(name)
+    return found
+
+
 def apply_output_segments(plan: Any, segments: Mapping[str, Segments]) -> None:
     """Give each segmented output per-channel scales: piece k's scale on piece k's channels.
 

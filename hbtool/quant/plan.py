@@ -210,6 +210,7 @@ def build_plan(
     all_int16: bool = False,
     switches: Any = None,
     segment_outputs: bool = True,
+    int16_wide_outputs: bool = False,
 ) -> QuantPlan:
     """Choose bits and scale for every BPU activation tensor.
 
@@ -220,10 +221,11 @@ def build_plan(
     or ``set_model_output_int16``), an explicit int8 (``set_<Op>_*_int8``,
     ``set_model_output_int8``: auto_int16 leaves it alone), every tensor int16
     (``all_int16``, ``set_all_nodes_int16``), then auto_int16. ``segment_outputs``: a model output that a
-    Concat makes of pieces of different ranges keeps each piece's scale (:mod:`hbtool.quant.output_channels`).
+    Concat makes of pieces of different ranges keeps each piece's scale (:mod:`hbtool.quant.output_channels`);
+    ``int16_wide_outputs`` (a march with int16): any other output whose channels differ in range more than 8x is int16.
     """
     from hbtool.config.optimization import Switches
-    from hbtool.quant.output_channels import apply_output_segments, output_segments
+    from hbtool.quant.output_channels import apply_output_segments, output_segments, wide_range_outputs
 
     node_info = node_info or {}
     sw = switches if switches is not None else Switches()
@@ -282,6 +284,8 @@ def build_plan(
         explicit16.update(o for o in graph.outputs if o in uf.parent)
     if sw.model_output_bits == 8:
         force8.update(o for o in graph.outputs if o in uf.parent)
+    if int16_wide_outputs:   # channels of very different ranges that no Concat separates: int16 (output_channels.py)
+        explicit16.update(o for o in wide_range_outputs(graph, stats, segments, node_info) if o in uf.parent and o not in force8)
     base16 = set(tensors) if all_int16 else set()  # Horizon's enable_int16 / set_all_nodes_int16
 
     groups: dict[str, list[str]] = {}
