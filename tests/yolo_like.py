@@ -206,3 +206,51 @@ def f1_against_float(float_outputs: np.ndarray, test_outputs: np.ndarray) -> flo
     if nr == 0 and nt == 0:
         return 1.0
     return 2 * tp / max(nr + nt, 1)
+
+
+# ------------------------------------------------------------------ the pipeline on it (test and benchmark)
+
+def build(march: str, model: Path, cal_dir: Path, work: Path, calibration: dict | None = None):
+    """Calibrate (default settings unless ``calibration``) and compile; (result, compiled)."""
+    from hbtool.compiler.compile import compile_model
+    from hbtool.config import config_from_dict
+    from hbtool.quant.calibrate import run_calibration, write_outputs
+
+    cfg = config_from_dict({
+        "model_parameters": {"onnx_model": str(model), "working_dir": str(work), "march": march, "output_model_file_prefix": "y"},
+        "input_parameters": {"input_type_train": "featuremap", "input_type_rt": "featuremap", "norm_type": "no_preprocess"},
+        "calibration_parameters": {"cal_data_dir": str(cal_dir), **(calibration or {})},
+    }, base_dir=work)
+    result = run_calibration(cfg)
+    write_outputs(cfg, result, "")
+    return cfg, result, compile_model(cfg)
+
+
+def quantized_outputs(result, images: np.ndarray) -> np.ndarray:
+    import onnxruntime as ort
+
+    from hbtool.ir.onnx_export import to_onnx
+
+    sess = ort.InferenceSession(to_onnx(result.quantized, stage="quantized").SerializeToString(), providers=["CPUExecutionProvider"])
+    return np.concatenate([sess.run(None, {"images": images[i:i + 1]})[0] for i in range(len(images))])
+
+
+def float_outputs(model: Path, images: np.ndarray) -> np.ndarray:
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    return np.concatenate([sess.run(None, {"images": images[i:i + 1]})[0] for i in range(len(images))])
+
+
+def fps(compiled) -> float:
+    from hbtool.perf.schedule import estimate
+
+    return float(estimate(compiled.header, None, program=compiled.program).fps)
+
+
+def write_calibration(folder: Path, count: int, seed: int) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    images, _ = render_images(count, seed)
+    for i, img in enumerate(images):
+        np.save(folder / f"{i:03d}.npy", img[None])
+    return folder
