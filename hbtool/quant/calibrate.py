@@ -396,7 +396,8 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
         coarse = coarse_int8_outputs(graph, plan, stats, node_info, switches, march.has_int16)
         if coarse:
             result.options["coarse_outputs"] = coarse
-    judged = judge_outputs(graph, plan, out_channels, node_info, march.has_int16)  # every output, channel by channel
+    # every output, channel by channel (random data, the quick path, says nothing about real channels)
+    judged = judge_outputs(graph, plan, out_channels, node_info, march.has_int16) if ctype != "skip" else {}
     if judged:
         result.options["output_channels"] = judged
     result.data = data
@@ -478,8 +479,8 @@ def coarse_int8_outputs(graph: Graph, plan: QuantPlan, stats: dict[str, TensorSt
     for name in graph.outputs:
         q, st = plan.tensors.get(name), stats.get(name)
         node = producers.get(name)
-        if q is None or st is None or q.bits != 8 or node is None or q.is_log2:
-            continue
+        if q is None or st is None or q.bits != 8 or node is None or q.is_log2 or q.axis_scales is not None:
+            continue   # (a segmented output is judged per channel: output_channels.py)
         if str(((node_info or {}).get(node.name) or {}).get("OutputType", "")).lower() == "int8":
             continue
         db = sqnr_db(st, q.threshold, 127)
