@@ -83,8 +83,8 @@ def output_segments(graph: Graph, stats: Mapping[str, Any], node_info: Mapping[s
     return found
 
 
-#: an output whose channels' ranges differ by more than this keeps a few codes for the small ones in int8
-WIDE_RANGE_RATIO = 8.0
+#: an output whose channels' ranges differ by more than this keeps under 8 codes for the small ones in int8
+WIDE_RANGE_RATIO = 16.0
 
 
 def output_channel_axes(graph: Graph) -> dict[str, int]:
@@ -102,14 +102,19 @@ def wide_range_outputs(graph: Graph, stats: Mapping[str, Any], segments: Mapping
     """Model outputs (not segmented) whose channels differ in range by more than :data:`WIDE_RANGE_RATIO`:
     in int8 their small channels keep a few codes, so they get int16 where the march has it.
 
-    Only an output observed with its own per-channel maxima counts (not one that shares a
-    permutation chain's statistics); one whose node pins ``OutputType`` is the user's choice."""
+    Only an output of rank 3 or more counts (a map whose channels can be quantities of different
+    kinds, a detector's head); a rank-2 output's last axis holds one kind (class logits, an
+    embedding), where a small channel is a small value, not a lost one. It must be observed with its
+    own per-channel maxima (not a permutation chain's statistics); one whose node pins
+    ``OutputType`` is the user's choice."""
     producers = graph.producer_map()
     found = []
     for name in graph.outputs:
         st = stats.get(name)
         node = producers.get(name)
         if name in segments or st is None or getattr(st, "name", name) != name or st.channel_absmax is None or node is None:
+            continue
+        if len(graph.shape(name) or ()) < 3:
             continue
         if "OutputType" in ((node_info or {}).get(node.name) or {}):
             continue

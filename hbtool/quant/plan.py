@@ -222,7 +222,7 @@ def build_plan(
     ``set_model_output_int8``: auto_int16 leaves it alone), every tensor int16
     (``all_int16``, ``set_all_nodes_int16``), then auto_int16. ``segment_outputs``: a model output that a
     Concat makes of pieces of different ranges keeps each piece's scale (:mod:`hbtool.quant.output_channels`);
-    ``int16_wide_outputs`` (a march with int16): any other output whose channels differ in range more than 8x is int16.
+    ``int16_wide_outputs`` (a march with int16): any other output of rank >= 3 whose channels differ in range more than 16x is int16.
     """
     from hbtool.config.optimization import Switches
     from hbtool.quant.output_channels import apply_output_segments, output_segments, wide_range_outputs
