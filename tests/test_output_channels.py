@@ -120,6 +120,10 @@ def test_low_channels_warn_with_the_piece_that_fixes_them(tmp_path):
     assert judged.get("warning") and set(judged["low_channels"]) <= set(range(4, 10)) and judged["low_channels"]
     line = next(x for x in option_lines(result) if x.startswith("warning: output 'y' channel(s)"))
     assert "{'cls_sigmoid': {OutputType: int16}}" in line and "set_model_output_int16" not in line
+    from hbtool.quant.report import render_report
+
+    with_table = render_report(result).export_text()
+    assert f"#{judged['worst_channel']} " in with_table and "(low)" in with_table   # the outputs table's worst channel
     # the fix it names works and silences it
     cfg = config_from_dict({
         "model_parameters": {"onnx_model": str(model), "working_dir": str(tmp_path / "wd2"), "march": "bayes-e",
