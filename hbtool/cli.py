@@ -88,7 +88,8 @@ def parse_input_shapes(pairs: Sequence[tuple[str, str]]) -> dict[str, tuple[int,
         try:
             shapes[name] = parse_shape(text)
         except ValueError:
-            raise InputError(f"--input-shape {name} {text}: not a shape", "write it like 1x3x224x224") from None
+            raise InputError(f"--input-shape {name} {text}: not a shape",
+                             "write it like 1x3x224x224, or scalar for a rank-0 input") from None
     return shapes
 
 

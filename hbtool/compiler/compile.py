@@ -115,13 +115,24 @@ def _output_descriptions(program: Graph, removed: list[dict[str, Any]] | None = 
         v = program.values[name]
         p = producers.get(name)
         kern = p.meta.get("kernel") if p is not None else None
-        deq = {"scale": float(np.asarray(kern.scale).reshape(-1)[0])} if kern is not None and type(kern).__name__ == "Dequantize" else None
+        deq = _dequantize_description(kern) if kern is not None and type(kern).__name__ == "Dequantize" else None
         d = {"name": name, "shape": [int(x) for x in v.shape], "dtype": "float32", "dequantize": deq}
         if name in cut:  # remove_node_type cut the nodes after it: the integer codes come out
             d["dtype"] = "int64"
             d["removed"] = [r for r in removed or [] if r["at"] == "output" and r["new_tensor"] in _chain(cut, name)]
         out.append(d)
     return out
+
+
+def _dequantize_description(kern: Any) -> dict[str, Any]:
+    """``{"scale": s}``, or for an output whose channels have their own scales (a segmented Concat,
+    hbtool.quant.output_channels) also ``scales`` (one per channel) and ``axis`` (negative): ``scale``
+    is then the largest, what a reader that knows one scale must not use alone."""
+    s = np.asarray(kern.scale, np.float64)
+    if s.size <= 1:
+        return {"scale": float(s.reshape(-1)[0])}
+    axis = next(k for k, n in enumerate(s.shape) if n > 1) - s.ndim
+    return {"scale": float(s.max()), "scales": [float(v) for v in s.reshape(-1)], "axis": axis}
 
 
 def compile_model(cfg: HbConfig, optimize_level: str | None = None, disabled_passes: set[str] | None = None,

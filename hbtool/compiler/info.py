@@ -59,7 +59,12 @@ def print_info(art: Artifact, console: Console | None = None) -> None:
         t.add_column(col)
     for d in s["outputs"]:
         dq = d.get("dequantize")
-        t.add_row(d["name"], "x".join(map(str, d["shape"])), d["dtype"], f"scale {dq['scale']:.6g}" if dq else "float (CPU)")
+        deq = "float (CPU)"
+        if dq:
+            deq = f"scale {dq['scale']:.6g}"
+            if dq.get("scales"):
+                deq = f"{len(set(dq['scales']))} scales along axis {dq['axis']} (per channel, {min(dq['scales']):.3g} to {dq['scale']:.3g})"
+        t.add_row(d["name"], "x".join(map(str, d["shape"])), d["dtype"], deq)
     console.print(t)
     p = s["program"]
     console.print(f"program: {p['nodes']} nodes ({', '.join(f'{k} {v}' for k, v in p['by_unit'].items())}), "

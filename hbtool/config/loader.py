@@ -529,11 +529,9 @@ class _Builder:
         return names
 
     def _read_input(self, i: int, n: int, name: str | None, e: dict[str, Any]) -> InputSpec:
+        """One input's entries -> InputSpec, in named steps: values, types and layouts, image shape, preprocessing."""
         who = f"input '{name}'" if name is not None else (f"input {i + 1}" if n > 1 else "the input")
         pre = f"{who}: " if n > 1 or name is not None else ""
-
-        def path(key: str) -> str:
-            return f"{PER_INPUT_KEYS[key][0]}.{key}"
 
         def enum(key: str) -> str | None:
             if e[key] is None:
@@ -541,119 +539,47 @@ class _Builder:
             allowed = PER_INPUT_KEYS[key][1].allowed
             assert allowed is not None
             try:
-                return read_enum(path(key), e[key], allowed)
+                return read_enum(_input_key_path(key), e[key], allowed)
             except ConfigError as exc:
                 raise ConfigError(exc.problem.replace(": ", f": {pre}", 1), exc.fix) from None
 
         type_train = enum("input_type_train") or "featuremap"
         type_rt = enum("input_type_rt") or type_train
         layout_train = enum("input_layout_train")
-        layout_rt_given = enum("input_layout_rt")
         space = enum("input_space_and_range") or "regular"
         norm = enum("norm_type") or "no_preprocess"
         cal_type = enum("cal_data_type")
-
-        shape = None
-        if e["input_shape"] is not None:
-            try:
-                shape = parse_shape(e["input_shape"])
-            except ValueError as exc:
-                fail(path("input_shape"), f"{pre}{exc}",
-                     "write the fixed shape with 'x' between dimensions, e.g. 1x3x224x224")
-        mean = self._floats(path("mean_value"), pre, e["mean_value"])
-        scale = self._floats(path("scale_value"), pre, e["scale_value"])
+        shape = self._shape(pre, e["input_shape"])
+        mean = self._floats(_input_key_path("mean_value"), pre, e["mean_value"])
+        scale = self._floats(_input_key_path("scale_value"), pre, e["scale_value"])
         cal_dir = None
         if e["cal_data_dir"] is not None:
-            cal_dir = read_path(path("cal_data_dir"), e["cal_data_dir"], self.base)
-
-        # types
-        if type_rt not in S.TRAIN_TO_RT[type_train]:
-            ok = ", ".join(S.TRAIN_TO_RT[type_train])
-            fail(path("input_type_rt"),
-                 f"{pre}input_type_train {type_train} cannot be fed as {type_rt} at run time",
-                 f"for input_type_train {type_train} use input_type_rt {ok}")
-        # layouts and shape rank
-        is_image = type_train != "featuremap"
-        if is_image and layout_train is None:
-            fail(path("input_layout_train"),
-                 f"{pre}input_type_train {type_train} needs input_layout_train",
-                 "set input_layout_train to NCHW or NHWC, as the model's input is laid out")
-        if layout_rt_given is not None and layout_train is None:
-            fail(path("input_layout_rt"), f"{pre}input_layout_rt needs input_layout_train too",
-                 "set input_layout_train, or remove input_layout_rt")
-        if type_rt == "nv12":
-            layout_rt = None  # an nv12 buffer has its own fixed arrangement
-        else:
-            layout_rt = layout_rt_given or layout_train
-        if shape is not None and layout_train is not None and len(shape) != 4:
-            why = f"input_type_train {type_train}" if is_image else f"layout {layout_train}"
-            fail(path("input_shape"),
-                 f"{pre}{why} needs a 4-D shape like 1x3x224x224, got '{format_shape(shape)}'",
-                 "give all four dimensions (N, C, H, W in the layout's order)")
-        channels = None
-        if shape is not None and layout_train is not None:
-            c_axis = 1 if layout_train == "NCHW" else 3
-            channels = shape[c_axis]
-            h, w = (shape[2], shape[3]) if layout_train == "NCHW" else (shape[1], shape[2])
-            want_c = S.TYPE_CHANNELS.get(type_train)
-            if want_c is not None and channels != want_c:
-                fail(path("input_shape"),
-                     f"{pre}{type_train} has {want_c} channel{'s' if want_c > 1 else ''}, but "
-                     f"dimension {c_axis} of '{format_shape(shape)}' ({layout_train}) is {channels}",
-                     "check input_shape and input_layout_train against the model's input")
-            if (type_rt in ("nv12", "yuv444", "yuv444_128") or type_train == "yuv444") and (h % 2 or w % 2):
-                fail(path("input_shape"),
-                     f"{pre}{type_rt} input needs an even height and width, got {h}x{w}",
-                     "resize the model input to even height and width")
-        elif is_image:
-            channels = S.TYPE_CHANNELS[type_train]
+            cal_dir = read_path(_input_key_path("cal_data_dir"), e["cal_data_dir"], self.base)
+        layout_rt = _types_and_layouts(pre, type_train, type_rt, layout_train, enum("input_layout_rt"))
+        channels = _image_shape_channels(pre, shape, type_train, type_rt, layout_train)
         if space != "regular" and type_rt != "nv12":
-            fail(path("input_space_and_range"),
+            fail(_input_key_path("input_space_and_range"),
                  f"{pre}{space} applies only to nv12 input, but input_type_rt is {type_rt}",
                  "remove input_space_and_range or set it to regular")
-
-        # preprocessing
-        needs_mean = norm in ("data_mean", "data_mean_and_scale")
-        needs_scale = norm in ("data_scale", "data_mean_and_scale")
-        # Horizon accepts a mean of 0 (or a scale of 1) that the norm_type does not use: it
-        # changes nothing, so it is dropped rather than refused.
-        if not needs_mean and mean is not None and all(v == 0 for v in mean):
-            log.info("%smean_value %s is not used by norm_type %s and changes nothing: dropped",
-                     pre, " ".join(f"{v:g}" for v in mean), norm)
-            mean = None
-        if not needs_scale and scale is not None and all(v == 1 for v in scale):
-            log.info("%sscale_value %s is not used by norm_type %s and changes nothing: dropped",
-                     pre, " ".join(f"{v:g}" for v in scale), norm)
-            scale = None
-        for key, values, needed in (("mean_value", mean, needs_mean),
-                                    ("scale_value", scale, needs_scale)):
-            if needed and values is None:
-                fail(path(key), f"{pre}norm_type {norm} needs {key}",
-                     f"give {key} (one number or one per channel), or change norm_type")
-            if not needed and values is not None:
-                fail(path(key), f"{pre}norm_type {norm} does not use {key}, so it would be ignored",
-                     f"remove {key} (None for this input), or set norm_type to one that uses it")
-            if values is None or len(values) == 1:
-                continue
-            if channels is None:
-                fail(path(key), f"{pre}{len(values)} values given but the channel count is "
-                                "unknown (featuremap without input_layout_train and input_shape)",
-                     "give a single number, or set input_layout_train and input_shape")
-            if len(values) != channels:
-                fail(path(key), f"{pre}{len(values)} values given but the input has {channels} "
-                                "channels",
-                     f"give 1 or {channels} values, separated by spaces")
-        if scale is not None and any(v == 0 for v in scale):
-            fail(path("scale_value"), f"{pre}a scale of 0 erases the input",
-                 "use the inverse of the standard deviation, e.g. 0.0171 for std 58.4")
-
+        mean, scale = _preprocessing_values(pre, norm, mean, scale, channels)
         if cal_type is None:
             f32_dir = cal_dir is not None and cal_dir.name.lower().endswith("_f32")
-            cal_type = "float32" if f32_dir or not is_image else "uint8"
+            cal_type = "float32" if f32_dir or type_train == "featuremap" else "uint8"
         return InputSpec(name=name, shape=shape, type_train=type_train, type_rt=type_rt,
                          layout_train=layout_train, layout_rt=layout_rt, norm_type=norm,
                          mean=mean, scale=scale, cal_data_dir=cal_dir, cal_data_type=cal_type,
                          space_and_range=space)
+
+    @staticmethod
+    def _shape(pre: str, entry: Any) -> tuple[int, ...] | None:
+        """``input_shape``: ``1x3x224x224``, or ``scalar`` for a rank-0 input (None: not given)."""
+        if entry is None:
+            return None
+        try:
+            return parse_shape(entry)
+        except ValueError as exc:
+            fail(_input_key_path("input_shape"), f"{pre}{exc}",
+                 "write the fixed shape with 'x' between dimensions, e.g. 1x3x224x224 (scalar for a rank-0 input)")
 
     @staticmethod
     def _floats(path: str, pre: str, entry: Any) -> tuple[float, ...] | None:
@@ -879,3 +805,93 @@ def to_raw(cfg: HbConfig) -> dict[str, dict[str, Any]]:
                 out[name] = _plain(getattr(objs[group], name))
         raw[group] = out
     return raw
+
+
+def _input_key_path(key: str) -> str:
+    """``group.key`` of a per-input key, for messages."""
+    return f"{PER_INPUT_KEYS[key][0]}.{key}"
+
+
+def _types_and_layouts(pre: str, type_train: str, type_rt: str, layout_train: str | None,
+                       layout_rt_given: str | None) -> str | None:
+    """Check the run-time type against the training type and the layouts; the run-time layout."""
+    if type_rt not in S.TRAIN_TO_RT[type_train]:
+        ok = ", ".join(S.TRAIN_TO_RT[type_train])
+        fail(_input_key_path("input_type_rt"),
+             f"{pre}input_type_train {type_train} cannot be fed as {type_rt} at run time",
+             f"for input_type_train {type_train} use input_type_rt {ok}")
+    if type_train != "featuremap" and layout_train is None:
+        fail(_input_key_path("input_layout_train"),
+             f"{pre}input_type_train {type_train} needs input_layout_train",
+             "set input_layout_train to NCHW or NHWC, as the model's input is laid out")
+    if layout_rt_given is not None and layout_train is None:
+        fail(_input_key_path("input_layout_rt"), f"{pre}input_layout_rt needs input_layout_train too",
+             "set input_layout_train, or remove input_layout_rt")
+    if type_rt == "nv12":
+        return None  # an nv12 buffer has its own fixed arrangement
+    return layout_rt_given or layout_train
+
+
+def _image_shape_channels(pre: str, shape: tuple[int, ...] | None, type_train: str, type_rt: str,
+                          layout_train: str | None) -> int | None:
+    """Check a laid-out input's shape (rank 4, the type's channel count, even sides for YUV); its channels."""
+    is_image = type_train != "featuremap"
+    if shape is not None and layout_train is not None and len(shape) != 4:
+        why = f"input_type_train {type_train}" if is_image else f"layout {layout_train}"
+        fail(_input_key_path("input_shape"),
+             f"{pre}{why} needs a 4-D shape like 1x3x224x224, got '{format_shape(shape)}'",
+             "give all four dimensions (N, C, H, W in the layout's order)")
+    if shape is None or layout_train is None:
+        return S.TYPE_CHANNELS[type_train] if is_image else None
+    c_axis = 1 if layout_train == "NCHW" else 3
+    channels = shape[c_axis]
+    h, w = (shape[2], shape[3]) if layout_train == "NCHW" else (shape[1], shape[2])
+    want_c = S.TYPE_CHANNELS.get(type_train)
+    if want_c is not None and channels != want_c:
+        fail(_input_key_path("input_shape"),
+             f"{pre}{type_train} has {want_c} channel{'s' if want_c > 1 else ''}, but "
+             f"dimension {c_axis} of '{format_shape(shape)}' ({layout_train}) is {channels}",
+             "check input_shape and input_layout_train against the model's input")
+    if (type_rt in ("nv12", "yuv444", "yuv444_128") or type_train == "yuv444") and (h % 2 or w % 2):
+        fail(_input_key_path("input_shape"),
+             f"{pre}{type_rt} input needs an even height and width, got {h}x{w}",
+             "resize the model input to even height and width")
+    return channels
+
+
+def _preprocessing_values(pre: str, norm: str, mean: tuple[float, ...] | None, scale: tuple[float, ...] | None,
+                          channels: int | None) -> tuple[tuple[float, ...] | None, tuple[float, ...] | None]:
+    """``mean_value`` / ``scale_value`` checked against ``norm_type`` and the channel count."""
+    needs_mean = norm in ("data_mean", "data_mean_and_scale")
+    needs_scale = norm in ("data_scale", "data_mean_and_scale")
+    # Horizon accepts a mean of 0 (or a scale of 1) that the norm_type does not use: it
+    # changes nothing, so it is dropped rather than refused.
+    if not needs_mean and mean is not None and all(v == 0 for v in mean):
+        log.info("%smean_value %s is not used by norm_type %s and changes nothing: dropped",
+                 pre, " ".join(f"{v:g}" for v in mean), norm)
+        mean = None
+    if not needs_scale and scale is not None and all(v == 1 for v in scale):
+        log.info("%sscale_value %s is not used by norm_type %s and changes nothing: dropped",
+                 pre, " ".join(f"{v:g}" for v in scale), norm)
+        scale = None
+    for key, values, needed in (("mean_value", mean, needs_mean), ("scale_value", scale, needs_scale)):
+        if needed and values is None:
+            fail(_input_key_path(key), f"{pre}norm_type {norm} needs {key}",
+                 f"give {key} (one number or one per channel), or change norm_type")
+        if not needed and values is not None:
+            fail(_input_key_path(key), f"{pre}norm_type {norm} does not use {key}, so it would be ignored",
+                 f"remove {key} (None for this input), or set norm_type to one that uses it")
+        if values is None or len(values) == 1:
+            continue
+        if channels is None:
+            fail(_input_key_path(key), f"{pre}{len(values)} values given but the channel count is "
+                                       "unknown (featuremap without input_layout_train and input_shape)",
+                 "give a single number, or set input_layout_train and input_shape")
+        if len(values) != channels:
+            fail(_input_key_path(key), f"{pre}{len(values)} values given but the input has {channels} "
+                                       "channels",
+                 f"give 1 or {channels} values, separated by spaces")
+    if scale is not None and any(v == 0 for v in scale):
+        fail(_input_key_path("scale_value"), f"{pre}a scale of 0 erases the input",
+             "use the inverse of the standard deviation, e.g. 0.0171 for std 58.4")
+    return mean, scale

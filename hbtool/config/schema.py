@@ -221,7 +221,8 @@ INPUT = _g(
         per_input=True, broadcast=True, default="regular", allowed=("regular", "bt601_video")),
     Key("input_shape", "shape",
         "Fixed input shape, e.g. `1x3x224x224`; replaces the model's (possibly dynamic) shape. "
-        "Positive integers only.", per_input=True, default_doc="the model's shape"),
+        "Positive integers only; `scalar` for a rank-0 input (an audio model's sample rate), e.g. "
+        "`1x1x16000;scalar`.", per_input=True, default_doc="the model's shape"),
     Key("input_batch", "int",
         "Batch size of the compiled model. hbtool compiles the batch of the input shape, so "
         "only 1 is accepted: export the model with the batch you want instead.", default=1, min=1,

@@ -200,16 +200,23 @@ def read_enum_list(path: str, value: Any, allowed: tuple[str, ...]) -> list[str]
 # ----------------------------------------------------------------------------------------------
 
 SHAPE_EXAMPLE = "1x3x224x224"
+#: the shape of a rank-0 input (an audio model's sample rate): ``input_shape: scalar``, ``--input-shape sr scalar``
+SCALAR = "scalar"
 
 
 def parse_shape(value: Any) -> tuple[int, ...]:
-    """``"1x3x224x224"`` or ``"1,3,224,224"`` (or a list of ints) -> ``(1, 3, 224, 224)``.
+    """``"1x3x224x224"`` or ``"1,3,224,224"`` (or a list of ints) -> ``(1, 3, 224, 224)``; ``"scalar"``
+    (or an empty YAML list) -> ``()``, the shape of a rank-0 input.
 
     Raises ValueError whose message can follow a key path (``<key>: <message>``).
     """
+    if isinstance(value, str) and value.strip().lower() == SCALAR:
+        return ()
     if isinstance(value, (list, tuple)):
         items: list[Any] = list(value)
         text = "x".join(str(v) for v in items)
+        if not items:
+            return ()   # a YAML [] is a rank-0 shape, as ``scalar`` is
     elif isinstance(value, str):
         text = value.strip()
         sep = "," if "," in text else "x"
@@ -239,7 +246,8 @@ def parse_shape(value: Any) -> tuple[int, ...]:
 
 
 def format_shape(shape: tuple[int, ...]) -> str:
-    return "x".join(str(d) for d in shape)
+    """``1x3x224x224``; ``scalar`` for a rank-0 shape (what :func:`parse_shape` reads back)."""
+    return "x".join(str(d) for d in shape) if len(shape) else SCALAR
 
 
 def parse_floats(value: Any) -> tuple[float, ...]:

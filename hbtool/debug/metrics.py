@@ -11,7 +11,7 @@ from typing import Mapping
 
 import numpy as np
 
-from hbtool.io.metrics import RunningErrors
+from hbtool.io.metrics import RunningErrors, channel_errors, output_channel_axis
 
 #: metric -> "higher" or "lower" (which way is better); the order of the table columns
 DIRECTION = {"cosine": "higher", "mse": "lower", "sqnr_db": "higher", "l1": "lower", "chebyshev": "lower"}
@@ -47,8 +47,24 @@ def errors(ref: np.ndarray, got: np.ndarray) -> dict[str, float]:
 
 
 def per_output(float_out: Mapping[str, np.ndarray], quant_out: Mapping[str, np.ndarray]) -> dict[str, dict[str, float]]:
-    """``{output: metrics}`` of outputs stacked over the samples."""
-    return {name: errors(float_out[name], quant_out[name]) for name in float_out}
+    """``{output: metrics}`` of outputs stacked over the samples, with the worst channel's beside them."""
+    out = {}
+    for name in float_out:
+        out[name] = errors(float_out[name], quant_out[name])
+        out[name].update(worst_channel(float_out[name], quant_out[name]))
+    return out
+
+
+def worst_channel(ref: np.ndarray, got: np.ndarray) -> dict[str, float]:
+    """``worst_channel``, its ``worst_channel_snr_db`` (held to +-200) and ``worst_channel_cosine``:
+    the channel a whole-output number hides (a detector's scores beside its pixel boxes); {} for one channel."""
+    ref, got = np.asarray(ref), np.asarray(got)
+    acc = channel_errors(ref, got, output_channel_axis(ref.shape))
+    if acc.dot is None or acc.dot.size < 2:
+        return {}
+    k = int(np.argmin(acc.snr_db))
+    return {"worst_channel": k, "worst_channel_snr_db": float(np.clip(acc.snr_db[k], -200.0, 200.0)),
+            "worst_channel_cosine": float(acc.cosine[k])}
 
 
 def worst(per_out: Mapping[str, Mapping[str, float]], metric: str = "cosine") -> float:

@@ -14,8 +14,10 @@ def print_debug(data: dict, console: Console | None = None, top: int = 10) -> No
     t.add_column("output")
     for c, d in DIRECTION.items():
         t.add_column(f"{c}\n({d} is better)", justify="right")
+    t.add_column("worst channel\n(SNR dB, cosine)", justify="right")
     for o, m in data["outputs"].items():
-        t.add_row(o, *[f"{m[c]:.6g}" for c in DIRECTION])
+        worst = f"#{m['worst_channel']} {m['worst_channel_snr_db']:.1f} {m['worst_channel_cosine']:.4f}" if "worst_channel" in m else "-"
+        t.add_row(o, *[f"{m[c]:.6g}" for c in DIRECTION], worst)
     console.print(t)
     t = Table(title=f"most sensitive nodes (metric {data['metric']}, higher is better; effects: higher = more sensitive)")
     for c in ("node", "op", "kind", "sensitivity", "q-only w", "q-only a", "dq-only w", "dq-only a"):

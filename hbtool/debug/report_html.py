@@ -137,8 +137,9 @@ def write_report(r, data: dict[str, Any], out_dir: Path) -> dict[Path, bytes]:
              f"calibration method {html.escape(str(data['calibration_method']))}.</p>"]
     parts.append("<h2>Model outputs (judged per output)</h2>")
     cols = list(d)
-    parts.append(_table([[o] + [m.get(c) for c in cols] for o, m in data["outputs"].items()],
-                        ["output"] + [f"{c} ({d[c]} is better)" for c in cols]))
+    extra = ["worst_channel", "worst_channel_snr_db", "worst_channel_cosine"]  # what a whole-output number hides
+    parts.append(_table([[o] + [m.get(c) for c in cols + extra] for o, m in data["outputs"].items()],
+                        ["output"] + [f"{c} ({d[c]} is better)" for c in cols] + ["worst channel", "its SNR (dB)", "its cosine"]))
     for title, fname in (("Error along the graph", "debug_error_along_graph.png"), ("Sensitivity", "debug_top_sensitive.png"),
                          ("Histograms", "debug_histograms.png"), ("Channel ranges", "debug_channel_ranges.png"),
                          ("--auto", "debug_auto_curve.png")):

@@ -188,8 +188,10 @@ def _apply_input_shapes(model: onnx.ModelProto, shapes: dict[str, Sequence[int]]
             have = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim] if tt.HasField("shape") else None
             if have is not None and len(have) != len(want):
                 raise ModelError(
-                    f"input '{inp.name}' has rank {len(have)} in the model but the given shape {'x'.join(map(str, want))} has rank {len(want)}",
-                    "give a shape with one number per dimension of the model input",
+                    f"input '{inp.name}' has rank {len(have)} in the model but the given shape {'x'.join(map(str, want)) or 'scalar'} "
+                    f"has rank {len(want)}",
+                    "give a shape with one number per dimension of the model input"
+                    + (f" (a rank-0 input: --input-shape {inp.name} scalar, or input_shape: scalar)" if not have else ""),
                 )
             if have is not None:
                 for axis, (h, w) in enumerate(zip(have, want)):

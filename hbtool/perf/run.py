@@ -68,6 +68,7 @@ def fast_config(model: Path, shapes: dict[str, tuple[int, ...]], march: str, wor
     set_all_nodes_int16``, ``auto_int16``): an estimate of a deployed model must be of the precision it
     was built with, since int16 doubles bytes and halves unit rates."""
     from hbtool.config.loader import config_from_dict
+    from hbtool.config.values import format_shape
 
     model = Path(model)
     if not model.is_file():
@@ -89,7 +90,7 @@ def fast_config(model: Path, shapes: dict[str, tuple[int, ...]], march: str, wor
         if shape is None or any(d is None or d < 1 for d in shape):
             raise InputError(f"input '{name}' of {model.name} has a dynamic shape", f"fix it with --input-shape {name} 1x3x224x224 (its real shape)")
         names.append(name)
-        dims.append("x".join(str(int(d)) for d in shape))
+        dims.append(format_shape(tuple(int(d) for d in shape)))
     if names:
         data["input_parameters"] = {"input_name": ";".join(names), "input_shape": ";".join(dims),
                                     "input_type_train": ";".join(["featuremap"] * len(names)),

@@ -48,6 +48,7 @@ from hbtool.kernels.conv import Conv
 from hbtool.kernels.fixedpoint import int_range
 from hbtool.kernels.linear import F32_EXACT, Linear
 from hbtool.qat.fake_quant import fake_quant_codes, lsq_grad_scale, straight_through
+from hbtool.quant.output_channels import refresh_output_segments, segment_pieces
 from hbtool.qat.int_ops import kernel_codes, requantize_codes
 from hbtool.qat.torch_ops import OpContext, run_graph, run_node, supported
 from hbtool.quant.lower import lower_to_integer
@@ -153,7 +154,7 @@ class QatModel(nn.Module):
         self._scale_index: dict[int, str] = {}
         for gid, members in self.plan.groups.items():
             tq = self.plan.tensors[members[0]]
-            if tq.method.startswith("fixed:"):
+            if tq.method.startswith("fixed:") or tq.axis_scales is not None:  # a segmented output: its pieces' scales
                 continue
             key = f"scale_{len(self._scale_index)}"
             p = nn.Parameter(torch.tensor(float(tq.scale), dtype=torch.float32), requires_grad=self.train_scales)
@@ -193,6 +194,11 @@ class QatModel(nn.Module):
             return torch.tensor(float(self.plan.tensors[tensor].scale), dtype=torch.float32, device=self.device)
         return getattr(self, key)
 
+    def _segment_scales(self, tensor: str, tq: Any, rank: int) -> torch.Tensor:
+        """Per-channel scales of a segmented output from its pieces' scale parameters, shaped to broadcast."""
+        parts = [self.scale(p).reshape(1).expand(n) for p, n in segment_pieces(self.graph, self.plan, tensor)]
+        return torch.cat(parts).reshape([-1] + [1] * (-int(tq.scale_axis) - 1))
+
     def _fold_bias_delta(self) -> None:
         """Bias correction (plan.bias_delta) into the bias constants, so the exported model carries it."""
         from hbtool.quant.weights import fold_bias_delta
@@ -217,6 +223,7 @@ class QatModel(nn.Module):
                 for m in self.plan.groups[gid]:
                     tq = self.plan.tensors[m]
                     tq.scale, tq.threshold = s, s * (QMAX[tq.bits] if tq.code_range is None else tq.code_range[1])
+        refresh_output_segments(self.graph, self.plan)
         self.weight_scales = {w: (self._weight_scales(w, self.graph.const(w), axis), axis) for w, axis in self.weight_axis.items()}
         self.program, self.report = lower_to_integer(self.graph, self.plan, self.weight_scales, self.rounding)
         self._program_consts: dict[str, torch.Tensor] = {}
@@ -288,6 +295,9 @@ class QatModel(nn.Module):
             return [fake_quant_codes(xs[0], self.scale(tensor), self._dev(np.asarray(kernel.scale, np.float32)), qmin, qmax)]
         if node.op_type == HZ_DEQUANTIZE:
             tensor = node.name[: -len("_HzDequantize")]
+            tq = self.plan.tensors.get(self._float_of.get(tensor, tensor))
+            if tq is not None and tq.axis_scales is not None:   # a segmented output: each piece at its own (trained) scale
+                return [xs[0] * self._segment_scales(self._float_of.get(tensor, tensor), tq, xs[0].dim())]
             return [xs[0] * self.scale(tensor)]
         if kernel is not None and node.meta.get("on") == "BPU":
             return [self._kernel_node(node, kernel, xs)]

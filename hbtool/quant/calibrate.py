@@ -23,7 +23,7 @@ from hbtool.config import HbConfig
 from hbtool.config.optimization import Switches
 from hbtool.errors import InputError, NotDeployableError
 from hbtool.io.files import safe_file_name
-from hbtool.io.metrics import RunningErrors
+from hbtool.io.metrics import RunningChannelErrors, RunningErrors
 from hbtool.ir.graph import Graph
 from hbtool.ir.onnx_export import to_onnx
 from hbtool.ir.onnx_import import import_onnx
@@ -35,6 +35,7 @@ from hbtool.quant.data import CalibrationSet, load_calibration_data
 from hbtool.quant.fqvit import apply_ptf, apply_softmax_log2, log2_decode, ptf_tensors
 from hbtool.quant.masks import clamp_masks
 from hbtool.quant.node_weights import adaround_subset, bias_correction_everywhere, clip_node_weights, mean_inputs, nodes_asking
+from hbtool.quant.output_channels import channel_axis_of, judge_outputs, judgement_lines, output_channel_axes
 from hbtool.quant.observers import TensorStats
 from hbtool.quant.plan import INT8_MIN_SQNR_DB, QuantPlan, bpu_activation_tensors, build_plan
 from hbtool.quant.load import apply_loaded_scales, strip_quantization
@@ -138,6 +139,7 @@ def evaluate_outputs(
     node_tensors: list[str] | None = None,
     scales: dict[str, Any] | None = None,
     test_feeds: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None,
+    channel_out: dict[str, RunningChannelErrors] | None = None,
 ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
     """Errors of ``test_graph`` against ``float_graph`` on the given feeds.
 
@@ -145,7 +147,8 @@ def evaluate_outputs(
     float tensor name to its name in ``test_graph``; ``scales`` multiplies the test graph's
     value of a tensor (integer tensors of the quantized model) before comparing (a scale, a
     per-channel array for the last axis, or a function that decodes the integers);
-    ``test_feeds`` turns the float graph's feeds into the test graph's (run-time input formats).
+    ``test_feeds`` turns the float graph's feeds into the test graph's (run-time input formats);
+    ``channel_out`` (a dict) receives every output's per-channel errors (hbtool.quant.output_channels).
     """
     tensor_map = tensor_map or {}
     node_tensors = node_tensors or []
@@ -156,6 +159,7 @@ def evaluate_outputs(
     f_names = outs + [t for t in node_tensors if t not in outs]
     t_names = [tensor_map.get(t, t) for t in f_names]
     acc = {t: RunningErrors() for t in f_names}
+    channels = {o: RunningChannelErrors(channel_axis_of(float_graph, o)) for o in outs}
     for feeds in batches:
         f_vals = f_sess.run(f_names, feeds)
         t_vals = t_sess.run(t_names, test_feeds(feeds) if test_feeds else feeds)
@@ -163,6 +167,10 @@ def evaluate_outputs(
             if name in scales and name not in outs:
                 b = scales[name](b) if callable(scales[name]) else b * scales[name]
             acc[name].update(a, b)
+            if name in channels:
+                channels[name].update(a, b)
+    if channel_out is not None:
+        channel_out.update(channels)
     out_err = {o: acc[o].result() for o in outs}
     node_err = {t: acc[t].result() for t in node_tensors}
     return out_err, node_err
@@ -297,6 +305,7 @@ class _Calibration:
         observed = sorted(set(reps.values()), key=self.tensors.index)
         self.use_ptf = bool(getattr(cal, "ptf", False))
         ptf_axes = {t: -1 for t in ptf_tensors(graph)[0]} if self.use_ptf else {}
+        ptf_axes.update({o: a for o, a in output_channel_axes(graph).items() if o in self.tensors and o not in ptf_axes})  # per-channel maxima
         from hbtool.config.optimization import switches as optimization_switches
 
         self.switches = optimization_switches(cal.optimization)
@@ -406,9 +415,10 @@ class _Calibration:
         present = {o for n in program.nodes for o in n.outputs}
         node_tensors = [t for t in plan.tensors if t in present and t not in graph.outputs]
         node_scales = {t: log2_decode if plan.tensors[t].is_log2 else plan.tensors[t].channel_scales() for t in node_tensors}
+        out_channels: dict[str, RunningChannelErrors] = {}
         if evaluate:
             out_err, node_err = evaluate_outputs(graph, qgraph, self.eval_batches, None, node_tensors, node_scales,
-                                                 test_feeds=runtime_feeds(cfg, list(graph.inputs)))
+                                                 test_feeds=runtime_feeds(cfg, list(graph.inputs)), channel_out=out_channels)
         else:
             out_err, node_err = {}, {}
         if not candidates and out_err:
@@ -425,6 +435,10 @@ class _Calibration:
             coarse = coarse_int8_outputs(graph, plan, stats, node_info, switches, march.has_int16)
             if coarse:
                 result.options["coarse_outputs"] = coarse
+        # every output, channel by channel (random data, the quick path, says nothing about real channels)
+        judged = judge_outputs(graph, plan, out_channels, node_info, march.has_int16) if self.cal.calibration_type != "skip" else {}
+        if judged:
+            result.options["output_channels"] = judged
         result.data = self.data
         for line in option_lines(result):
             log.info("%s", line)
@@ -435,7 +449,8 @@ class _Calibration:
         """The activation plan for one method (or per-tensor methods), with the enabled options applied."""
         cal, graph, stats = self.cal, self.graph, self.stats
         plan = build_plan(graph, stats, method, self.auto16, self.node_info, self.output16, cal.max_percentile, min_sqnr_db=self.min_sqnr,
-                          all_int16=bool(cal.enable_int16), switches=self.switches)
+                          all_int16=bool(cal.enable_int16), switches=self.switches,
+                          int16_wide_outputs=self.march.has_int16 and cal.calibration_type != "skip")
         plan.bias_delta = dict(self.bias_delta or {})
         if getattr(cal, "softmax_log2", False):
             done, skipped = apply_softmax_log2(graph, plan)
@@ -543,8 +558,8 @@ def coarse_int8_outputs(graph: Graph, plan: QuantPlan, stats: dict[str, TensorSt
     for name in graph.outputs:
         q, st = plan.tensors.get(name), stats.get(name)
         node = producers.get(name)
-        if q is None or st is None or q.bits != 8 or node is None or q.is_log2:
-            continue
+        if q is None or st is None or q.bits != 8 or node is None or q.is_log2 or q.axis_scales is not None:
+            continue   # (a segmented output is judged per channel: output_channels.py)
         if str(((node_info or {}).get(node.name) or {}).get("OutputType", "")).lower() == "int8":
             continue
         db = sqnr_db(st, q.threshold, 127)
@@ -582,6 +597,7 @@ def option_lines(result: CalibrationResult) -> list[str]:
     if "int4" in o:
         lines.append(f"int4: {len(o['int4']['applied'])} tensor-unit node(s) on the 4-bit path, {len(o['int4']['kept_int8'])} kept int8")
         lines += [f"int4: {n} stays int8: {why}" for n, why in o["int4"]["kept_int8"].items()]
+    lines += judgement_lines(o.get("output_channels", {}), {c["output"] for c in o.get("coarse_outputs", [])})
     for c in o.get("coarse_outputs", []):
         lines.append(f"warning: output '{c['output']}' ({c['op_type']}) is int8 with a step of {c['step']:.3g} for values up to "
                      f"{c['absmax']:.3g}: {c['sqnr_db']:.1f} dB signal-to-noise (below {OUTPUT_WARN_SQNR_DB:g} dB"

@@ -4,7 +4,8 @@ Every quantized tensor is followed by one ``HzCalibration`` node (hbtool domain)
 bits, scale, threshold and method; its body fake-quantizes (``clip(round(x/s)) * s``), so the
 model runs in onnxruntime and shows the accuracy of the plan in float arithmetic. Weights of
 the tensor unit get an ``HzCalibration`` node with per-channel scales. A PTF tensor's node also
-carries ``ptf_alpha`` (channel c of the last axis at ``scale * 2**alpha_c``); a log2-coded
+carries ``ptf_alpha`` (channel c of the last axis at ``scale * 2**alpha_c``); a segmented model
+output (:mod:`hbtool.quant.output_channels`) carries ``axis_scales`` and ``scale_axis``; a log2-coded
 Softmax output has ``method: log2`` and ``bits: 4``. ``compile`` reads the
 plan back with :func:`extract_plan`; nothing else is needed to lower the model.
 """
@@ -68,6 +69,8 @@ def _log2_body(opset: int, bits: int) -> Graph:
 def _activation_body(opset: int, tq: TensorQuant, rank: int) -> Graph:
     if tq.is_log2:
         return _log2_body(opset, tq.bits)
+    if tq.axis_scales is not None:   # a segmented output: each channel on its piece's grid
+        return _fake_quant_body(opset, tq.bits, np.asarray(tq.axis_scales, np.float32), rank + int(tq.scale_axis), rank)
     if tq.ptf_alpha is not None:
         return _fake_quant_body(opset, tq.bits, np.asarray(tq.channel_scales(), np.float32), rank - 1, rank)
     return _fake_quant_body(opset, tq.bits, np.array(tq.scale), None, rank, tq.code_range)
@@ -99,6 +102,9 @@ def build_calibrated_graph(graph: Graph, plan: QuantPlan, weight_scales: dict[st
             attrs["code_range"] = [int(v) for v in tq.code_range]
         if tq.ptf_alpha is not None:
             attrs["ptf_alpha"] = [int(a) for a in np.asarray(tq.ptf_alpha).reshape(-1)]
+        if tq.axis_scales is not None:
+            attrs["axis_scales"] = [float(v) for v in np.asarray(tq.axis_scales).reshape(-1)]
+            attrs["scale_axis"] = int(tq.scale_axis)
         body = _activation_body(g.opset, tq, len(g.shape(name) or ()))
         if name in g.outputs and g.producer(name) is not None:
             # keep the model's output names: the float value is renamed, the fake-quantized one keeps the name
@@ -140,9 +146,17 @@ def loaded_bias_delta(graph: Graph) -> dict[str, np.ndarray]:
 def _tensor_quant(name: str, a: dict[str, Any]) -> TensorQuant:
     alpha = a.get("ptf_alpha")
     code = a.get("code_range")
+    axis_scales = a.get("axis_scales")
     return TensorQuant(name, int(a["bits"]), float(a["scale"]), float(a["threshold"]), str(a["method"]), int(a.get("group", -1)),
                        ptf_alpha=None if alpha is None else np.asarray(alpha, np.int64),
-                       code_range=None if code is None else (int(code[0]), int(code[1])))
+                       code_range=None if code is None else (int(code[0]), int(code[1])),
+                       axis_scales=None if axis_scales is None else stored_scales(axis_scales),
+                       scale_axis=None if axis_scales is None else int(a["scale_axis"]))
+
+
+def stored_scales(values: Any) -> np.ndarray:
+    """Scales as an ONNX float attribute holds them (float32), in float64: calibrate and compile agree."""
+    return np.asarray(values, np.float32).astype(np.float64)
 
 
 def extract_plan(graph: Graph) -> tuple[Graph, QuantPlan, dict[str, tuple[np.ndarray, int]]]:

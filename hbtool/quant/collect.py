@@ -43,6 +43,9 @@ def float_session(graph: Graph, extra_outputs: Iterable[str] = (), threads: int 
 
 def _split_batch(batch: Mapping[str, np.ndarray], batch_dims: Mapping[str, int]) -> Iterator[dict[str, np.ndarray]]:
     """Cut a batch of N samples into pieces of the model's own batch size."""
+    if any(np.ndim(arr) == 0 for arr in batch.values()):   # a rank-0 input: one sample, never stacked
+        yield dict(batch)
+        return
     first = next(iter(batch.values()))
     name0 = next(iter(batch))
     per = batch_dims[name0]

@@ -133,7 +133,7 @@ class CalibrationSet:
         if int(batch_size) < 1:
             raise InputError(f"batch size {batch_size} is below 1",
                              "set calibration_parameters.batch_size to 1 or more")
-        bs = int(batch_size)
+        bs = int(batch_size) if self._batchable() else 1
         for start in range(0, self.num_samples, bs):
             stop = min(start + bs, self.num_samples)
             if stop - start == 1:
@@ -142,6 +142,11 @@ class CalibrationSet:
             parts = [self.sample(i) for i in range(start, stop)]
             yield {name: np.concatenate([p[name] for p in parts], axis=0)
                    for name in self.input_names}
+
+    def _batchable(self) -> bool:
+        """Samples stack on axis 0 only when every input's first axis is a batch axis of 1 (an
+        ``edge_index`` of shape 2 x E, or a rank-0 input, has none: its samples run one by one)."""
+        return all(len(r.info.shape) >= 1 and r.info.shape[0] == 1 for r in self._readers)
 
     @classmethod
     def random(cls, cfg_or_specs: HbConfig | Sequence[InputSpec], n: int, seed: int = 0,
@@ -218,20 +223,21 @@ def held_out_data(cfg: HbConfig, data_dir: Path, key: str, graph: Any | None = N
     return load_calibration_data(data_cfg, graph, max_samples=max_samples)
 
 
-def _gather_bound(graph: Any | None, name: str) -> int | None:
-    """The smallest table size ``name`` indexes through a Gather in ``graph``, if any."""
+def _index_bound(graph: Any | None, info: InputInfo) -> int | None:
+    """The exclusive bound of an integer input's values from the ops that index with it
+    (:mod:`hbtool.quant.index_ranges`); an input whose range cannot be read is an error."""
+    from hbtool.quant.index_ranges import UnknownIndexRange, index_bound
+
     if graph is None:
         return None
-    bound = None
-    for node in graph.nodes:
-        if node.op_type in ("Gather", "GatherElements") and len(node.inputs) > 1 \
-                and node.inputs[1] == name:
-            shape = graph.shape(node.inputs[0])
-            axis = int(node.attrs.get("axis", 0))
-            if shape:
-                size = int(shape[axis])
-                bound = size if bound is None else min(bound, size)
-    return bound
+    try:
+        return index_bound(graph, info.name)
+    except UnknownIndexRange as exc:
+        raise InputError(f"{info.label} is an integer index whose valid range hbtool cannot read (it reaches "
+                         f"'{exc.node}' ({exc.op_type}) through arithmetic or a table of dynamic size), so no random "
+                         "data can be generated for it",
+                         "give calibration data (cal_data_dir with .npy samples of real indices) instead of "
+                         "calibration_type skip / perf --fast") from None
 
 
 def random_calibration_data(cfg_or_specs: HbConfig | Sequence[InputSpec], n: int, seed: int = 0,
@@ -248,7 +254,7 @@ def random_calibration_data(cfg_or_specs: HbConfig | Sequence[InputSpec], n: int
     infos = resolve_inputs(_specs_of(cfg_or_specs), graph)
     readers = []
     for k, info in enumerate(infos):
-        bound = _gather_bound(graph, info.name)
+        bound = _index_bound(graph, info) if info.dtype is not None and info.dtype.kind in "iu" else None
         high = RANDOM_INT_HIGH_DEFAULT if bound is None else max(1, min(bound, RANDOM_INT_HIGH_CAP))
         readers.append(_RandomInput(info, int(n), int(seed), k, high))
     return CalibrationSet(readers, int(n))

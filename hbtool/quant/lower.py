@@ -77,11 +77,23 @@ class IntTensor:
     log2: bool = False               # log2 codes of a Softmax (bits = code bits, scale unused)
     code_range: tuple[int, int] | None = None  # 4-bit codes, held there by the BPU kernel that wrote them
     index: bool = False              # ArgMax/ArgMin indices (scale unused): the CPU side casts them to int64
+    #: a segmented model output (hbtool.quant.output_channels): per-channel scales along ``scale_axis`` (< 0)
+    axis_scales: np.ndarray | None = None
+    scale_axis: int | None = None
 
     @property
     def scales(self) -> float | np.ndarray:
-        """The scale, or the per-channel scales of a PTF tensor."""
+        """The scale, or the per-channel scales of a PTF tensor or a segmented output."""
+        if self.axis_scales is not None:
+            return self.axis_scales
         return self.scale if self.alpha is None else self.scale * np.exp2(np.asarray(self.alpha, np.float64))
+
+    @property
+    def scales_axis(self) -> int | None:
+        """The axis ``scales`` lie on: a segmented output's, the last for PTF, None for one scale."""
+        if self.axis_scales is not None:
+            return self.scale_axis
+        return -1 if self.alpha is not None else None
 
 
 def clamped_codes(kernel: Any, code_range: tuple[int, int] | None) -> tuple[int, int] | None:
@@ -188,7 +200,7 @@ class _Lowerer:
         name = self.out.unique_name(f"{tensor}_deq")
         self.out.set_value(name, self.src.shape(tensor), np.float32)
         node = self.out.add_node(HZ_DEQUANTIZE, [it.name], [name], {"scale": it.scale}, name=f"{tensor}_HzDequantize", domain=HBTOOL_DOMAIN)
-        node.meta.update(kernel=Dequantize.build(it.scales, axis=-1 if it.alpha is not None else None), on="CPU", boundary=True)
+        node.meta.update(kernel=Dequantize.build(it.scales, axis=it.scales_axis), on="CPU", boundary=True)
         self.floats.add(name)
         return name
 
@@ -293,7 +305,8 @@ class _Lowerer:
             return False
         ints = [self.int_input(i) for i in data]
         mapping = {i: it.name for i, it in zip(data, ints)}
-        if node.op_type == "Concat" and len({it.scale for it in ints}) > 1:
+        segmented = self._segmented_concat(node, ints)
+        if node.op_type == "Concat" and len({it.scale for it in ints}) > 1 and segmented is None:
             return False
         if node.op_type == "Pad" and len(node.inputs) > 2 and node.inputs[2]:
             value = float(np.asarray(self.src.const(node.inputs[2])).reshape(-1)[0]) if self.src.const(node.inputs[2]) is not None else 0.0
@@ -325,7 +338,30 @@ class _Lowerer:
                 # moved codes keep a 4-bit range only when every moved input had it
                 codes = ints[0].code_range if all(it.code_range == ints[0].code_range for it in ints) else None
                 self.ints[o] = IntTensor(o, scale, bits, code_range=codes)
+                if segmented is not None:
+                    self.ints[o].axis_scales, self.ints[o].scale_axis = segmented
         return True
+
+    def _segmented_concat(self, node: Node, ints: list[IntTensor]) -> tuple[np.ndarray, int] | None:
+        """(per-channel scales, axis) when ``node`` is a Concat writing a segmented output whose pieces
+        arrive at exactly the planned scales (hbtool.quant.output_channels), else None."""
+        tq = self.plan.tensors.get(node.outputs[0]) if node.op_type == "Concat" and node.outputs else None
+        if tq is None or tq.axis_scales is None or len(ints) != len(node.inputs):
+            return None
+        rank = len(self.src.shape(node.outputs[0]) or ())
+        axis = int(node.attr("axis", 0))
+        if (axis if axis < 0 else axis - rank) != tq.scale_axis:
+            return None
+        got = []
+        for i, it in zip(node.inputs, ints):
+            if it.alpha is not None or it.log2 or it.axis_scales is not None:
+                return None
+            got.append(np.full(int((self.src.shape(i) or [0] * rank)[axis]), float(np.float32(it.scale))))
+        got = np.concatenate(got) if got else np.zeros(0)
+        want = np.asarray(tq.axis_scales, np.float64)
+        if got.shape != want.shape or not np.array_equal(got.astype(np.float32), want.astype(np.float32)):
+            return None
+        return want, int(tq.scale_axis)
 
     def _lut(self, node: Node, fname: str, f=None) -> bool:
         x = self.int_input(node.inputs[0])
@@ -933,7 +969,9 @@ class _Lowerer:
                 continue
             self.out.set_value(o, self.src.shape(o), np.float32)
             node = self.out.add_node(HZ_DEQUANTIZE, [int_name], [o], {"scale": it.scale}, name=f"{o}_HzDequantize", domain=HBTOOL_DOMAIN)
-            node.meta.update(kernel=Dequantize.build(it.scale), on="CPU", boundary=True)
+            # a segmented output: each piece's channels at the piece's scale (free on the CPU)
+            node.meta.update(kernel=Dequantize.build(it.axis_scales if it.axis_scales is not None else it.scale, axis=it.scale_axis),
+                             on="CPU", boundary=True)
             outputs.append(o)
         self.out.outputs = outputs
         for name, spec in self.runtime.items():

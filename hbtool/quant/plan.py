@@ -22,8 +22,6 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from hbtool.ir.graph import Graph, Node
-from hbtool.ir.hz_ops import HZ_PREPROCESS
-from hbtool.kernels.movement import COMPILER_MOVES, DATA_MOVEMENT_OPS
 from hbtool.quant.observers import TensorStats
 from hbtool.quant.thresholds import sqnr_db, threshold
 
@@ -40,10 +38,12 @@ ZERO_RANGE = 1e-8
 #: the threshold of a zero-range group with no calibrated neighbour at all
 ZERO_RANGE_FALLBACK = 1.0
 
-# ops that keep their input's integers: the output shares the input's scale. Data movement, plus
-# MaxPool (a vector kernel that picks one of its inputs) and Upsample (Resize's old name; any
-# Resize, nearest or linear, never leaves its input's range)
-SCALE_PRESERVING = (DATA_MOVEMENT_OPS - COMPILER_MOVES) | {"MaxPool", "Upsample"}
+# ops that keep their input's integers: the output shares the input's scale
+SCALE_PRESERVING = {
+    "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Slice", "Split", "Concat", "Gather",
+    "Expand", "Tile", "Pad", "MaxPool", "GlobalMaxPool", "ReduceMax", "ReduceMin", "WindowPartition",
+    "WindowReverse", "Roll", "DepthToSpace", "SpaceToDepth", "Resize", "Upsample", "Identity",
+}
 
 # ops whose output scale is fixed by the integer kernel
 FIXED_OUTPUT_SCALE = {"Softmax": {8: 2.0**-7, 16: 2.0**-15}}
@@ -51,7 +51,7 @@ FIXED_OUTPUT_SCALE = {"Softmax": {8: 2.0**-7, 16: 2.0**-15}}
 # ops whose inputs/outputs want int16 when auto_int16 is on (the J5 talk: LayerNorm, Softmax;
 # LUT ops keep their resolution with int16 in and out)
 INT16_OUTPUTS = {"Softmax", "LayerNormalization", "ChannelLayerNorm", "InstanceNormalization"}
-INT16_INPUTS = {HZ_PREPROCESS, "Softmax", "LayerNormalization", "ChannelLayerNorm", "InstanceNormalization", "Gelu", "Erf", "Sigmoid", "Tanh", "Exp", "Swish", "HardSwish", "Sqrt", "Reciprocal", "Div", "Log", "Pow"}
+INT16_INPUTS = {"HzPreprocess", "Softmax", "LayerNormalization", "ChannelLayerNorm", "InstanceNormalization", "Gelu", "Erf", "Sigmoid", "Tanh", "Exp", "Swish", "HardSwish", "Sqrt", "Reciprocal", "Div", "Log", "Pow"}
 
 
 @dataclass
@@ -69,6 +69,12 @@ class TensorQuant:
     #: a 4-bit tensor (:mod:`hbtool.quant.int4`): its codes are held to ``(0, 15)`` (uint4) or ``(-8, 7)``
     #: (int4) by its producer's clamp, inside the ``bits``-bit container the kernels compute with
     code_range: tuple[int, int] | None = None
+    #: a model output concatenated from pieces of different ranges (:mod:`hbtool.quant.output_channels`):
+    #: float64 [C] scales along ``scale_axis`` (negative, from the end), one per channel, each piece's own
+    #: scale; ``scale`` is their largest. The BPU's Concat moves each piece's codes unchanged and the
+    #: output's dequantize on the CPU multiplies channel by channel.
+    axis_scales: np.ndarray | None = None
+    scale_axis: int | None = None
 
     @property
     def dtype(self) -> str:
@@ -83,7 +89,10 @@ class TensorQuant:
         return self.method == "log2"
 
     def channel_scales(self) -> float | np.ndarray:
-        """The scale, or with PTF the per-channel scales ``scale * 2**alpha`` (float64 [C])."""
+        """The scale, or with PTF the per-channel scales ``scale * 2**alpha`` (float64 [C]), or a segmented
+        output's per-channel scales (along ``scale_axis``)."""
+        if self.axis_scales is not None:
+            return np.asarray(self.axis_scales, np.float64)
         if self.ptf_alpha is None:
             return self.scale
         return self.scale * np.exp2(np.asarray(self.ptf_alpha, np.float64))
@@ -94,6 +103,9 @@ class TensorQuant:
             out["dtype"] = f"log2_{self.bits}bit"
         if self.ptf_alpha is not None:
             out["ptf_alpha"] = [int(a) for a in np.asarray(self.ptf_alpha).reshape(-1)]
+        if self.axis_scales is not None:
+            out["axis_scales"] = [float(v) for v in np.asarray(self.axis_scales).reshape(-1)]
+            out["scale_axis"] = int(self.scale_axis)
         return out
 
 
@@ -197,6 +209,8 @@ def build_plan(
     min_sqnr_db: float = INT8_MIN_SQNR_DB,
     all_int16: bool = False,
     switches: Any = None,
+    segment_outputs: bool = True,
+    int16_wide_outputs: bool = False,
 ) -> QuantPlan:
     """Choose bits and scale for every BPU activation tensor.
 
@@ -206,24 +220,36 @@ def build_plan(
     values. A group's bits, strongest first: an explicit int16 (node_info, a ``set_<Op>_*_int16``
     or ``set_model_output_int16``), an explicit int8 (``set_<Op>_*_int8``,
     ``set_model_output_int8``: auto_int16 leaves it alone), every tensor int16
-    (``all_int16``, ``set_all_nodes_int16``), then auto_int16.
+    (``all_int16``, ``set_all_nodes_int16``), then auto_int16. ``segment_outputs``: a model output that a
+    Concat makes of pieces of different ranges keeps each piece's scale (:mod:`hbtool.quant.output_channels`);
+    ``int16_wide_outputs`` (a march with int16): any other output of rank >= 3 whose channels differ in range more than 16x is int16.
     """
     from hbtool.config.optimization import Switches
+    from hbtool.quant.output_channels import apply_output_segments, output_segments, wide_range_outputs
 
+    node_info = node_info or {}
     sw = switches if switches is not None else Switches()
-    builder = _PlanBuilder(graph, stats, method, auto_int16, percentile, min_sqnr_db)
-    builder.read_nodes(node_info or {}, sw)
-    builder.read_model_outputs(output_int16 or sw.model_output_bits == 16, sw.model_output_bits == 8,
-                               all_int16 or sw.all_int16)
-    return builder.build()
+    output_int16 = output_int16 or sw.model_output_bits == 16
+    # an output Concat of pieces of different ranges keeps each piece's scale (output_channels.py)
+    segments = output_segments(graph, stats, node_info) if segment_outputs and not output_int16 else {}
+    builder = _PlanBuilder(graph, stats, method, auto_int16, percentile, min_sqnr_db, segments)
+    builder.read_nodes(node_info, sw)
+    builder.read_model_outputs(output_int16, sw.model_output_bits == 8, all_int16 or sw.all_int16)
+    if int16_wide_outputs:   # channels of very different ranges that no Concat separates: int16 (output_channels.py)
+        builder.explicit16.update(o for o in wide_range_outputs(graph, stats, segments, node_info)
+                                  if o in builder.uf.parent and o not in builder.force8)
+    plan = builder.build()
+    apply_output_segments(plan, segments)
+    check_plan_scales(plan)
+    return plan
 
 
 class _PlanBuilder:
     """The steps of :func:`build_plan`: read every BPU node's wishes, group the tensors, give each group its bits and scale."""
 
     def __init__(self, graph: Graph, stats: Mapping[str, TensorStats], method: str | Mapping[str, str], auto_int16: bool,
-                 percentile: float, min_sqnr_db: float):
-        self.graph, self.stats, self.method = graph, stats, method
+                 percentile: float, min_sqnr_db: float, segments: Mapping[str, Any]):
+        self.graph, self.stats, self.method, self.segments = graph, stats, method, segments
         self.auto_int16, self.percentile, self.min_sqnr_db = auto_int16, percentile, min_sqnr_db
         self.tensors = bpu_activation_tensors(graph)
         self.uf = _UnionFind()
@@ -247,7 +273,7 @@ class _PlanBuilder:
                 consts = [i for i in node.inputs if i and graph.is_const(i)]
                 if consts and node.outputs[0] in uf.parent:
                     self.const_absmax[node.outputs[0]] = max(float(np.abs(graph.const(c)).max()) for c in consts)
-            if node.op_type in SCALE_PRESERVING and data:
+            if node.op_type in SCALE_PRESERVING and data and node.outputs[0] not in self.segments:
                 for o in node.outputs:
                     if o:
                         for i in (data if node.op_type == "Concat" else data[:1]):
@@ -312,7 +338,6 @@ class _PlanBuilder:
             for m in members:
                 plan.tensors[m] = TensorQuant(m, bits, scale, float(thr), f"{used}+zero_range", gid)
         plan.groups = dict(sorted(plan.groups.items()))
-        check_plan_scales(plan)
         return plan
 
     def _method_name(self) -> str:

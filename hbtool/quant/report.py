@@ -37,11 +37,21 @@ def _dtype(tq) -> str:
 
 def _outputs_table(result: CalibrationResult) -> Table:
     out = Table(title="model outputs")
-    for col in ("Output", "Cosine", "L1", "L2", "Chebyshev"):
+    for col in ("Output", "Cosine", "L1", "L2", "Chebyshev", "Worst channel (SNR dB)"):
         out.add_column(col)
+    judged = result.options.get("output_channels", {})
     for name, e in result.output_errors.items():
-        out.add_row(name, f"{e['cosine']:.6f}", f"{e['l1']:.6g}", f"{e['l2']:.6g}", f"{e['chebyshev']:.6g}")
+        out.add_row(name, f"{e['cosine']:.6f}", f"{e['l1']:.6g}", f"{e['l2']:.6g}", f"{e['chebyshev']:.6g}", _worst_channel(judged.get(name)))
     return out
+
+
+def _worst_channel(j) -> str:
+    """``#6 5.1`` (the channel a whole-output cosine hides), ``exact``, or ``-`` (one channel / not judged)."""
+    if not j or j.get("channels", 0) < 2:
+        return "-"
+    if j["worst_snr_db"] is None:
+        return "exact"
+    return f"#{j['worst_channel']} {j['worst_snr_db']:.1f}" + (" (low)" if j.get("warning") else "")
 
 
 def _nodes_table(title: str, rows) -> Table:

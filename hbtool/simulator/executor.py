@@ -181,6 +181,9 @@ class Executor:
         for name in self.program.inputs:
             shape = tuple(self.program.shape(name))
             x = feeds[name]
+            if not shape and x.ndim <= 1:   # a rank-0 input: one scalar, or S of them side by side
+                counts.add(1 if x.ndim == 0 else x.shape[0])
+                continue
             if x.ndim != len(shape) or tuple(x.shape[1:]) != shape[1:] or not shape or x.shape[0] % shape[0]:
                 raise InputError(f"simulate: input '{name}' has shape {tuple(x.shape)}, the program takes {shape}"
                                  " (or samples stacked on its first axis)", "give arrays of the input's shape")

@@ -27,3 +27,13 @@ def print_simulation(result: SimulationResult, console: Console | None = None) -
                   "-" if c.max_lsb is None else f"{c.max_lsb:.2f}",
                   "-" if c.within_1lsb is None else f"{100 * c.within_1lsb:.3f}%")
     console.print(t)
+    for c in result.comparisons:   # what the whole output's numbers can hide (a detector's scores beside its boxes)
+        if c.worst_channel is not None:
+            console.print(f"output '{c.name}': worst channel {worst_channel_cell(c)}")
+
+
+def worst_channel_cell(c) -> str:
+    """``#k: SNR 12.3 dB, cosine 0.9876``: the channel the whole output's numbers can hide (-: one channel)."""
+    if c.worst_channel is None:
+        return "-"
+    return f"#{c.worst_channel}: SNR {c.worst_channel_snr_db:.1f} dB, cosine {c.worst_channel_cosine:.6f}"

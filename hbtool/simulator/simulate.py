@@ -5,14 +5,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
 from hbtool.compiler.artifact import read_artifact
 from hbtool.errors import InputError
 from hbtool.io.files import safe_file_name
-from hbtool.io.metrics import RunningErrors
+from hbtool.io.metrics import RunningChannelErrors, RunningErrors, output_channel_axis
 from hbtool.simulator.executor import Executor
 from hbtool.simulator.inputs import iter_batches, open_inputs, release_pages
 
@@ -26,6 +26,10 @@ class OutputComparison:
     chebyshev: float
     max_lsb: float | None          # largest difference in output LSBs (dequantized outputs)
     within_1lsb: float | None      # fraction of elements within 1 LSB
+    # the output's worst channel (hbtool.quant.metrics.RunningChannelErrors): a channel the whole output's cosine hides
+    worst_channel: int | None = None
+    worst_channel_snr_db: float | None = None
+    worst_channel_cosine: float | None = None
 
 
 @dataclass
@@ -204,6 +208,15 @@ def _run_key(artifact: Path, inputs: dict[str, Path], compare: Path | None, tota
             "compare": stamp(compare) if compare is not None else None, "samples": total}
 
 
+def output_lsb(description: dict[str, Any], shape: Any) -> float | np.ndarray | None:
+    """One LSB of an output as the artifact dequantizes it: its scale, or per-channel scales shaped to
+    broadcast over a sample batch (a segmented output, hbtool.quant.output_channels); None for a float output."""
+    deq = description.get("dequantize") or {}
+    if deq.get("scales"):
+        return np.asarray(deq["scales"], np.float64).reshape([-1] + [1] * (-int(deq["axis"]) - 1))
+    return deq.get("scale")
+
+
 def simulate(artifact: Path, inputs: dict[str, Path | np.ndarray], output_dir: Path | None = None, compare: Path | None = None,
              progress: Callable[[str, int, int], None] | None = None, threads: int | None = None,
              batch_size: int = 1, resume: bool = False, keep_outputs: bool = True,
@@ -228,11 +241,12 @@ def simulate(artifact: Path, inputs: dict[str, Path | np.ndarray], output_dir: P
     executor = Executor(art, threads=threads)
     sources = open_inputs(art.header["inputs"], inputs)
     out_names = executor.output_names
-    scales = {o["name"]: (o.get("dequantize") or {}).get("scale") for o in art.header["outputs"]}
+    scales = {o["name"]: output_lsb(o, executor.program.shape(o["name"])) for o in art.header["outputs"]}
     runtime_types = {d["name"]: d["dtype"] for d in art.header["inputs"] if d.get("runtime")}
     session = _compare_session(Path(compare), executor.input_names, out_names, runtime_types) if compare is not None else None
     compare_feed = _compare_preprocessing(session, art.header["inputs"]) if session is not None else {}
     errors = {o: RunningErrors() for o in out_names}
+    channels = {o: RunningChannelErrors(output_channel_axis(tuple(executor.program.shape(o) or ()))) for o in out_names}
     lsb = {o: [0.0, 0, 0] for o in out_names}  # max, within-1-LSB count, total
     total = sources[0].count if sources else 0
     files = None
@@ -246,6 +260,7 @@ def simulate(artifact: Path, inputs: dict[str, Path | np.ndarray], output_dir: P
             start, extras = files.resume_point()
             if extras is not None:
                 errors, lsb = extras["errors"], extras["lsb"]
+                channels = extras.get("channels", channels)
     collected: dict[str, list[np.ndarray]] = {o: [] for o in out_names}
     started = start > 0
     t0 = time.perf_counter()
@@ -268,7 +283,9 @@ def simulate(artifact: Path, inputs: dict[str, Path | np.ndarray], output_dir: P
                     got = np.asarray(outs[o][k * rows:(k + 1) * rows] if outs[o].ndim else outs[o], np.float32)
                     ref = np.asarray(ref, np.float32)
                     errors[o].update(ref, got)
-                    if scales.get(o):
+                    if got.shape[1:] == tuple(executor.program.shape(o) or ())[1:]:
+                        channels[o].update(ref, got)
+                    if scales.get(o) is not None:
                         d = np.abs(got.astype(np.float64) - ref.astype(np.float64)) / scales[o]
                         lsb[o][0] = max(lsb[o][0], float(d.max()) if d.size else 0.0)
                         lsb[o][1] += int(np.count_nonzero(d <= 1.0 + 1e-6))
@@ -277,7 +294,7 @@ def simulate(artifact: Path, inputs: dict[str, Path | np.ndarray], output_dir: P
             if not started:
                 files.start()
                 started = True
-            files.write(first, stop, outs, {"errors": errors, "lsb": lsb} if session is not None else None)
+            files.write(first, stop, outs, {"errors": errors, "lsb": lsb, "channels": channels} if session is not None else None)
         elif keep_outputs:
             for o in out_names:
                 collected[o].append(np.asarray(outs[o], np.float32))
@@ -297,6 +314,11 @@ def simulate(artifact: Path, inputs: dict[str, Path | np.ndarray], output_dir: P
         for o in out_names:
             e = errors[o].result()
             m, ok, n = lsb[o]
-            result.comparisons.append(OutputComparison(o, e["cosine"], e["l1"], e["l2"], e["chebyshev"],
-                                                       m if n else None, ok / n if n else None))
+            comparison = OutputComparison(o, e["cosine"], e["l1"], e["l2"], e["chebyshev"], m if n else None, ok / n if n else None)
+            ch = channels[o]
+            if ch.dot is not None and ch.dot.size > 1:
+                k = int(np.argmin(ch.snr_db))
+                comparison.worst_channel, comparison.worst_channel_snr_db = k, float(ch.snr_db[k])
+                comparison.worst_channel_cosine = float(ch.cosine[k])
+            result.comparisons.append(comparison)
     return result

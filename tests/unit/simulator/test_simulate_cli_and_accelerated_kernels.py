@@ -50,12 +50,12 @@ def test_simulate_reads_a_folder_of_images(cnn_artifact):
              "--compare", cnn_artifact / "tiny_cnn_original_float_model.onnx")
     assert r.exit_code == 0, r.output
     assert "simulated 64 samples" in r.output
-    cos = float(r.output.split("logits")[-1].split()[1].strip("│"))
+    cos = float(r.output.split("│ logits")[-1].split()[1].strip("│"))
     assert cos > 0.999
 
 
 def _cosine(output: str) -> float:
-    return float(output.split("logits")[-1].split()[1].strip("│"))
+    return float(output.split("│ logits")[-1].split()[1].strip("│"))
 
 
 def test_compare_with_the_users_own_float_model_gets_the_artifacts_normalisation(cnn_artifact):
