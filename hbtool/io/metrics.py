@@ -93,6 +93,90 @@ def output_channel_axis(shape: tuple[int, ...] | list[int], layout: str | None =
     return 1
 
 
+#: ops whose output keeps the channel axis of their first non-constant input: the walk back from an
+#: output goes through them to the op that decides what the channels are
+_CHANNEL_KEEPING = frozenset({
+    "Add", "Sub", "Mul", "Div", "Max", "Min", "Relu", "LeakyRelu", "PRelu", "Sigmoid", "Tanh", "Clip", "HardSigmoid",
+    "HardSwish", "Swish", "Gelu", "Elu", "Selu", "Softplus", "Softsign", "Erf", "Exp", "Log", "Neg", "Abs", "Sqrt",
+    "Pow", "Identity", "Cast", "Dropout", "QuantizeLinear", "DequantizeLinear", "HzCalibration", "HzDequantize",
+})
+#: ops whose channels lie on their last axis (a feature or class vector per row)
+_LAST_AXIS = frozenset({"MatMul", "Gemm", "Linear", "LayerNormalization", "Einsum"})
+#: ops whose channels lie on axis 1 (NCHW feature maps)
+_AXIS_ONE = frozenset({"Conv", "ConvTranspose", "BatchNormalization", "InstanceNormalization", "MaxPool",
+                       "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize", "Upsample", "DepthToSpace",
+                       "SpaceToDepth", "ChannelLayerNorm"})
+
+
+def producer_channel_axis(producer, output: str, rank: int) -> int | None:
+    """The channel axis of ``output`` read from the op that makes it, else :func:`output_channel_axis`'s rule.
+
+    ``producer(name)`` gives ``(op_type, attrs, inputs, input_rank)`` of the op writing ``name``, or None.
+    Why: the shape alone cannot tell a detector's ``1 x (4+nc) x anchors`` (channels on axis 1, a Concat
+    over axis 1 made it) from a recogniser's ``1 x steps x classes`` (a Softmax over the last axis made
+    it, and judged along axis 1 its "channels" would be time steps). The walk goes back through
+    elementwise ops and transposes to a Concat, Softmax, Conv or MatMul, whose axis says it.
+    """
+    if rank < 2:
+        return None
+    name, perm_chain = output, []
+    for _ in range(32):
+        found = producer(name)
+        if found is None:
+            break
+        op, attrs, inputs, in_rank = found
+        if op in ("Softmax", "LogSoftmax") or (op == "Concat" and "axis" in attrs):
+            axis = int(attrs.get("axis", -1))
+            axis = axis + in_rank if axis < 0 else axis
+            return _through(perm_chain, axis, rank)
+        if op in _LAST_AXIS:
+            return _through(perm_chain, in_rank - 1, rank)
+        if op in _AXIS_ONE:
+            return _through(perm_chain, 1, rank)
+        if op == "Transpose" and attrs.get("perm") is not None:
+            perm_chain.append([int(p) for p in attrs["perm"]])
+            name = inputs[0]
+            continue
+        if op in _CHANNEL_KEEPING and inputs and in_rank == rank:
+            name = inputs[0]
+            continue
+        break
+    return output_channel_axis([0] * rank)
+
+
+def _through(perms: list[list[int]], axis: int, rank: int) -> int | None:
+    """Where input axis ``axis`` ends up after the transposes met on the walk (outermost last in ``perms``)."""
+    for perm in reversed(perms):
+        if axis not in perm:
+            return output_channel_axis([0] * rank)
+        axis = perm.index(axis)
+    return axis if 0 <= axis < rank else output_channel_axis([0] * rank)
+
+
+def onnx_channel_axes(model) -> dict[str, int | None]:
+    """:func:`producer_channel_axis` of every output of an ``onnx.ModelProto`` (shapes from its value infos)."""
+    from onnx import helper, shape_inference
+
+    try:
+        model = shape_inference.infer_shapes(model)
+    except Exception:  # an unknown domain: ranks of the outputs still come from the graph's outputs
+        pass
+    ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in list(model.graph.value_info) + list(model.graph.input)
+             + list(model.graph.output)}
+    consts = {i.name for i in model.graph.initializer}
+    by_output = {o: n for n in model.graph.node for o in n.output}
+
+    def producer(name: str):
+        node = by_output.get(name)
+        if node is None:
+            return None
+        data = [i for i in node.input if i and i not in consts]
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        return node.op_type, attrs, data, ranks.get(data[0], ranks.get(name, 0)) if data else ranks.get(name, 0)
+
+    return {o.name: producer_channel_axis(producer, o.name, ranks.get(o.name, 0)) for o in model.graph.output}
+
+
 def _channels_first(x: np.ndarray, axis: int | None) -> np.ndarray:
     x = np.asarray(x)
     if axis is None:
