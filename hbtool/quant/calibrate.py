@@ -36,6 +36,7 @@ from hbtool.quant.metrics import RunningErrors
 from hbtool.quant.observers import TensorStats
 from hbtool.quant.plan import INT8_MIN_SQNR_DB, QuantPlan, bpu_activation_tensors, build_plan
 from hbtool.quant.load import apply_loaded_scales, strip_quantization
+from hbtool.quant.prequantized import honour_model_weights, prequantized_lines, prequantized_summary, without_kept_weights
 from hbtool.quant.lower import lower_to_integer
 from hbtool.quant.preprocess import find_preprocess, insert_preprocess
 from hbtool.quant.thresholds import sqnr_db, threshold
@@ -114,7 +115,7 @@ def prepare_float_graph(cfg: HbConfig, loaded: dict | None = None,
     graph = import_onnx(cfg.model.onnx_model, shapes)
     apply_output_nodes(graph, cfg.model.output_nodes, cfg.model.onnx_model)
     if loaded is not None:
-        loaded.update(strip_quantization(graph))
+        loaded.update(strip_quantization(graph, load_march(cfg.model.march).has_int16))
     had_preprocess = {name for name in graph.inputs if find_preprocess(graph, name) is not None}
     insert_preprocess(graph, cfg.inputs)
     if loaded:
@@ -219,7 +220,8 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
         if not loaded:
             raise InputError(
                 "calibration_parameters.calibration_type: load, but the model has no QuantizeLinear/DequantizeLinear pairs or HzCalibration nodes",
-                "give a QAT/QDQ export or an hbtool *_calibrated_model.onnx, or choose another calibration_type",
+                "give a QAT/QDQ export or an hbtool *_calibrated_model.onnx, or choose another calibration_type (a model quantized "
+                "only in its weights keeps their integers with any calibration_type)",
             )
         missing = [t for t in tensors if t not in loaded]
         if missing and not any(cfg.calibration.cal_data_dir):
@@ -263,6 +265,7 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     wclip = getattr(cal, "weight_clip", "none") or "none"
     weights = plan_weights(graph, per_channel=cal.per_channel, clip=wclip)
     weights = clip_node_weights(graph, weights, nodes_asking(node_info, "mse"), cal.per_channel)
+    weights, weights_kept, weights_requantized = honour_model_weights(graph, weights)  # an already-quantized model's
     output16 = "set_model_output_int16" in (cal.optimization or [])
     march = load_march(cfg.model.march)
     from hbtool.quant.int4 import apply_int4, choose_int4_nodes
@@ -301,6 +304,7 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
         bias_delta = bias_corrections(graph, weights, {t: root_stats[t].channel_mean for t in mean_axes}) if mean_axes else None
         if bias_delta and not everywhere:  # node_info Weight: bias_correction on some nodes only
             bias_delta = {k: v for k, v in bias_delta.items() if k in bias_nodes}
+        bias_delta = without_kept_weights(bias_delta, graph, weights_kept)
     # the graph that gets quantized: the float graph, with learned-rounding weights when asked for;
     # ``graph`` itself stays the float reference
     qsrc = graph
@@ -362,6 +366,9 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     if loaded is not None:
         apply_loaded_scales(plan, loaded)
         method = "load"
+    if graph.prequantized is not None:
+        options["prequantized"] = prequantized_summary(graph, ctype, weights_kept, weights_requantized, loaded, plan,
+                                                       march.has_int16, tensors)
     cgraph, _ = build_calibrated_graph(qsrc, plan, weights)
     program, qgraph = quantized(plan)
     present = {o for n in program.nodes for o in n.outputs}
@@ -488,6 +495,8 @@ def option_lines(result: CalibrationResult) -> list[str]:
     """One line per enabled option: how many tensors / sites it changed (names in quant_info.json)."""
     lines = []
     o = result.options
+    if "prequantized" in o:
+        lines += prequantized_lines(o["prequantized"], result.method)
     if "ptf" in o:
         n, k = len(o["ptf"]["applied"]), len(o["ptf"]["skipped"])
         lines.append(f"ptf: {n} LayerNorm input(s) with per-channel power-of-two scales, {k} kept one scale (reasons in quant_info.json)")
