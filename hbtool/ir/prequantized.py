@@ -344,7 +344,8 @@ class _Rewrite:
             b = self._const(node.inputs[bias])
             s_x = self._param(node, quantized[0][1]).astype(np.float32)
             s_w = self._param(node, quantized[1][1]).astype(np.float32).reshape(-1)
-            inputs.append(self._weight(node, bias, -1, -1, 0, scale=(s_x * s_w).astype(np.float32)))
+            alpha = np.float32(node.attr("alpha", 1.0)) if op == "QGemm" else np.float32(1.0)  # QGemm's C: scale alpha s_a s_b
+            inputs.append(self._weight(node, bias, -1, -1, 0, scale=(alpha * s_x * s_w).astype(np.float32)))
         attrs = {k: v for k, v in node.attrs.items() if k not in ("channels_last",)}
         if op == "QLinearSoftmax":
             attrs = {"axis": int(node.attr("axis", -1))}
@@ -446,7 +447,7 @@ def dequantize_graph(graph: Graph) -> Prequantized | None:
                                      "quantize the model in QDQ format (QuantFormat.QDQ), or export the float model")
                 rw.passthrough(node, coded)
             elif op in _NONNEG_OUT or (op == "Clip" and _clip_min(graph, node) >= 0) or \
-                    (op in _NONNEG_KEEP and node.inputs and all(i in rw.nonneg for i in node.inputs[:1])):
+                    (op in _NONNEG_KEEP and _nonneg_inputs(graph, node, rw.nonneg)):
                 rw.nonneg.update(o for o in node.outputs if o)
             kept.append(node)
         kept.extend(rw.new_nodes)
@@ -477,6 +478,12 @@ def _share_relu_scales(graph: Graph, relus: list[Node], info: Prequantized) -> N
         if relu in graph.nodes and dst in info.activations and src not in info.activations and src not in graph.inputs \
                 and len(consumers.get(src, [])) == 1 and src not in graph.outputs:
             info.activations[src] = list(info.activations[dst])
+
+
+def _nonneg_inputs(graph: Graph, node: Node, nonneg: set[str]) -> bool:
+    """Whether every value a node passes on is >= 0 (every input of a Concat, constants included; the first of the others)."""
+    names = [i for i in node.inputs if i] if node.op_type == "Concat" else node.inputs[:1]
+    return bool(names) and all(i in nonneg or (graph.is_const(i) and bool(np.all(graph.const(i) >= 0))) for i in names)
 
 
 def _clip_min(graph: Graph, node: Node) -> float:
