@@ -327,3 +327,26 @@ def test_tiny_cnn_quantized_by_onnxruntime_deploys_with_its_scales(tmp_path):
     top1_hbtool = float(np.mean(simulated.argmax(1) == labels[held]))
     top1_ort = float(np.mean(ort_int8.argmax(1) == labels[held]))
     assert top1_hbtool >= top1_ort - 0.03 and top1_hbtool > 0.9, (top1_hbtool, top1_ort)
+
+
+def test_quantize_nodes_at_the_model_boundary_stay_on_the_cpu_and_are_said(tmp_path):
+    """An int8 model input read through DequantizeLinear, and a model output written as integers by QuantizeLinear:
+    those nodes are the model's interface, not its quantization, so they stay (on the CPU) and the import says so."""
+    from hbtool.checker.run import run_checker
+
+    w, s = _int8(np.random.default_rng(0).standard_normal((4, 3, 1, 1)).astype(np.float32), 0)
+    nodes = [helper.make_node("DequantizeLinear", ["x", "x_s", "x_zp"], ["xd"], name="dq_in"),
+             helper.make_node("DequantizeLinear", ["w_q", "w_s"], ["w"], axis=0, name="dq_w"),
+             helper.make_node("Conv", ["xd", "w"], ["c"], name="conv"),
+             helper.make_node("QuantizeLinear", ["c", "y_s", "y_zp"], ["y"], name="q_out")]
+    inits = [tensor("x_s", np.array(0.05, np.float32)), tensor("x_zp", np.array(0, np.int8)), tensor("w_q", w), tensor("w_s", s),
+             tensor("y_s", np.array(0.1, np.float32)), tensor("y_zp", np.array(0, np.int8))]
+    path = tmp_path / "io.onnx"
+    onnx.save(make_model(nodes, [vinfo("x", [1, 3, 4, 4], TensorProto.INT8)], [vinfo("y", [1, 4, 4, 4], TensorProto.INT8)],
+                         inits, opset=13), str(path))
+    result = run_checker(path, "bayes", write_files=False)
+    placed = {n.name: n.meta.get("on") for n in result.graph.nodes}
+    assert placed == {"dq_in": "CPU", "conv": "BPU", "q_out": "CPU"}, placed
+    kept = result.graph.prequantized.kept_nodes
+    assert any(k.startswith("dq_in:") for k in kept) and any(k.startswith("q_out:") for k in kept)
+    assert result.to_json()["prequantized"]["weights"] == ["w"]

@@ -35,7 +35,6 @@ from types import SimpleNamespace
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 import onnx.version_converter  # noqa: E402
 

@@ -341,7 +341,6 @@ class _Rewrite:
                 raise ModelError(f"node '{node.name}' ({op}) reads '{name}', which no quantize node produced",
                                  "quantize the model in QDQ format (QuantFormat.QDQ)")
         if bias is not None and len(node.inputs) > bias and node.inputs[bias]:
-            b = self._const(node.inputs[bias])
             s_x = self._param(node, quantized[0][1]).astype(np.float32)
             s_w = self._param(node, quantized[1][1]).astype(np.float32).reshape(-1)
             alpha = np.float32(node.attr("alpha", 1.0)) if op == "QGemm" else np.float32(1.0)  # QGemm's C: scale alpha s_a s_b
@@ -384,6 +383,9 @@ class _Rewrite:
     def passthrough(self, node: Node, coded: list[str]) -> None:
         """An order-preserving op on quantized integers (QOperator): the same op on the floats."""
         first = self.codes[coded[0]]
+        if len({(float(np.max(self.codes[c].scale)), int(np.max(self.codes[c].zero_point))) for c in coded}) > 1:
+            raise ModelError(f"node '{node.name}' ({node.op_type}) combines quantized integers of different scales",
+                             "quantize the model in QDQ format (QuantFormat.QDQ)")
         if node.op_type == "Pad" and len(node.inputs) > 2 and node.inputs[2]:
             cv = self._const(node.inputs[2])
             if cv is None:
