@@ -350,3 +350,35 @@ def test_quantize_nodes_at_the_model_boundary_stay_on_the_cpu_and_are_said(tmp_p
     kept = result.graph.prequantized.kept_nodes
     assert any(k.startswith("dq_in:") for k in kept) and any(k.startswith("q_out:") for k in kept)
     assert result.to_json()["prequantized"]["weights"] == ["w"]
+
+
+@pytest.mark.parametrize("march,bits", [("bayes", 16), ("bernoulli2", 8)])
+def test_int16_scales_are_taken_where_the_march_has_int16(tmp_path, march, bits):
+    """An int16 Q/DQ pair: taken as it is on bayes; on X3 (no int16) its range in int8, with the reason."""
+    from hbtool.config import config_from_dict
+    from hbtool.quant.calibrate import run_calibration
+
+    w, s = _int8(np.random.default_rng(0).standard_normal((4, 3, 1, 1)).astype(np.float32), 0)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "x_s", "x_zp"], ["xq"], name="q"),
+             helper.make_node("DequantizeLinear", ["xq", "x_s", "x_zp"], ["xd"], name="dq"),
+             helper.make_node("DequantizeLinear", ["w_q", "w_s"], ["w"], axis=0, name="dq_w"),
+             helper.make_node("Conv", ["xd", "w"], ["c"], name="conv"),
+             helper.make_node("QuantizeLinear", ["c", "y_s", "y_zp"], ["cq"], name="q_out"),
+             helper.make_node("DequantizeLinear", ["cq", "y_s", "y_zp"], ["y"], name="dq_out")]
+    inits = [tensor("x_s", np.array(1e-4, np.float32)), tensor("x_zp", np.array(0, np.int16)), tensor("w_q", w), tensor("w_s", s),
+             tensor("y_s", np.array(0.02, np.float32)), tensor("y_zp", np.array(0, np.int8))]
+    path = tmp_path / "i16.onnx"
+    model = make_model(nodes, [vinfo("x", [1, 3, 4, 4])], [vinfo("y", [1, 4, 4, 4])], inits, opset=21)  # int16 Q/DQ: opset 21
+    model.ir_version = 10
+    onnx.save(model, str(path))
+    cfg = config_from_dict({"model_parameters": {"onnx_model": str(path), "march": march, "working_dir": str(tmp_path / "wd")},
+                            "input_parameters": {"input_name": "x", "input_shape": "1x3x4x4"},
+                            "calibration_parameters": {"calibration_type": "load"}})
+    result = run_calibration(cfg)
+    x = result.plan.tensors["x"]
+    assert x.bits == bits
+    changed = result.options["prequantized"]["activation_scales_changed"]
+    if bits == 16:
+        assert x.scale == pytest.approx(1e-4) and not changed
+    else:
+        assert x.scale == pytest.approx(1e-4 * 32768 / 127) and [c["kind"] for c in changed] == ["int16"]
