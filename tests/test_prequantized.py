@@ -214,6 +214,8 @@ def test_onnxruntime_quantized_models_go_end_to_end_with_their_scales(tmp_path, 
     pre = info["options"]["prequantized"]
     assert pre["form"] == fmt and len(pre["weights_kept"]) == 4 and not pre["weights_requantized"]
     assert not pre["calibrated_from_data"], pre["calibrated_from_data"]  # every BPU tensor has the model's scale
+    # float32 scales, as the calibrated model stores them: compile lowers from that model, calibrate from these
+    assert all(float(np.float32(q.scale)) == q.scale for q in result.plan.tensors.values())
     graph = checked.graph
     if symmetric:  # int8, zero point 0: every scale taken as it is
         assert not pre["activation_scales_changed"]

@@ -28,7 +28,7 @@ import numpy as np
 from hbtool.errors import InputError
 from hbtool.ir.graph import Graph
 from hbtool.ir.prequantized import FixedActivation, Prequantized
-from hbtool.quant.weights import WEIGHT_QMAX
+from hbtool.quant.weights import WEIGHT_QMAX, channel_floor
 
 _SYMMETRIC_FIX = ("quantize the activations symmetrically to int8 (onnxruntime: activation_type=QuantType.QInt8, "
                   "extra_options={'ActivationSymmetric': True}), or let hbtool calibrate them (a calibration_type other than load)")
@@ -73,7 +73,16 @@ def honour_model_weights(graph: Graph, weights: dict[str, tuple[np.ndarray, int]
             requantized[name] = why
             continue
         channels = value.shape[axis]
-        out[name] = (np.broadcast_to(fixed.scale.reshape(-1), (channels,)).astype(np.float32).copy(), axis)
+        scales = np.broadcast_to(fixed.scale.reshape(-1), (channels,)).astype(np.float32)
+        # a dead channel's tiny scale would make the bias codes and requantization ratio of that channel unrepresentable;
+        # hbtool floors it as it floors its own (weights.channel_floor), and those channels' weights round to ~0
+        floored = (channel_floor(scales.astype(np.float64) * WEIGHT_QMAX) / WEIGHT_QMAX).astype(np.float32)
+        low = np.flatnonzero(floored > scales)
+        out[name] = (np.maximum(floored, scales), axis)
+        if low.size:
+            requantized[name] = (f"{low.size} channel(s) (first {int(low[0])}) have a scale under 2^-16 of the layer's largest "
+                                 "(dead channels): floored to it, as hbtool floors its own; the other channels keep their integers")
+            continue
         kept.append(name)
     return out, kept, requantized
 
@@ -111,7 +120,10 @@ def fixed_activation_scales(graph: Graph, has_int16: bool) -> tuple[dict[str, An
         if len({(float(np.max(r.scale)), int(np.max(r.zero_point))) for r in records}) > 1 and not own:
             kind, reason = "twice", "the model quantizes it twice with different scales: the wider range is kept"
         lo, hi = widest.float_range()
-        scale = float(widest.scale.reshape(-1)[0]) if not own else max(abs(lo), abs(hi)) / QMAX[bits]
+        # float32, as every scale hbtool plans (plan.py) and as the calibrated model stores it: compile re-reads it from
+        # there, and a float64 scale that rounds differently flips bias codes on exact .5 ties (EfficientNet-Lite0 int8 from
+        # TFLite: 13 outputs of one layer 1 LSB apart between simulate and the quantized ONNX)
+        scale = float(np.float32(widest.scale.reshape(-1)[0] if not own else max(abs(lo), abs(hi)) / QMAX[bits]))
         if not (np.isfinite(scale) and scale > 0):
             raise InputError(f"node '{widest.node}' quantizes '{tensor}' with scale {float(np.max(widest.scale))}; "
                              "a scale must be finite and > 0",
