@@ -384,3 +384,24 @@ def test_int16_scales_are_taken_where_the_march_has_int16(tmp_path, march, bits)
         assert x.scale == pytest.approx(1e-4) and not changed
     else:
         assert x.scale == pytest.approx(1e-4 * 32768 / 127) and [c["kind"] for c in changed] == ["int16"]
+
+
+def test_a_dead_channel_scale_is_floored_as_hbtool_floors_its_own(tmp_path):
+    """TFLite writes a per-channel scale of ~1e-12 for a dead filter; kept, its bias codes and requantization ratio
+    would be huge (EfficientNet-Lite0 int8: biases near 2**30). Floored, the other channels keep their integers."""
+    from hbtool.quant.calibrate import option_lines
+
+    rng = np.random.default_rng(0)
+    w, s = _int8(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), 0)
+    s[2] = 1e-12
+    nodes = [helper.make_node("DequantizeLinear", ["w_q", "w_s", "w_zp"], ["w"], axis=0, name="dq"),
+             helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1], name="conv")]
+    inits = [tensor("w_q", w), tensor("w_s", s), tensor("w_zp", np.zeros(4, np.int8)), tensor("b", np.array([0.1, -0.2, 0.3, 0.0], np.float32))]
+    path = tmp_path / "dead.onnx"
+    onnx.save(make_model(nodes, [vinfo("x", [1, 3, 8, 8])], [vinfo("y", [1, 4, 8, 8])], inits, opset=13), str(path))
+    _, result, info, _, simulated, names, quantized = pipeline(path, tmp_path, "max")
+    assert_bit_exact(simulated, names, quantized)
+    assert "channel scales (1, first 2)" in info["options"]["prequantized"]["weights_requantized"]["w"]
+    scales = np.asarray(info["weights"]["w"]["scales"])
+    assert np.array_equal(scales[[0, 1, 3]], s[[0, 1, 3]]) and scales[2] == pytest.approx(s.max() * 2.0**-16, rel=1e-6)
+    assert any(line.startswith("note: 1 weight(s) have dead channels") for line in option_lines(result))

@@ -34,6 +34,8 @@ _SYMMETRIC_FIX = ("quantize the activations symmetrically to int8 (onnxruntime: 
                   "extra_options={'ActivationSymmetric': True}), or let hbtool calibrate them (a calibration_type other than load)")
 
 
+DEAD_CHANNELS = "channel scales"
+
 _ACTIVATION_FIXES = {
     "asymmetric": _SYMMETRIC_FIX,
     "per-channel": "quantize activations with one scale per tensor",
@@ -80,8 +82,8 @@ def honour_model_weights(graph: Graph, weights: dict[str, tuple[np.ndarray, int]
         low = np.flatnonzero(floored > scales)
         out[name] = (np.maximum(floored, scales), axis)
         if low.size:
-            requantized[name] = (f"{low.size} channel(s) (first {int(low[0])}) have a scale under 2^-16 of the layer's largest "
-                                 "(dead channels): floored to it, as hbtool floors its own; the other channels keep their integers")
+            requantized[name] = (f"{DEAD_CHANNELS} ({low.size}, first {int(low[0])}) under 2^-16 of the layer's largest: "
+                                 "floored to it, as hbtool floors its own; the other channels keep their integers")
             continue
         kept.append(name)
     return out, kept, requantized
@@ -214,11 +216,16 @@ def prequantized_lines(info: dict[str, Any], method: str) -> list[str]:
         acts = f"activations calibrated from data ({method})"
     extra = f"; {len(info['relus_restored'])} ReLU(s) the quantizer folded into an unsigned range put back" if info["relus_restored"] else ""
     lines = [f"already-quantized model ({info['form']}): {weights}; {acts}{extra}"]
-    if req:
-        first, why = next(iter(info["weights_requantized"].items()))
-        lines.append(f"warning: {req} weight(s) of the model cannot keep their integers on the BPU (first '{first}': {why}); "
+    floored = {w: why for w, why in info["weights_requantized"].items() if why.startswith(DEAD_CHANNELS)}
+    other = {w: why for w, why in info["weights_requantized"].items() if w not in floored}
+    if other:
+        first, why = next(iter(other.items()))
+        lines.append(f"warning: {len(other)} weight(s) of the model cannot keep their integers on the BPU (first '{first}': {why}); "
                      "hbtool quantized them per output channel from their float values; fix: quantize weights symmetrically "
                      "to int8 per output channel (onnxruntime: weight_type=QuantType.QInt8, per_channel=True)")
+    if floored:
+        first, why = next(iter(floored.items()))
+        lines.append(f"note: {len(floored)} weight(s) have dead channels whose scale hbtool raises (first '{first}': {why})")
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for c in info["activation_scales_changed"]:
         by_kind.setdefault(c["kind"], []).append(c)
