@@ -203,7 +203,7 @@ def prequantized_summary(graph: Graph, ctype: str, weights_kept: list[str], weig
 def prequantized_lines(info: dict[str, Any], method: str) -> list[str]:
     """The one line that says what happened to the model's own quantization, then a warning per kind of scale not honoured."""
     kept, req = len(info["weights_kept"]), len(info["weights_requantized"])
-    weights = f"{kept} weight(s) keep the model's int8 values and scales" + (f", {req} re-quantized by hbtool" if req else "")
+    weights = f"{kept} weight(s) keep the model's int8 values and scales" + (f", {req} changed by hbtool (below)" if req else "")
     n_model = info["activation_scales_in_model"]
     n_data = len(info["calibrated_from_data"])
     if info["calibration_type"] == "load":
