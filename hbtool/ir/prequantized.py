@@ -113,9 +113,13 @@ class FixedActivation:
 
 @dataclass(frozen=True)
 class FixedWeight:
-    """A constant that arrived as integers: ``value = float32(codes) * scale`` along ``axis`` (``codes = q - zero_point``)."""
+    """A constant that arrived as integers: ``value = float32(codes) * scale`` along ``axis`` (``codes = q - zero_point``).
 
-    codes: np.ndarray          # int64, q - zero point
+    Only the codes' range is kept (the codes themselves follow from ``value`` and ``scale``): graphs are copied
+    whole at several stages, and an int64 copy of every weight would cost eight times the model's size each time.
+    """
+
+    code_range: tuple[int, int]  # smallest and largest q - zero point
     scale: np.ndarray          # float32: one value, one per slice of ``axis``, or (blocked) the codes' shape
     axis: int | None           # None for one scale
     block: int                 # DequantizeLinear's block_size (0: one scale per slice of ``axis``)
@@ -276,7 +280,7 @@ class _Rewrite:
                      axis: int, block: int, value: np.ndarray, node: Node) -> None:
         scale = np.asarray(scale, np.float32)
         self.info.weights[name] = FixedWeight(
-            centred, scale, None if scale.size == 1 else axis % max(codes.ndim, 1), block, np.dtype(codes.dtype),
+            (int(centred.min(initial=0)), int(centred.max(initial=0))), scale, None if scale.size == 1 else axis % max(codes.ndim, 1), block, np.dtype(codes.dtype),
             zp is not None and bool(np.any(np.asarray(zp) != 0)), value, node.name)
 
     # ----------------------------------------------------------------- ops

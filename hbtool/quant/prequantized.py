@@ -94,7 +94,7 @@ def _weight_obstacle(fixed, value: np.ndarray | None, axis: int) -> str:
         return "a float optimization rewrote it (e.g. a BatchNorm folded into it)"
     if fixed.zero_point_nonzero:
         return "its zero point is not 0 (the BPU's weights are symmetric)"
-    lo, hi = int(fixed.codes.min(initial=0)), int(fixed.codes.max(initial=0))
+    lo, hi = fixed.code_range
     if lo < -WEIGHT_QMAX or hi > WEIGHT_QMAX:
         return f"its integers reach [{lo}, {hi}] (the BPU's int8 weights hold [-{WEIGHT_QMAX}, {WEIGHT_QMAX}])"
     if fixed.block:
