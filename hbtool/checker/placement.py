@@ -39,6 +39,8 @@ def integer_derived_tensors(graph: Graph) -> set[str]:
     for node in graph.nodes:
         if node.op_type in _LOOKUPS and graph.is_const(node.inputs[0]):
             continue  # an embedding lookup yields a feature map, whatever the index type
+        if node.op_type == "DequantizeLinear":
+            continue  # a quantized model input (int8/uint8 pixels of a tf2onnx full-int8 model) read as the real values it codes
         data = [i for i in node.inputs if i and not graph.is_const(i)]
         if data and all(i in derived for i in data):
             derived.update(o for o in node.outputs if o)

@@ -44,6 +44,9 @@ def print_checker_report(result: CheckerResult, console: Console | None = None, 
         f"BPU nodes: {s['bpu_nodes']}  CPU nodes: {s['cpu_nodes']}  BPU subgraphs: {s['subgraphs']}  "
         f"MACs on BPU: {100 * s['bpu_mac_fraction']:.2f}% of {s['total_macs'] / 1e9:.3f} GMACs"
     )
+    if result.graph.prequantized is not None:
+        console.print(result.graph.prequantized.summary() + "; calibrate keeps the weights' integers, "
+                      "calibration_type: load takes the activation scales (docs/calibrate.md)")
     ops = {}
     for pr in result.passes:
         if pr.rewrites:

@@ -62,6 +62,7 @@ class CheckerResult:
                 for n in self.graph.nodes
             ],
             "summary": self.summary,
+            **({"prequantized": self.graph.prequantized.to_json()} if self.graph.prequantized is not None else {}),
         }
 
 

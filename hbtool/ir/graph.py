@@ -90,6 +90,8 @@ class Graph:
         self.inputs: list[str] = []
         self.outputs: list[str] = []
         self.metadata: dict[str, str] = {}
+        # what an already-quantized model fixed (hbtool.ir.prequantized.Prequantized), set by the import
+        self.prequantized: Any = None
         self._name_counter = itertools.count()
 
     # ----------------------------------------------------------------- values

@@ -24,6 +24,7 @@ from onnx import helper, numpy_helper
 from hbtool.errors import ModelError
 from hbtool.ir.fold_names import rename_invented_tensors, tensor_names
 from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node
+from hbtool.ir.prequantized import MICROSOFT_DOMAIN, MICROSOFT_QUANT_OPS, dequantize_graph
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,8 @@ def import_onnx(
     model = _infer_shapes(model)
     graph = _to_ir(model)
     _fill_missing_shapes(graph, model)
+    # an already-quantized model (QDQ, weight-only DequantizeLinear, QOperator) becomes its float graph
+    graph.prequantized = dequantize_graph(graph)
     return graph
 
 
@@ -99,6 +102,8 @@ def _check_domains(model: onnx.ModelProto) -> None:
     for node in model.graph.node:
         if node.domain in KNOWN_DOMAINS or (node.domain, node.op_type) in local:
             continue
+        if node.domain == MICROSOFT_DOMAIN and node.op_type in MICROSOFT_QUANT_OPS:
+            continue  # onnxruntime's quantized operators: hbtool.ir.prequantized reads them
         raise ModelError(
             f"node '{node.name}' uses op '{node.op_type}' of custom domain '{node.domain}', which the BPU toolchain cannot run",
             "export the model with standard ONNX ops only (replace the custom op or split it out of the model)",
@@ -227,11 +232,16 @@ def _apply_input_shapes(model: onnx.ModelProto, shapes: dict[str, Sequence[int]]
 _FUSIONS_LEFT_TO_HBTOOL = ("LayerNormFusionL1", "GeluFusionL1")
 
 
+# onnxruntime's basic level quantizes a float weight that feeds a node between Q/DQ pairs (per tensor, with the
+# activation's zero point): the model's float weight would arrive as integers it never fixed
+_QDQ_REWRITES_LEFT_TO_HBTOOL = ("WeightBiasQuantization",)
+
+
 def _fold_with_onnxruntime(model: onnx.ModelProto, disabled: Sequence[str] = ()) -> onnx.ModelProto:
     """Constant-fold shape subgraphs and drop redundant nodes with onnxruntime's basic level."""
     import onnxruntime as ort
 
-    kwargs = {"disabled_optimizers": list(disabled)} if disabled else {}
+    kwargs = {"disabled_optimizers": list(disabled) + list(_QDQ_REWRITES_LEFT_TO_HBTOOL)}
 
     with tempfile.TemporaryDirectory(prefix="hbtool_fold_") as tmp:
         out = Path(tmp) / "folded.onnx"

@@ -39,6 +39,7 @@ from hbtool.quant.output_channels import channel_axis_of, judge_outputs, judgeme
 from hbtool.quant.observers import TensorStats
 from hbtool.quant.plan import INT8_MIN_SQNR_DB, QuantPlan, bpu_activation_tensors, build_plan
 from hbtool.quant.load import apply_loaded_scales, strip_quantization
+from hbtool.quant.prequantized import honour_model_weights, prequantized_lines, prequantized_summary, without_kept_weights
 from hbtool.quant.lower import lower_to_integer
 from hbtool.quant.preprocess import find_preprocess, insert_preprocess
 from hbtool.quant.thresholds import sqnr_db, threshold
@@ -113,7 +114,7 @@ def prepare_float_graph(cfg: HbConfig, loaded: dict | None = None,
     graph = import_onnx(cfg.model.onnx_model, shapes)
     apply_output_nodes(graph, cfg.model.output_nodes, cfg.model.onnx_model)
     if loaded is not None:
-        loaded.update(strip_quantization(graph))
+        loaded.update(strip_quantization(graph, load_march(cfg.model.march).has_int16))
     had_preprocess = {name for name in graph.inputs if find_preprocess(graph, name) is not None}
     insert_preprocess(graph, cfg.inputs)
     if loaded:
@@ -266,7 +267,8 @@ class _Calibration:
             if not loaded:
                 raise InputError(
                     "calibration_parameters.calibration_type: load, but the model has no QuantizeLinear/DequantizeLinear pairs or HzCalibration nodes",
-                    "give a QAT/QDQ export or an hbtool *_calibrated_model.onnx, or choose another calibration_type",
+                    "give a QAT/QDQ export or an hbtool *_calibrated_model.onnx, or choose another calibration_type (a model quantized "
+                    "only in its weights keeps their integers with any calibration_type)",
                 )
             missing = [t for t in self.tensors if t not in loaded]
             if missing and not self._has_data():
@@ -330,7 +332,9 @@ class _Calibration:
         cfg, cal, graph = self.cfg, self.cal, self.graph
         wclip = getattr(cal, "weight_clip", "none") or "none"
         weights = plan_weights(graph, per_channel=cal.per_channel, clip=wclip)
-        self.weights = clip_node_weights(graph, weights, nodes_asking(self.node_info, "mse"), cal.per_channel)
+        weights = clip_node_weights(graph, weights, nodes_asking(self.node_info, "mse"), cal.per_channel)
+        # an already-quantized model's weight integers are kept (hbtool.quant.prequantized)
+        self.weights, self.weights_kept, self.weights_requantized = honour_model_weights(graph, weights)
         self.output16 = "set_model_output_int16" in (cal.optimization or [])
         self.march = load_march(cfg.model.march)
         from hbtool.quant.int4 import choose_int4_nodes
@@ -352,7 +356,7 @@ class _Calibration:
         bias_delta = bias_corrections(graph, self.weights, {t: self.root_stats[t].channel_mean for t in mean_axes}) if mean_axes else None
         if bias_delta and not self.everywhere:  # node_info Weight: bias_correction on some nodes only
             bias_delta = {k: v for k, v in bias_delta.items() if k in self.bias_nodes}
-        self.bias_delta = bias_delta
+        self.bias_delta = without_kept_weights(bias_delta, graph, self.weights_kept)
 
     def quantization_source(self) -> None:
         """The graph that gets quantized: the float graph, with learned-rounding weights when asked for
@@ -410,6 +414,10 @@ class _Calibration:
         if self.loaded is not None:
             apply_loaded_scales(plan, self.loaded)
             method = "load"
+        if graph.prequantized is not None:
+            self.options["prequantized"] = prequantized_summary(graph, self.cal.calibration_type, self.weights_kept,
+                                                                self.weights_requantized, self.loaded, plan,
+                                                                self.march.has_int16, self.tensors)
         cgraph, _ = build_calibrated_graph(self.qsrc, plan, self.weights)
         program, qgraph = self.quantized(plan)
         present = {o for n in program.nodes for o in n.outputs}
@@ -581,6 +589,8 @@ def option_lines(result: CalibrationResult) -> list[str]:
     """One line per enabled option: how many tensors / sites it changed (names in quant_info.json)."""
     lines = []
     o = result.options
+    if "prequantized" in o:
+        lines += prequantized_lines(o["prequantized"], result.method)
     if "ptf" in o:
         n, k = len(o["ptf"]["applied"]), len(o["ptf"]["skipped"])
         lines.append(f"ptf: {n} LayerNorm input(s) with per-channel power-of-two scales, {k} kept one scale (reasons in quant_info.json)")

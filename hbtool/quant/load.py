@@ -4,13 +4,14 @@ Two sources are read, so a model quantized elsewhere can be deployed with its ow
 
 * ``HzCalibration`` nodes, as in hbtool's own ``*_calibrated_model.onnx`` (a previous run, or a
   QAT result written back in that form);
-* ``QuantizeLinear -> DequantizeLinear`` pairs on activations, as written by QAT exports
-  (PyTorch's fake-quant export) and onnxruntime's QDQ quantizer. The J5 is symmetric: a non-zero
-  zero point is an error, an int8/int16 zero-point type gives the bit width.
+* ``QuantizeLinear -> DequantizeLinear`` pairs on activations and QOperator outputs, as written by
+  QAT exports (PyTorch's fake-quant export) and onnxruntime's quantizer: the import has already
+  removed them and kept their scales (:mod:`hbtool.ir.prequantized`); an int8/int16 zero-point
+  type gives the bit width, and a scale the symmetric J5 cannot take as it is (a non-zero zero
+  point) becomes the symmetric scale of the same range (:mod:`hbtool.quant.prequantized`).
 
-The pairs and calibration nodes are removed, leaving the float graph; weights that arrive
-fake-quantized are re-quantized per channel, which reproduces their integers when their scales
-were max-based.
+The calibration nodes are removed, leaving the float graph; weights that arrive as integers keep
+them (:func:`hbtool.quant.prequantized.honour_model_weights`).
 """
 
 from __future__ import annotations
@@ -32,10 +33,11 @@ class LoadedScale:
     log2: bool = False                         # hbtool's log2-coded Softmax output
 
 
-def strip_quantization(graph: Graph) -> dict[str, LoadedScale]:
-    """Remove Q/DQ pairs and HzCalibration nodes in place; return ``{float tensor: scale}``."""
+def strip_quantization(graph: Graph, has_int16: bool = True) -> dict[str, LoadedScale]:
+    """Remove HzCalibration nodes in place; return ``{float tensor: scale}`` of those and of the model's Q/DQ pairs."""
+    from hbtool.quant.prequantized import fixed_activation_scales
+
     loaded: dict[str, LoadedScale] = {}
-    producers = graph.producer_map()
     for node in list(graph.nodes):
         if node.op_type == CALIBRATION_OP and node.attrs.get("method") != "weight":
             src, dst = node.inputs[0], node.outputs[0]
@@ -48,36 +50,10 @@ def strip_quantization(graph: Graph) -> dict[str, LoadedScale]:
                 node.attrs.get("method") == "log2")
         elif node.op_type == CALIBRATION_OP:
             _bypass(graph, node, node.inputs[0], node.outputs[0])
-    producers = graph.producer_map()
-    for dq in [n for n in graph.nodes if n.op_type == "DequantizeLinear"]:
-        q = producers.get(dq.inputs[0])
-        if q is None or q.op_type != "QuantizeLinear":
-            continue
-        scale = graph.const(q.inputs[1])
-        zp = graph.const(q.inputs[2]) if len(q.inputs) > 2 and q.inputs[2] else None
-        if scale is None or scale.size != 1:
-            raise InputError(
-                f"QuantizeLinear '{q.name}' has a per-channel or computed activation scale",
-                "export activations with one constant scale per tensor",
-            )
-        bits = 8
-        if zp is not None:
-            if np.any(zp != 0):
-                raise InputError(
-                    f"QuantizeLinear '{q.name}' has zero point {int(np.asarray(zp).reshape(-1)[0])}; the J5 quantizes symmetrically",
-                    "quantize activations symmetrically (zero point 0), or calibrate with hbtool instead of load",
-                )
-            if zp.dtype == np.int16:
-                bits = 16
-            elif zp.dtype != np.int8:
-                raise InputError(f"QuantizeLinear '{q.name}' quantizes to {zp.dtype}", "use int8 or int16 activations")
-        value = float(np.asarray(scale).reshape(-1)[0])
-        if not (np.isfinite(value) and value > 0):
-            raise InputError(f"QuantizeLinear '{q.name}' has scale {value}; a scale must be finite and > 0",
-                             "export the Q/DQ model with calibrated, non-zero scales, or calibrate with hbtool instead of load")
-        src = q.inputs[0]
-        graph.nodes.remove(q)
-        loaded[_bypass(graph, dq, src, dq.outputs[0])] = LoadedScale(bits, float(np.asarray(scale).reshape(-1)[0]))
+    # QuantizeLinear -> DequantizeLinear pairs and QOperator models: the import already turned them into the
+    # float graph and kept their scales (hbtool.ir.prequantized); scales the BPU cannot take as they are become
+    # the symmetric scale of the same range (hbtool.quant.prequantized says which and why)
+    loaded.update(fixed_activation_scales(graph, has_int16)[0])
     graph.remove_unused()
     return loaded
 

@@ -46,6 +46,9 @@ class _Step:
     inputs: list[str]
     outputs: list[str]
     free_after: list[str]
+    # no input carries the sample axis (a CPU subgraph computing from constants only): its one result
+    # holds for every sample, so it is broadcast to the batch's S before any sampled step indexes it
+    sampleless: bool = False
 
 
 def _kernel_step(node: Node, program: Graph, fast: bool, threads: int | None) -> Callable:
@@ -161,7 +164,8 @@ class Executor:
             else:
                 run = _movement_step(n, self.program)
             free = [i for i in dict.fromkeys(n.inputs) if i and last_use.get(i) == k and i not in keep and not self.program.is_const(i)]
-            self.steps.append(_Step(n, run, list(n.inputs), list(n.outputs), free))
+            sampleless = not any(i and not self.program.is_const(i) for i in n.inputs)
+            self.steps.append(_Step(n, run, list(n.inputs), list(n.outputs), free, sampleless))
         self.consts = {name: v.data for name, v in self.program.values.items() if v.data is not None}
         largest = max((int(np.prod(v.shape)) for v in self.program.values.values() if v.data is None and v.shape is not None),
                       default=1)
@@ -228,6 +232,8 @@ class Executor:
                     raise InputError(f"simulate: tensor '{name}' is needed by node '{step.node.name}' but was never computed",
                                      "the artifact is inconsistent; compile the model again")
             ys = step.run(xs)
+            if step.sampleless and S > 1:
+                ys = [np.broadcast_to(y, (S,) + y.shape[1:]) for y in ys]
             for name, y in zip(step.outputs, ys):
                 if name:
                     values[name] = y

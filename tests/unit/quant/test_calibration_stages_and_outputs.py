@@ -287,19 +287,23 @@ def test_load_takes_scales_from_a_calibrated_model(tmp_path):
         assert np.array_equal(a, b)
 
 
-def test_load_rejects_asymmetric_qdq(tmp_path):
+def test_load_takes_the_range_of_an_asymmetric_qdq_pair_and_says_so(tmp_path):
+    """The J5 is symmetric: a zero point of 3 cannot be honoured; the pair's range is kept as a symmetric scale, with a warning."""
     from onnx import TensorProto, helper
 
-    from hbtool.quant.calibrate import run_calibration
+    from hbtool.quant.calibrate import option_lines, run_calibration
     from tests.helpers import make_model, tensor, vinfo
 
     w = np.random.default_rng(0).standard_normal((4, 3, 1, 1)).astype(np.float32)
     nodes = [
         helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["xq"], name="q"),
         helper.make_node("DequantizeLinear", ["xq", "s", "zp"], ["xd"], name="dq"),
-        helper.make_node("Conv", ["xd", "w"], ["y"], name="conv"),
+        helper.make_node("Conv", ["xd", "w"], ["c"], name="conv"),
+        helper.make_node("QuantizeLinear", ["c", "s_out", "zp_out"], ["cq"], name="q_out"),
+        helper.make_node("DequantizeLinear", ["cq", "s_out", "zp_out"], ["y"], name="dq_out"),
     ]
-    inits = [tensor("s", np.array(0.05, np.float32)), tensor("zp", np.array(3, np.int8)), tensor("w", w)]
+    inits = [tensor("s", np.array(0.05, np.float32)), tensor("zp", np.array(3, np.int8)), tensor("w", w),
+             tensor("s_out", np.array(0.1, np.float32)), tensor("zp_out", np.array(0, np.int8))]
     model_path = tmp_path / "qdq.onnx"
     onnx.save(make_model(nodes, [vinfo("x", [1, 3, 4, 4])], [vinfo("y", [1, 4, 4, 4])], inits, opset=13), str(model_path))
     cfg = config_from_dict({
@@ -307,9 +311,13 @@ def test_load_rejects_asymmetric_qdq(tmp_path):
         "input_parameters": {"input_name": "x", "input_shape": "1x3x4x4"},
         "calibration_parameters": {"calibration_type": "load"},
     })
-    with pytest.raises(Exception) as err:
-        run_calibration(cfg)
-    assert "zero point 3" in str(err.value) and "symmetric" in str(err.value)
+    result = run_calibration(cfg)
+    assert result.plan.tensors["y"].scale == pytest.approx(0.1)  # symmetric int8: taken as it is
+    assert result.plan.tensors["x"].scale == pytest.approx(0.05 * 131 / 127)  # [-131, 124] steps of 0.05 -> +-6.55
+    changed = result.options["prequantized"]["activation_scales_changed"]
+    assert [(c["tensor"], c["kind"]) for c in changed] == [("x", "asymmetric")]
+    warning = next(line for line in option_lines(result) if line.startswith("warning:"))
+    assert "zero point 3" in warning and "symmetric" in warning and "fix:" in warning
 
 
 def onnx_from(graph):
