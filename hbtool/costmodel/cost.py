@@ -46,7 +46,7 @@ from hbtool.costmodel.hardware import Hardware
 from hbtool.ir.graph import Graph, Node
 from hbtool.ir.hz_ops import HZ_PREPROCESS
 from hbtool.kernels.quantize import Quantize
-from hbtool.kernels.units import CPU, DATA_MOVEMENT, TENSOR, UNITS, VECTOR
+from hbtool.kernels.units import CPU, DATA_MOVEMENT, TENSOR, VECTOR
 from hbtool.march.storage import align
 
 SRAM, DDR = "sram", "ddr"

@@ -21,12 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hbtool.costmodel.cost import IMAGE_INPUT_TYPES, CPU, DATA_MOVEMENT, DDR, OVERHEAD, SRAM, TENSOR, UNITS, VECTOR, VIEW, CostContext, OpCost, cost_op, image_input_cost
+from hbtool.costmodel.cost import IMAGE_INPUT_TYPES, CPU, DATA_MOVEMENT, DDR, OVERHEAD, SRAM, TENSOR, VECTOR, VIEW, CostContext, OpCost, cost_op, image_input_cost
 from hbtool.costmodel.hardware import Hardware, hardware_for
 from hbtool.errors import InputError
 from hbtool.ir.graph import Graph
 from hbtool.ir.hz_ops import HZ_REORDER
 from hbtool.ir.program_io import program_from_section
+from hbtool.kernels.units import UNITS
 
 RUNTIME = "runtime"
 
