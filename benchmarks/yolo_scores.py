@@ -20,9 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tests.yolo_like import build, export_onnx, f1_against_float, float_outputs, fps, quantized_outputs, render_images, write_calibration  # noqa: E402,E501
+from tests.yolo_like import build, export_onnx, f1_against_float, float_outputs, fps, quantized_outputs, render_images, write_calibration  # noqa: E501
 
 
 def main() -> None:

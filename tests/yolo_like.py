@@ -13,7 +13,7 @@ are coloured shapes on a textured background; a class is a colour, and its logit
 mean L1 distance of a cell's pixels to that colour, so a cell inside a shape scores ~0.97 and
 background ~1e-3, with partial scores at shape edges and between similar colours. Boxes come from
 a fixed random box branch through the real DFL decoding, in pixels. Used by
-tests/test_output_channels.py and benchmarks/yolo_scores.py.
+tests/unit/quant/test_outputs_judged_channel_by_channel.py and benchmarks/yolo_scores.py.
 """
 
 from __future__ import annotations

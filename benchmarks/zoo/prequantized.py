@@ -32,15 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+import onnx
+import onnx.version_converter
 
-import onnx  # noqa: E402
-import onnx.version_converter  # noqa: E402
-
-import run as zoo_run  # noqa: E402
-import trained  # noqa: E402
-from corpus import OUT_DIR, ModelSpec, select  # noqa: E402
+from benchmarks.zoo import run as zoo_run
+from benchmarks.zoo import trained
+from benchmarks.zoo.corpus import OUT_DIR, ModelSpec, select
 
 FORMS = {
     "qdq-s8-pc": dict(fmt="QDQ", activation="QInt8", per_channel=True, symmetric=True),

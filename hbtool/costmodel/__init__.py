@@ -3,7 +3,7 @@
 The compiler decides with it (the memory plan prices row-band tiling by it) and ``hbtool perf``
 reports it, so it sits below both, the way Vela's ``npu_performance.py`` sits below its
 scheduler. It reads the march's hardware description and the kernels; it imports nothing from
-``compiler/``, ``perf/``, ``simulator/`` or ``quant/`` (``tests/test_import_layers.py``).
+``compiler/``, ``perf/``, ``simulator/`` or ``quant/`` (``tests/unit/test_import_layers.py``).
 
 :mod:`.hardware`   the march's hardware parameters (published / derived / assumed, each with its source)
 :mod:`.access`     how data-movement ops walk memory: contiguous runs, bytes per granule

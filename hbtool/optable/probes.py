@@ -8,7 +8,7 @@ indices) ends the model instead of feeding the second convolution.
 
 Tiny shapes keep every probe's calibrate -> compile -> simulate run near a tenth of a second (about
 30 s of CPU for every form on the three marches), so the whole table is a default test
-(tests/test_op_table.py).
+(tests/unit/kernels/test_op_table_every_op_every_march.py).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ array is checked and cast exactly as the same array saved with ``numpy.save`` in
 folder would be (:mod:`hbtool.quant.data`): shape ``input_shape`` or ``input_shape[1:]`` (a
 batch axis of one is added), NaN/Inf refused, integer inputs must hold whole numbers in range,
 cast to the model input's dtype. So calibrating on arrays and on the same arrays in a folder
-gives the same model, bit for bit (tested in tests/test_api.py).
+gives the same model, bit for bit (tested in tests/e2e/test_library_api.py).
 
 The samples are read once, up front, and kept (at most ``calibration_parameters.num_samples``
 of them): calibration passes over them several times (statistics, candidates, evaluation).

@@ -18,7 +18,7 @@ from hbtool.optable.probes import PROBES
 from hbtool.optable.run import run_probe
 from hbtool.optable.table import build_table, known_ops, probes_of, render
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "ops.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "ops.md"
 
 
 @lru_cache(maxsize=None)

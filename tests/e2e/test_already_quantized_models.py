@@ -19,7 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tests.helpers import cosine, make_model, run_ort, tensor, vinfo
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HELDOUT = ROOT / "samples" / "data" / "digits_heldout.npz"
 
 

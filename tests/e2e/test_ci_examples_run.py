@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _yaml_blocks() -> list[dict]:
@@ -58,7 +58,7 @@ def test_ci_example_lines_run(tmp_path):
     (tmp_path / "baseline" / "tiny_cnn").mkdir(parents=True)
     shutil.copy(tmp_path / "release" / "tiny_cnn" / "manifest.json", tmp_path / "baseline" / "tiny_cnn")
     # with the baseline committed, the diff line compares (the release lines are unchanged: a rebuild gives the
-    # same bytes, tests/test_release.py); a regression beyond its limits would exit 4 and fail the job
+    # same bytes, tests/e2e/test_gates_release_verify_diff_pack.py); a regression beyond its limits would exit 4 and fail the job
     diff = [line for line in lines if " diff " in line]
     run_job(diff)   # the same build: no regression
     manifest = json.loads((tmp_path / "baseline" / "tiny_cnn" / "manifest.json").read_text())

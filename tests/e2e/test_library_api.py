@@ -18,7 +18,7 @@ from hbtool.cli import main
 from hbtool.errors import ConfigError, HbError, InputError
 from tests.helpers import featuremap_config, small_conv_model
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHAPE = (1, 3, 16, 16)
 
 

@@ -132,7 +132,7 @@ def _formula_findings(path: Path, shown: str) -> list[str]:
 
 
 def test_the_colour_coefficients_are_written_in_one_module_only():
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[3]
     offenders = []
     for path in sorted((root / "hbtool").rglob("*.py")):
         rel = path.relative_to(root)

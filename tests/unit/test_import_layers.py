@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1] / "hbtool"
+ROOT = Path(__file__).resolve().parents[2] / "hbtool"
 
 #: top to bottom; a name is a subpackage (``hbtool/<name>/``) or a top-level module (``hbtool/<name>.py``)
 LAYERS: tuple[tuple[str, ...], ...] = (
@@ -112,7 +112,7 @@ def test_every_package_has_a_layer():
     names = {p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     names |= {p.stem for p in ROOT.glob("*.py") if p.stem != "__init__"}
     missing = sorted(names - set(ROW))
-    assert not missing, f"place these in LAYERS (tests/test_import_layers.py) and docs/architecture.md: {missing}"
+    assert not missing, f"place these in LAYERS (tests/unit/test_import_layers.py) and docs/architecture.md: {missing}"
 
 
 def test_imports_go_only_to_lower_layers():

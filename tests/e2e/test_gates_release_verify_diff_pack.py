@@ -27,7 +27,7 @@ from onnx import helper
 from hbtool.cli import main
 from tests.helpers import make_model, tensor, vinfo
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cli(*args: str):
