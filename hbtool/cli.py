@@ -189,27 +189,14 @@ def compile_cmd(config_path: Path, optimize_level: str | None, disabled: tuple[s
 def makertbin(config_path: Path, model_type: str, max_rows: int, junit: Path | None) -> None:
     """Checker, calibrate and compile in one run, like hb_mapper makertbin; then the gate_parameters gates (exit 4 on a failure)."""
     from hbtool import api
-    from hbtool.checker.report import print_checker_report
-    from hbtool.compiler.compile import print_compile_summary
-    from hbtool.quant.report import print_report
+    from hbtool.cli_release import gate_after_build, require_gates_for_junit, stage_printer
 
     if model_type == "caffe":
         raise InputError("--model-type caffe: Caffe models are not supported", "convert the model to ONNX and pass --model-type onnx")
     cfg = api.load_config(config_path)
-    from hbtool.cli_release import gate_after_build, require_gates_for_junit
-
     require_gates_for_junit(cfg, junit)
-
-    def report(stage: str, result) -> None:
-        if stage == "checker":
-            print_checker_report(result, max_rows=max_rows)
-        elif stage == "calibrate":
-            print_report(result, max_rows=max_rows)
-        elif stage == "compile":
-            print_compile_summary(cfg, result)
-
     with _progress_bar() as progress:
-        result = api.makertbin(cfg, progress=_progress_callback(progress), report=report)
+        result = api.makertbin(cfg, progress=_progress_callback(progress), report=stage_printer(cfg, max_rows))
     for path in result.files:
         click.echo(f"wrote {path}")
     gate_after_build(cfg, result.compiled.path, junit)

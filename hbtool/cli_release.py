@@ -53,6 +53,23 @@ def gate_after_build(cfg, artifact: Path, junit: Path | None) -> None:
     report.raise_if_failed()
 
 
+def stage_printer(cfg, max_rows: int):
+    """``report(stage, result)`` for :func:`hbtool.api.makertbin`: each stage's table as ``makertbin`` prints it."""
+    from hbtool.checker.report import print_checker_report
+    from hbtool.compiler.compile import print_compile_summary
+    from hbtool.quant.report import print_report
+
+    def report(stage: str, result) -> None:
+        if stage == "checker":
+            print_checker_report(result, max_rows=max_rows)
+        elif stage == "calibrate":
+            print_report(result, max_rows=max_rows)
+        elif stage == "compile":
+            print_compile_summary(cfg, result)
+
+    return report
+
+
 def register(main: click.Group) -> None:
     """Add the commands of this module to ``main``."""
     for command in (gate, release, verify, diff, pack):
@@ -85,25 +102,13 @@ def gate(config_path: Path, junit: Path | None) -> None:
 def release(config_path: Path, out_dir: Path, junit: Path | None, max_rows: int) -> None:
     """makertbin, the gates, and a reproducible release folder (artifact, manifest.json, reports/, check/); exit 4 on a failed gate."""
     from hbtool import api
-    from hbtool.checker.report import print_checker_report
-    from hbtool.compiler.compile import print_compile_summary
-    from hbtool.quant.report import print_report
     from hbtool.release.bundle import write_release
 
     cfg = api.load_config(config_path)
     require_gates_for_junit(cfg, junit)
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"--output-dir {out_dir} is a file", "give a folder (it is created if missing)")
-
-    def report(stage: str, result) -> None:
-        if stage == "checker":
-            print_checker_report(result, max_rows=max_rows)
-        elif stage == "calibrate":
-            print_report(result, max_rows=max_rows)
-        elif stage == "compile":
-            print_compile_summary(cfg, result)
-
-    built = api.makertbin(cfg, report=report)
+    built = api.makertbin(cfg, report=stage_printer(cfg, max_rows))
     done = write_release(cfg, built.path, built.calibration.data, out_dir)
     m = done.manifest
     click.echo(f"release {m['model']} ({m['march']}): artifact sha256 {m['artifact_sha256']}, "
