@@ -33,8 +33,8 @@ from hbtool.config import HbConfig
 from hbtool.errors import ConfigError, InputError
 
 __all__ = [
-    "load_config", "check", "calibrate", "compile", "simulate", "simulate_report", "perf", "makertbin", "is_calibrated",
-    "qat", "debug", "CalibrateResult", "CompileResult", "PerfReport", "DebugReport",
+    "load_config", "check", "calibrate", "compile", "simulate", "simulate_report", "perf", "makertbin", "is_calibrated", "info",
+    "qat", "debug", "CalibrateResult", "CompileResult", "PerfReport", "DebugReport", "InfoResult",
 ]
 
 Progress = Callable[[str, int, int], None]
@@ -248,6 +248,36 @@ def simulate_report(artifact: str | Path, inputs: Mapping[str, np.ndarray | str 
     return run_simulation(Path(artifact), feeds, Path(output_dir) if output_dir is not None else None,
                           Path(compare) if compare is not None else None, progress=progress, threads=threads,
                           batch_size=batch_size, resume=resume, keep_outputs=keep_outputs, model_name=model_name)
+
+
+# -------------------------------------------------------------------------------------------- info
+@dataclass
+class InfoResult:
+    """What an artifact holds (``hbtool info``). ``summary``: the document ``hbtool info --json`` prints."""
+
+    summary: dict[str, Any]         # one model: file, tool, march, inputs/outputs, program, memory...; packed: its models
+    packed: bool                    # a packed artifact (``hbtool pack``) described as the list of its models
+    artifact: Any = field(repr=False, default=None)   # the :class:`~hbtool.compiler.artifact.Artifact` (None when packed)
+
+    def to_json(self) -> dict[str, Any]:
+        """The document ``hbtool info --json`` writes."""
+        return self.summary
+
+
+def info(artifact: str | Path, model_name: str | None = None) -> InfoResult:
+    """Describe an artifact: version, options, inputs/outputs, program, memory (``hbtool info``); reads, writes nothing.
+
+    A packed artifact without ``model_name`` is described as the list of its models; ``model_name``
+    picks one of them (for a single-model artifact it must be the model's name).
+    """
+    from hbtool.compiler.artifact import read_artifact
+    from hbtool.compiler.info import packed_summary, summary
+
+    packed = packed_summary(Path(artifact)) if model_name is None else None
+    if packed is not None:
+        return InfoResult(packed, True)
+    art = read_artifact(Path(artifact), model_name)
+    return InfoResult(summary(art), False, art)
 
 
 # -------------------------------------------------------------------------------------------- perf

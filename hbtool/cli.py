@@ -242,18 +242,14 @@ def info(artifact: Path, as_json: bool, model_name: str | None) -> None:
     """Describe an artifact: version, options, inputs/outputs, program, memory (like hb_model_info); a packed one: its models."""
     import json
 
-    from hbtool.compiler.artifact import read_artifact
-    from hbtool.compiler.info import packed_summary, print_info, print_packed, summary
+    from hbtool import api
+    from hbtool.compiler.info import print_packed, print_summary
 
-    packed = packed_summary(artifact) if model_name is None else None
-    if packed is not None:
-        click.echo(json.dumps(packed, indent=1, sort_keys=True)) if as_json else print_packed(packed)
-        return
-    art = read_artifact(artifact, model_name)
+    described = api.info(artifact, model_name)
     if as_json:
-        click.echo(json.dumps(summary(art), indent=1, sort_keys=True))
+        click.echo(json.dumps(described.to_json(), indent=1, sort_keys=True))
     else:
-        print_info(art)
+        print_packed(described.summary) if described.packed else print_summary(described.summary)
 
 
 @main.command()

@@ -30,8 +30,12 @@ def summary(art: Artifact) -> dict[str, Any]:
 
 
 def print_info(art: Artifact, console: Console | None = None) -> None:
+    print_summary(summary(art), console)
+
+
+def print_summary(s: dict[str, Any], console: Console | None = None) -> None:
+    """Print a :func:`summary` (what ``hbtool info`` shows; ``api.info`` returns the dict)."""
     console = console or Console()
-    s = summary(art)
     console.print(f"[bold]{s['model']['name']}[/bold]  hbtool {s['tool']['version']}  march {s['march']}  "
                   f"{s['file']['bytes']:,} bytes  sha256 {s['file']['sha256'][:16]}...")
     opts = s["options"]

@@ -94,9 +94,9 @@ def write_release(cfg: HbConfig, artifact: Path, calibration_data, out_dir: Path
     """Measure ``artifact`` (built from ``cfg`` by makertbin) and write the bundle into ``out_dir``.
 
     ``calibration_data`` is the CalibrationSet calibrate read (hashed into the manifest in order)."""
+    from hbtool import api
     from hbtool.compiler.artifact import read_artifact
     from hbtool.perf.html import write_html
-    from hbtool.perf.run import perf_artifact
     from hbtool.release.gates import gates_path, write
     from hbtool.release.junit import render_junit
     from hbtool.utils.atomic import atomic_write_files
@@ -142,7 +142,7 @@ def write_release(cfg: HbConfig, artifact: Path, calibration_data, out_dir: Path
     files[out_dir / M.MANIFEST] = M.dumps(manifest)
     atomic_write_files(files)
     written = list(files)
-    written += write_html(perf_artifact(artifact).result, reports)
+    written += write_html(api.perf(artifact, quick=False).result, reports)
     if gates is not None:  # the working_dir copy, as makertbin and hbtool gate write it
         write(gates, gates_path(cfg))
     return ReleaseResult(out_dir, manifest, gates, sorted(written))

@@ -92,9 +92,9 @@ def asked(cfg: HbConfig) -> dict[str, float | int]:
 
 def perf_summary(artifact: Path) -> dict[str, Any]:
     """The perf estimate's headline numbers (what the perf gates and the manifest read)."""
-    from hbtool.perf.run import perf_artifact
+    from hbtool import api
 
-    r = perf_artifact(artifact).result
+    r = api.perf(artifact, quick=False).result
     return {"march": r.march, "board": r.hw.board, "core_num": r.core_num, "latency_ms": round(r.latency_ms, 4),
             "fps": round(r.fps, 2), "fps_bound": r.fps_bound}
 

@@ -74,6 +74,24 @@ def test_perf_to_json_equals_perf_json(built):
     assert report.to_json()["fps"] == round(report.fps, 2)
 
 
+def test_info_equals_info_json_for_one_model_and_a_packed_artifact(built, tmp_path):
+    _, _, _, art = built
+    from hbtool.compiler.pack import pack
+
+    packed = tmp_path / "packed.bin"
+    packed.write_bytes(pack([art.path]))
+    for path, name in ((art.path, None), (packed, None), (packed, "m")):
+        described = api.info(path, model_name=name)
+        r = CliRunner().invoke(main, ["info", str(path), "--json"] + (["--model-name", name] if name else []))
+        assert r.exit_code == 0, r.output
+        assert described.to_json() == json.loads(r.stdout)
+        assert described.packed == (path == packed and name is None)
+    assert [m["name"] for m in api.info(packed).summary["models"]] == ["m"]
+    assert api.info(art.path).summary["file"]["bytes"] == art.path.stat().st_size
+    with pytest.raises(HbError):
+        api.info(tmp_path / "missing.bin")
+
+
 def test_calibrate_on_arrays_gives_the_model_of_the_same_arrays_in_a_folder(built, tmp_path):
     tmp, _, folder_run, _ = built
     cfg = _config(tmp, working_dir="wd_arrays", folder=False)

@@ -13,14 +13,13 @@ from onnx import helper
 
 from hbtool.compiler.artifact import from_bytes
 from hbtool.compiler.compile import compile_model
-from hbtool.config import config_from_dict
 from hbtool.kernels import ConvTranspose
 from hbtool.kernels.conv_transpose import resolve_pads
 from hbtool.costmodel.schedule import estimate
 from hbtool.quant.calibrate import run_calibration, write_outputs
 from hbtool.simulator import accel
 from hbtool.simulator.executor import Executor
-from tests.helpers import make_model, run_ort, tensor, vinfo
+from tests.helpers import featuremap_config, make_model, run_ort, tensor, vinfo
 
 
 def scatter_reference(x, w, strides, pads, dilations, output_padding, group):
@@ -136,15 +135,10 @@ def test_upsampling_head_runs_integer_on_the_tensor_unit(tmp_path, kernel, pad, 
     path = tmp_path / "up.onnx"
     onnx.save(upsample_head(kernel, pad, group), str(path))
     rng = np.random.default_rng(1)
-    (tmp_path / "cal").mkdir()
-    for k in range(8):  # max calibration: enough samples that the test inputs rarely saturate
-        np.save(tmp_path / "cal" / f"{k}.npy", rng.standard_normal((1, 8, 6, 6)).astype(np.float32))
-    cfg = config_from_dict({
-        "model_parameters": {"onnx_model": str(path), "working_dir": str(tmp_path / "wd"), "output_model_file_prefix": "up"},
-        "input_parameters": {"input_name": "x", "input_shape": "1x8x6x6", "input_type_train": "featuremap",
-                             "input_type_rt": "featuremap", "input_layout_train": "NCHW", "norm_type": "no_preprocess"},
-        "calibration_parameters": {"cal_data_dir": str(tmp_path / "cal"), "calibration_type": "max"},
-    }, base_dir=tmp_path)
+    # max calibration: enough samples that the test inputs rarely saturate
+    samples = [{"x": rng.standard_normal((1, 8, 6, 6)).astype(np.float32)} for _ in range(8)]
+    cfg = featuremap_config(tmp_path, path, samples, prefix="up", **{
+        "input_parameters.input_layout_train": "NCHW", "calibration_parameters.calibration_type": "max"})
     result = run_calibration(cfg)
     write_outputs(cfg, result, "")
     assert [n.name for n in result.program.nodes if n.meta.get("fallback")] == []

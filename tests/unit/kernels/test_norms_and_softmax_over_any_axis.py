@@ -21,7 +21,6 @@ from onnx import TensorProto, helper
 
 from hbtool.compiler.artifact import from_bytes
 from hbtool.compiler.compile import compile_model
-from hbtool.config import config_from_dict
 from hbtool.ir.onnx_export import to_onnx
 from hbtool.ir.onnx_import import import_onnx
 from hbtool.ir.passes import fuse_layernorm, optimize_float
@@ -30,7 +29,7 @@ from hbtool.costmodel.schedule import estimate
 from hbtool.quant.calibrate import run_calibration, write_outputs
 from hbtool.simulator.accel import accelerate
 from hbtool.simulator.executor import Executor
-from tests.helpers import make_model, run_ort, tensor, vinfo
+from tests.helpers import featuremap_config, make_model, run_ort, tensor, vinfo
 from tests.unit.kernels.test_numpy_and_onnx_forms_agree import run_onnx
 
 RNG = np.random.default_rng(7)
@@ -221,17 +220,10 @@ def test_channel_layernorm_with_eps_outside_runs_in_integers(tmp_path):
 
 # ---------------------------------------------------------------------------- pipeline
 def _pipeline(model: Path, shape: tuple[int, ...], tmp: Path, level: str = "O3"):
-    cal = tmp / "cal"
-    cal.mkdir()
-    for k in range(6):
-        np.save(cal / f"s{k}.npy", np.random.default_rng(100 + k).standard_normal(shape).astype(np.float32))
-    cfg = config_from_dict({
-        "model_parameters": {"onnx_model": str(model), "working_dir": str(tmp / "wd"), "output_model_file_prefix": "m"},
-        "input_parameters": {"input_name": "x", "input_shape": "x".join(map(str, shape)), "input_type_train": "featuremap",
-                             "input_type_rt": "featuremap", "input_layout_train": "NCHW", "norm_type": "no_preprocess"},
-        "calibration_parameters": {"calibration_type": "max", "cal_data_dir": str(cal)},
-        "compiler_parameters": {"optimize_level": level},
-    }, base_dir=tmp)
+    samples = [{"x": np.random.default_rng(100 + k).standard_normal(shape).astype(np.float32)} for k in range(6)]
+    cfg = featuremap_config(tmp, model, samples, **{
+        "input_parameters": {"input_shape": "x".join(map(str, shape)), "input_layout_train": "NCHW"},
+        "calibration_parameters.calibration_type": "max", "compiler_parameters.optimize_level": level})
     result = run_calibration(cfg)
     write_outputs(cfg, result, "")
     return result, compile_model(cfg)

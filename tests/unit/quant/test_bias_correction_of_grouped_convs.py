@@ -15,11 +15,10 @@ import onnx
 import pytest
 from onnx import helper
 
-from hbtool.config import config_from_dict
 from hbtool.quant.calibrate import run_calibration
 from hbtool.quant.weights import _grouped_conv_delta, quantize_weight
 from hbtool.ir.onnx_export import to_onnx
-from tests.helpers import make_model, run_ort, tensor, vinfo
+from tests.helpers import featuremap_config, make_model, run_ort, tensor, vinfo
 
 # per-channel value of the flat region, on the input's int8 grid (max |x| = 2.5, so the input adds no rounding)
 BACKGROUND = (np.array([100, -76, 51, 127]) * (2.5 / 127)).astype(np.float32)
@@ -60,22 +59,14 @@ def _page(rng) -> np.ndarray:
 def _flat_region_error(tmp_path, bias_correction: bool | None) -> float:
     path = tmp_path / "dw.onnx"
     _depthwise_model(path)
-    d = tmp_path / "cal"
-    d.mkdir(exist_ok=True)
     rng = np.random.default_rng(0)
-    for k in range(8):
-        np.save(d / f"{k}.npy", _page(rng))
-    cal = {"cal_data_dir": str(d), "calibration_type": "max", "auto_int16": False}
+    samples = [{"x": _page(rng)} for _ in range(8)]
+    cal = {"calibration_type": "max", "auto_int16": False}
     if bias_correction is not None:
         cal["bias_correction"] = bias_correction
-    cfg = config_from_dict({
-        # int16 output: its rounding is far below the offset measured
-        "model_parameters": {"onnx_model": str(path), "working_dir": str(tmp_path / f"wd_{bias_correction}"),
-                             "node_info": {"dw": {"OutputType": "int16"}}},
-        "input_parameters": {"input_name": "x", "input_shape": "1x4x16x16", "input_type_train": "featuremap",
-                             "input_type_rt": "featuremap", "norm_type": "no_preprocess"},
-        "calibration_parameters": cal,
-    }, base_dir=tmp_path)
+    # int16 output: its rounding is far below the offset measured
+    cfg = featuremap_config(tmp_path, path, samples, f"wd_{bias_correction}", prefix="dw", calibration_parameters=cal,
+                            **{"model_parameters.node_info": {"dw": {"OutputType": "int16"}}})
     r = run_calibration(cfg)
     if bias_correction is not False:        # what it did is reported (quant_info.json options, the log line)
         from hbtool.quant.calibrate import option_lines

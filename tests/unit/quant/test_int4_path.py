@@ -17,7 +17,7 @@ from onnx import helper
 from hbtool.errors import ConfigError, InputError
 from hbtool.kernels import Conv, Linear, RangeError
 from hbtool.kernels.packing import PackedBlobError, pack_int4, unpack_int4
-from tests.helpers import make_model, tensor, vinfo
+from tests.helpers import featuremap_config, make_model, tensor, vinfo
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -193,15 +193,12 @@ def test_a_tensor_bound_layer_gains_and_an_overhead_bound_one_does_not(tmp_path)
 
 
 def _featuremap_cfg(tmp: Path, precision: str, shape, node_info=None, march: str = "bayes"):
-    from hbtool.config import config_from_dict
-
-    return config_from_dict({
-        "model_parameters": {"onnx_model": str(tmp / "m.onnx"), "working_dir": str(tmp / precision), "output_model_file_prefix": "m",
-                             "march": march, **({"node_info": node_info} if node_info else {})},
-        "input_parameters": {"input_name": "x", "input_shape": "x".join(map(str, shape)), "input_type_train": "featuremap",
-                             "input_type_rt": "featuremap", "norm_type": "no_preprocess"},
-        "calibration_parameters": {"calibration_type": "skip", "num_samples": 4, "default_precision": precision},
-    }, base_dir=tmp)
+    """``tmp/m.onnx`` as a featuremap config (through api.load_config), calibrated on random data, into ``tmp/<precision>``."""
+    overrides = {"model_parameters.march": march, "input_parameters.input_shape": "x".join(map(str, shape)),
+                 "calibration_parameters": {"calibration_type": "skip", "num_samples": 4, "default_precision": precision}}
+    if node_info:
+        overrides["model_parameters.node_info"] = node_info
+    return featuremap_config(tmp, tmp / "m.onnx", working_dir=precision, **overrides)
 
 
 # --------------------------------------------------------------------------- config and rules
