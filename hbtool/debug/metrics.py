@@ -46,22 +46,20 @@ def errors(ref: np.ndarray, got: np.ndarray) -> dict[str, float]:
     return acc.result()
 
 
-def per_output(float_out: Mapping[str, np.ndarray], quant_out: Mapping[str, np.ndarray],
-               axes: Mapping[str, int | None] | None = None) -> dict[str, dict[str, float]]:
-    """``{output: metrics}`` of outputs stacked over the samples, with the worst channel's beside them
-    (``axes``: each output's channel axis from the op that makes it, hbtool.quant.output_channels.channel_axis_of)."""
+def per_output(float_out: Mapping[str, np.ndarray], quant_out: Mapping[str, np.ndarray]) -> dict[str, dict[str, float]]:
+    """``{output: metrics}`` of outputs stacked over the samples, with the worst channel's beside them."""
     out = {}
     for name in float_out:
         out[name] = errors(float_out[name], quant_out[name])
-        out[name].update(worst_channel(float_out[name], quant_out[name], (axes or {}).get(name, ...)))
+        out[name].update(worst_channel(float_out[name], quant_out[name]))
     return out
 
 
-def worst_channel(ref: np.ndarray, got: np.ndarray, axis: int | None = ...) -> dict[str, float]:
+def worst_channel(ref: np.ndarray, got: np.ndarray) -> dict[str, float]:
     """``worst_channel``, its ``worst_channel_snr_db`` (held to +-200) and ``worst_channel_cosine``:
     the channel a whole-output number hides (a detector's scores beside its pixel boxes); {} for one channel."""
     ref, got = np.asarray(ref), np.asarray(got)
-    acc = channel_errors(ref, got, output_channel_axis(ref.shape) if axis is ... else axis)
+    acc = channel_errors(ref, got, output_channel_axis(ref.shape))
     if acc.dot is None or acc.dot.size < 2:
         return {}
     k = int(np.argmin(acc.snr_db))

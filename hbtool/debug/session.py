@@ -76,9 +76,7 @@ class DebugSession:
         convert = runtime_feeds(self.cfg, list(result.quantized.inputs))
         samples = [convert(s) for s in self.samples] if convert else self.samples
         quant = run_outputs(result.quantized, samples, self.output_names)
-        from hbtool.quant.output_channels import channel_axis_of
-
-        outs = per_output(self.float_outputs, quant, {o: channel_axis_of(result.graph, o) for o in self.output_names})
+        outs = per_output(self.float_outputs, quant)
         folds = self.metric.fold_values(quant, self.float_outputs, len(samples), METRIC_FOLDS)
         return Measured(node_info, outs, self.metric.value(quant, self.float_outputs), result, folds=folds)
 

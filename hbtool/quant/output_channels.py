@@ -14,7 +14,7 @@ because the box channels carry its energy. Two things follow:
   changes on the BPU: same int8 codes, no requantization, so no FPS is lost.
 * **Judgement.** :func:`judge_outputs` gives, per output, the SNR of every channel of the
   deployed (quantized) model against float on the evaluation samples
-  (:class:`~hbtool.io.metrics.RunningChannelErrors`, the one definition every report uses), and
+  (:class:`~hbtool.quant.metrics.RunningChannelErrors`, the one definition every report uses), and
   names each channel under :data:`CHANNEL_WARN_SNR_DB` with the fix: int16 where the march has it,
   else the CPU. The judgement goes into ``quant_info.json`` (``options.output_channels``) and the
   log.
@@ -28,7 +28,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from hbtool.ir.graph import Graph
-from hbtool.io.metrics import RunningChannelErrors
+from hbtool.quant.metrics import RunningChannelErrors
 
 #: pieces whose observed ranges differ by more than this (two bits of int8) get their own scales
 SEGMENT_RANGE_RATIO = 4.0
@@ -167,22 +167,11 @@ def refresh_output_segments(graph: Graph, plan: Any) -> None:
 
 
 def channel_axis_of(graph: Graph, output: str) -> int | None:
-    """The channel axis of a model output, read from the op that makes it (:func:`~hbtool.io.metrics.producer_channel_axis`)."""
-    from hbtool.io.metrics import producer_channel_axis
+    """The axis :func:`~hbtool.quant.metrics.output_channel_axis` gives this output (from its shape)."""
+    from hbtool.quant.metrics import output_channel_axis
 
     shape = graph.shape(output)
-    if shape is None:
-        return None
-
-    def producer(name: str):
-        node = graph.producer(name)
-        if node is None:
-            return None
-        data = [i for i in node.inputs if i and not graph.is_const(i)]
-        rank = len(graph.shape(data[0]) or ()) if data else len(shape)
-        return node.op_type, dict(node.attrs), data, rank
-
-    return producer_channel_axis(producer, output, len(shape))
+    return None if shape is None else output_channel_axis(tuple(shape))
 
 
 def judge_outputs(graph: Graph, plan: Any, channel_errors: Mapping[str, RunningChannelErrors],

@@ -25,7 +25,7 @@ import numpy as np
 
 from hbtool.config import HbConfig
 from hbtool.errors import InputError
-from hbtool.io.metrics import RunningChannelErrors, RunningErrors, onnx_channel_axes, output_channel_axis
+from hbtool.io.metrics import RunningChannelErrors, RunningErrors, output_channel_axis
 
 QUANTIZED_WHAT = "the artifact run through the simulator"
 FLOAT_WHAT = "the original float model with the config's preprocessing (onnxruntime)"
@@ -124,9 +124,6 @@ def measure(cfg: HbConfig, artifact: Path, samples: list[dict[str, np.ndarray]],
     art = read_artifact(artifact)
     executor = Executor(art)
     float_sess = _session(stage_model(cfg, "original_float"))
-    import onnx
-
-    axes = onnx_channel_axes(onnx.load(str(stage_model(cfg, "original_float")), load_external_data=False))
     float_names = {o.name for o in float_sess.get_outputs()}
     descs = {d["name"]: d for d in art.header["outputs"]}
     compared = [o for o in executor.output_names if o in float_names and descs.get(o, {}).get("dtype") == "float32"]
@@ -160,7 +157,7 @@ def measure(cfg: HbConfig, artifact: Path, samples: list[dict[str, np.ndarray]],
                              "compile the model again from the same working_dir (hbtool makertbin -c cfg.yaml)")
         got = got.reshape(ref.shape)
         shape = list(executor.program.shape(o))
-        axis = axes.get(o, output_channel_axis(shape))
+        axis = output_channel_axis(shape)
         whole, chans = RunningErrors(), RunningChannelErrors(None if axis is None else axis + 1)
         whole.update(ref, got)
         chans.update(ref, got)

@@ -12,7 +12,7 @@ import numpy as np
 from hbtool.compiler.artifact import read_artifact
 from hbtool.errors import InputError
 from hbtool.io.files import safe_file_name
-from hbtool.io.metrics import RunningChannelErrors, RunningErrors, onnx_channel_axes, output_channel_axis
+from hbtool.io.metrics import RunningChannelErrors, RunningErrors, output_channel_axis
 from hbtool.simulator.executor import Executor
 from hbtool.simulator.inputs import iter_batches, open_inputs, release_pages
 
@@ -26,7 +26,7 @@ class OutputComparison:
     chebyshev: float
     max_lsb: float | None          # largest difference in output LSBs (dequantized outputs)
     within_1lsb: float | None      # fraction of elements within 1 LSB
-    # the output's worst channel (hbtool.io.metrics.RunningChannelErrors): a channel the whole output's cosine hides
+    # the output's worst channel (hbtool.quant.metrics.RunningChannelErrors): a channel the whole output's cosine hides
     worst_channel: int | None = None
     worst_channel_snr_db: float | None = None
     worst_channel_cosine: float | None = None
@@ -76,16 +76,6 @@ def _compare_preprocessing(session, header_inputs: list[dict]) -> dict[str, Call
 
         out[name] = normalise
     return out
-
-
-def _compare_channel_axes(path: Path) -> dict[str, int | None]:
-    """Each output's channel axis in the --compare model (:func:`hbtool.io.metrics.onnx_channel_axes`)."""
-    import onnx
-
-    try:
-        return onnx_channel_axes(onnx.load(str(path), load_external_data=False))
-    except Exception:  # the session below reports a model onnx cannot read; the shape rule stands in
-        return {}
 
 
 def _compare_session(path: Path, input_names: list[str], output_names: list[str], runtime_types: dict[str, str] | None = None):
@@ -256,9 +246,7 @@ def simulate(artifact: Path, inputs: dict[str, Path | np.ndarray], output_dir: P
     session = _compare_session(Path(compare), executor.input_names, out_names, runtime_types) if compare is not None else None
     compare_feed = _compare_preprocessing(session, art.header["inputs"]) if session is not None else {}
     errors = {o: RunningErrors() for o in out_names}
-    # the channel axis from the op that makes each output in the --compare model (a recogniser's classes, not its steps)
-    axes = _compare_channel_axes(Path(compare)) if compare is not None else {}
-    channels = {o: RunningChannelErrors(axes.get(o, output_channel_axis(tuple(executor.program.shape(o) or ())))) for o in out_names}
+    channels = {o: RunningChannelErrors(output_channel_axis(tuple(executor.program.shape(o) or ()))) for o in out_names}
     lsb = {o: [0.0, 0, 0] for o in out_names}  # max, within-1-LSB count, total
     total = sources[0].count if sources else 0
     files = None

@@ -35,29 +35,3 @@ def test_running_equals_one_shot():
     one = channel_errors(np.concatenate(list(a)), np.concatenate(list(b)), 1)
     np.testing.assert_allclose(acc.cosine, one.cosine)
     np.testing.assert_allclose(acc.snr_db, one.snr_db)
-
-
-def _chain(*nodes):
-    """``producer`` over a list of (output, op, attrs, inputs, input rank)."""
-    table = {out: (op, attrs, inputs, rank) for out, op, attrs, inputs, rank in nodes}
-    return table.get
-
-
-def test_channel_axis_follows_the_op_that_makes_the_output():
-    from hbtool.io.metrics import producer_channel_axis
-
-    # a detector: Concat over axis 1 of boxes and sigmoid scores -> channels on axis 1
-    det = _chain(("out", "Concat", {"axis": 1}, ["box", "cls"], 3), ("cls", "Sigmoid", {}, ["x"], 3))
-    assert producer_channel_axis(det, "out", 3) == 1
-    # a recogniser: Softmax over the classes of every time step -> the last axis, not the steps
-    rec = _chain(("prob", "Softmax", {"axis": 2}, ["logits"], 3), ("logits", "MatMul", {}, ["h"], 3))
-    assert producer_channel_axis(rec, "prob", 3) == 2
-    # a transformer's hidden states: LayerNorm then an Add -> the last axis
-    enc = _chain(("y", "Add", {}, ["ln"], 3), ("ln", "LayerNormalization", {"axis": -1}, ["x"], 3))
-    assert producer_channel_axis(enc, "y", 3) == 2
-    # an NHWC head: a Conv's channels moved last by a Transpose
-    nhwc = _chain(("o", "Transpose", {"perm": [0, 2, 3, 1]}, ["c"], 4), ("c", "Conv", {}, ["x"], 4))
-    assert producer_channel_axis(nhwc, "o", 4) == 3
-    # nothing known: the shape rule
-    assert producer_channel_axis(lambda name: None, "z", 3) == 1
-    assert producer_channel_axis(lambda name: None, "z", 1) is None
