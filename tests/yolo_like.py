@@ -243,7 +243,7 @@ def float_outputs(model: Path, images: np.ndarray) -> np.ndarray:
 
 
 def fps(compiled) -> float:
-    from hbtool.perf.schedule import estimate
+    from hbtool.costmodel.schedule import estimate
 
     return float(estimate(compiled.header, None, program=compiled.program).fps)
 

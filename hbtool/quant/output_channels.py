@@ -14,7 +14,7 @@ because the box channels carry its energy. Two things follow:
   changes on the BPU: same int8 codes, no requantization, so no FPS is lost.
 * **Judgement.** :func:`judge_outputs` gives, per output, the SNR of every channel of the
   deployed (quantized) model against float on the evaluation samples
-  (:class:`~hbtool.quant.metrics.RunningChannelErrors`, the one definition every report uses), and
+  (:class:`~hbtool.io.metrics.RunningChannelErrors`, the one definition every report uses), and
   names each channel under :data:`CHANNEL_WARN_SNR_DB` with the fix: int16 where the march has it,
   else the CPU. The judgement goes into ``quant_info.json`` (``options.output_channels``) and the
   log.
@@ -28,7 +28,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from hbtool.ir.graph import Graph
-from hbtool.quant.metrics import RunningChannelErrors
+from hbtool.io.metrics import RunningChannelErrors
 
 #: pieces whose observed ranges differ by more than this (two bits of int8) get their own scales
 SEGMENT_RANGE_RATIO = 4.0
@@ -167,8 +167,8 @@ def refresh_output_segments(graph: Graph, plan: Any) -> None:
 
 
 def channel_axis_of(graph: Graph, output: str) -> int | None:
-    """The axis :func:`~hbtool.quant.metrics.output_channel_axis` gives this output (from its shape)."""
-    from hbtool.quant.metrics import output_channel_axis
+    """The axis :func:`~hbtool.io.metrics.output_channel_axis` gives this output (from its shape)."""
+    from hbtool.io.metrics import output_channel_axis
 
     shape = graph.shape(output)
     return None if shape is None else output_channel_axis(tuple(shape))

@@ -26,7 +26,7 @@ class OutputComparison:
     chebyshev: float
     max_lsb: float | None          # largest difference in output LSBs (dequantized outputs)
     within_1lsb: float | None      # fraction of elements within 1 LSB
-    # the output's worst channel (hbtool.quant.metrics.RunningChannelErrors): a channel the whole output's cosine hides
+    # the output's worst channel (hbtool.io.metrics.RunningChannelErrors): a channel the whole output's cosine hides
     worst_channel: int | None = None
     worst_channel_snr_db: float | None = None
     worst_channel_cosine: float | None = None

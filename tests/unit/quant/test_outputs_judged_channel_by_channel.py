@@ -19,7 +19,7 @@ from hbtool.compiler.artifact import from_bytes
 from hbtool.compiler.compile import compile_model
 from hbtool.config import config_from_dict
 from hbtool.quant.calibrate import option_lines, quant_info, run_calibration, write_outputs
-from hbtool.quant.metrics import channel_errors
+from hbtool.io.metrics import channel_errors
 from hbtool.quant.output_channels import CHANNEL_WARN_SNR_DB, channel_list
 from hbtool.simulator.executor import Executor
 from tests.helpers import make_model, tensor, vinfo
