@@ -39,13 +39,7 @@ def boxes_and_scores(tmp_path, offset: float = 3.0):
              helper.make_node("Concat", ["boxes", "scores"], ["y"], name="head_concat", axis=1)]
     inits = [tensor("wb", wb), tensor("ws", ws), tensor("px", np.array(100.0, np.float32)), tensor("five", np.array(offset, np.float32))]
     model = make_model(nodes, [vinfo("x", [1, 8, 50])], [vinfo("y", [1, 10, 50])], inits)
-    path = tmp_path / "m.onnx"
-    onnx.save(model, path)
-    cal = tmp_path / "cal"
-    cal.mkdir(exist_ok=True)
-    for i in range(8):
-        np.save(cal / f"{i}.npy", rng.standard_normal((1, 8, 50)).astype(np.float32))
-    return path, cal
+    return _saved_with_calibration(model, tmp_path / "m.onnx", rng)
 
 
 def config(tmp_path, model, cal, march, **calibration):
@@ -183,13 +177,7 @@ def wide_conv(tmp_path):
     w[:2] *= 100
     model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], name="head")], [vinfo("x", [1, 8, 50])], [vinfo("y", [1, 6, 50])],
                        [tensor("w", w)])
-    path = tmp_path / "w.onnx"
-    onnx.save(model, path)
-    cal = tmp_path / "cal"
-    cal.mkdir(exist_ok=True)
-    for i in range(8):
-        np.save(cal / f"{i}.npy", rng.standard_normal((1, 8, 50)).astype(np.float32))
-    return path, cal
+    return _saved_with_calibration(model, tmp_path / "w.onnx", rng)
 
 
 @pytest.mark.parametrize("march, bits", [("bayes-e", 16), ("bayes", 16), ("bernoulli2", 8)])
@@ -207,3 +195,13 @@ def test_an_output_pinned_to_int8_stays_int8(tmp_path):
     model, cal = wide_conv(tmp_path)
     result = run_calibration(config(tmp_path, model, cal, "bayes-e", calibration_type="max", optimization="set_model_output_int8"))
     assert result.plan.tensors["y"].bits == 8
+
+
+def _saved_with_calibration(model, path, rng):
+    """``model`` saved at ``path`` and a folder of 8 random 1x8x50 calibration samples beside it."""
+    onnx.save(model, path)
+    cal = path.parent / "cal"
+    cal.mkdir(exist_ok=True)
+    for i in range(8):
+        np.save(cal / f"{i}.npy", rng.standard_normal((1, 8, 50)).astype(np.float32))
+    return path, cal
