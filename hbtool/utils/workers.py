@@ -1,0 +1,162 @@
+"""Independent tasks on worker processes or a Ray cluster, results in submission order.
+
+Why one module: ``hbtool debug --auto`` tries and ``hbtool simulate`` shards are independent pieces of
+work whose *results* must not depend on where they ran. Both go through :class:`TaskPool`, which
+returns results in the order the tasks were given, whatever order they finish in, so a search that
+accepts remedies in that order makes the same decisions with 1 worker, N workers or a cluster.
+
+- ``workers=1`` and no cluster: the tasks run here, one after another (no process, no pickling);
+- ``workers=N``: N worker processes started with ``spawn`` (a forked copy of a process that already
+  runs onnxruntime or torch thread pools can hang); each worker runs ``initializer(*initargs)`` once,
+  so a task carries only what differs between tasks;
+- ``cluster=ADDRESS``: Ray (``pip install 'hbtool[cluster]'``); ``ADDRESS`` is what ``ray.init``
+  takes (``auto``, ``ray://host:10001``), or ``local`` for a Ray cluster started on this machine.
+  ``workers`` then bounds the tasks in flight.
+
+A task that raises re-raises here, in the caller, with the worker's exception.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any, Callable, Iterable, Iterator
+
+from hbtool.errors import InputError
+
+#: the worker state an initializer sets up (per process), read back by tasks with :func:`worker_state`
+_STATE: dict[str, Any] = {}
+
+
+def default_workers() -> int:
+    """The machine's cores (what ``--workers`` defaults to)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def worker_state() -> dict[str, Any]:
+    """This process's state as the pool's initializer left it (empty in the calling process)."""
+    return _STATE
+
+
+def _run_initializer(initializer: Callable[..., Any] | None, initargs: tuple) -> None:
+    if initializer is not None:
+        initializer(*initargs)
+
+
+def check_workers(workers: int | None) -> int:
+    """``--workers`` as a count: ``None`` is the machine's cores; below 1 is an error."""
+    if workers is None:
+        return default_workers()
+    if int(workers) < 1:
+        raise InputError(f"--workers {workers} is not a worker count", "give 1 or more (1 runs everything here)")
+    return int(workers)
+
+
+class TaskPool:
+    """``with TaskPool(workers, cluster, initializer, initargs) as pool: for r in pool.map(fn, items): ...``
+
+    ``fn`` and ``initializer`` must be importable module-level functions (they travel by name)."""
+
+    def __init__(self, workers: int | None = 1, cluster: str | None = None,
+                 initializer: Callable[..., Any] | None = None, initargs: tuple = ()):
+        self.workers = check_workers(workers)
+        self.cluster = cluster
+        self.initializer = initializer
+        self.initargs = tuple(initargs)
+        self._executor: ProcessPoolExecutor | None = None
+        self._ray = None
+        self._ray_started_here = False
+
+    @property
+    def parallel(self) -> bool:
+        return self.cluster is not None or self.workers > 1
+
+    def __enter__(self) -> "TaskPool":
+        if self.cluster is not None:
+            self._start_ray()
+        elif self.workers > 1:
+            self._executor = ProcessPoolExecutor(
+                max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
+                initializer=_run_initializer, initargs=(self.initializer, self.initargs))
+        else:
+            _run_initializer(self.initializer, self.initargs)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+        if self._ray is not None and self._ray_started_here:
+            self._ray.shutdown()
+        self._ray = None
+
+    def _start_ray(self) -> None:
+        try:
+            import ray
+        except ImportError as exc:
+            raise InputError(f"--cluster {self.cluster} needs Ray, which is not installed",
+                             "pip install 'hbtool[cluster]' (or drop --cluster to use local worker processes)") from exc
+        if not ray.is_initialized():
+            kwargs: dict[str, Any] = dict(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+            if self.cluster == "local":
+                kwargs["num_cpus"] = self.workers
+            else:
+                kwargs["address"] = self.cluster
+            try:
+                ray.init(**kwargs)
+            except (ConnectionError, ValueError, RuntimeError) as exc:
+                raise InputError(f"cannot reach the Ray cluster at {self.cluster!r}: {exc}",
+                                 "give the head's address (ray://HOST:10001 or auto), or --cluster local") from exc
+            self._ray_started_here = True
+        self._ray = ray
+
+    def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
+        """``fn(item)`` for every item; results yielded in the items' order."""
+        if self._ray is not None:
+            yield from self._map_ray(fn, list(items))
+        elif self._executor is not None:
+            # at most 2 tasks per worker in flight: results stream in order without queuing every item
+            items = list(items)
+            window = 2 * self.workers
+            futures = [self._executor.submit(fn, it) for it in items[:window]]
+            nxt = len(futures)
+            for i in range(len(items)):
+                result = futures[i].result()
+                futures[i] = None  # type: ignore[call-overload]
+                if nxt < len(items):
+                    futures.append(self._executor.submit(fn, items[nxt]))
+                    nxt += 1
+                yield result
+        else:
+            for it in items:
+                yield fn(it)
+
+    def _map_ray(self, fn: Callable[[Any], Any], items: list[Any]) -> Iterator[Any]:
+        ray = self._ray
+        remote = ray.remote(_ray_task).options(max_retries=0)
+        init = (self.initializer, self.initargs)
+        window = max(1, 2 * self.workers)
+        refs = [remote.remote(init, fn, it) for it in items[:window]]
+        nxt = len(refs)
+        for i in range(len(items)):
+            result = ray.get(refs[i])
+            refs[i] = None
+            if nxt < len(items):
+                refs.append(remote.remote(init, fn, items[nxt]))
+                nxt += 1
+            yield result
+
+
+def _ray_task(init: tuple, fn: Callable[[Any], Any], item: Any) -> Any:
+    """One task on a Ray worker: the initializer runs once per worker process (keyed on its arguments)."""
+    initializer, initargs = init
+    key = (getattr(initializer, "__qualname__", None), repr(initargs)[:2000])
+    if _STATE.get("__init_key__") != key:
+        _STATE.clear()
+        _run_initializer(initializer, initargs)
+        _STATE["__init_key__"] = key
+    return fn(item)
