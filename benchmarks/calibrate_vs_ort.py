@@ -562,6 +562,129 @@ def print_table(rows: list[Row], title: str) -> None:
     Console(width=max(140, shutil.get_terminal_size((140, 20)).columns)).print(t)
 
 
+# ----------------------------------------------------------------------------- speed: hbtool calibrate vs ORT MinMax
+SPEED_MODELS = ("ppocrv5_rec", "hf_resnet50", "hf_mobilenet_v2", "hf_deit_tiny", "hf_swin_t")
+ORT_CHILD = r"""
+import sys, time, glob, os, logging, contextlib, io
+t_start = time.perf_counter()
+import numpy as np
+from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, quantize_static
+src, out, folders = sys.argv[1], sys.argv[2], sys.argv[3:]
+names = [f.split("=", 1) for f in folders]
+feeds = [{n: np.load(p) for n, p in zip([a for a, _ in names], files)}
+         for files in zip(*[sorted(glob.glob(os.path.join(d, "*.npy"))) for _, d in names])]
+class Reader(CalibrationDataReader):
+    def __init__(self): self.it = iter(feeds)
+    def get_next(self): return next(self.it, None)
+    def rewind(self): self.it = iter(feeds)
+logging.getLogger().setLevel(logging.ERROR)
+os.chdir(os.path.dirname(out))
+with contextlib.redirect_stdout(io.StringIO()):
+    t0 = time.perf_counter()
+    quantize_static(src, out, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, calibrate_method=CalibrationMethod.MinMax,
+                    extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
+print(f"inner {time.perf_counter() - t0:.3f} start {t0 - t_start:.3f}")
+"""
+HASHED = ("_calibrated_model.onnx", "_quantized_model.onnx", "_quant_info.json")
+
+
+def speed_case(name: str, n_samples: int, root: Path) -> dict[str, Any]:
+    """A corpus model's hbtool config and an ORT input folder set: the same ``n_samples`` samples for both."""
+    from benchmarks.zoo import data
+    from benchmarks.zoo.corpus import select
+    from benchmarks.zoo.run import write_case
+
+    spec = select([name])[0]
+    case = root / name
+    if case.exists():
+        shutil.rmtree(case)
+    case.mkdir(parents=True)
+    raw = data.samples(spec, n_samples, 0)
+    config = write_case(spec, case, raw, "default")
+    ort_dirs = []
+    for inp in raw[0]:
+        d = case / "ort_cal" / inp.replace("/", "_")
+        d.mkdir(parents=True)
+        for k, f in enumerate(data.float_samples(spec, raw)):
+            np.save(d / f"cal_{k:03d}.npy", f[inp])
+        ort_dirs.append(f"{inp}={d}")
+    return {"name": name, "case": case, "config": config, "onnx": spec.onnx_path, "ort_dirs": ort_dirs,
+            "prefix": spec.name, "work": case / "model_output"}
+
+
+def _timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
+    import subprocess
+
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    seconds = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, cmd[:4]))} failed ({proc.returncode}): {proc.stderr.strip()[-600:]}")
+    return seconds, proc.stdout
+
+
+def output_hashes(c: dict[str, Any]) -> dict[str, str]:
+    """sha256 of the calibrated model, the quantized model and quant_info.json (what must not change)."""
+    import hashlib
+
+    return {suffix: hashlib.sha256((c["work"] / f"{c['prefix']}{suffix}").read_bytes()).hexdigest()[:16] for suffix in HASHED}
+
+
+def speed_main(args: argparse.Namespace) -> int:
+    """hbtool calibrate (the CLI, process start included) against ORT MinMax quantize_static (a fresh process
+    too), interleaved per model and round; prints both, the ratio per model and the median ratio."""
+    import statistics
+    import subprocess
+
+    root = OUT / "calibrate_speed"
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    print(f"load before: {load}", flush=True)
+    cases = [speed_case(n, args.samples, root) for n in args.speed_models]
+    rows, hashes = [], {}
+    for c in cases:
+        hb, ortt, inner = [], [], []
+        for r in range(args.rounds):
+            order = ("hbtool", "ort") if r % 2 == 0 else ("ort", "hbtool")
+            for tool in order:
+                if tool == "hbtool":
+                    s, _ = _timed([sys.executable, "-m", "hbtool.cli", "calibrate", "-c", str(c["config"])], env)
+                    hb.append(s)
+                else:
+                    out = c["case"] / "ort_minmax.onnx"
+                    s, text = _timed([sys.executable, "-c", ORT_CHILD, str(c["onnx"]), str(out), *c["ort_dirs"]], env)
+                    ortt.append(s)
+                    inner.append(float(text.split()[1]))
+        hashes[c["name"]] = output_hashes(c)
+        row = {"model": c["name"], "hbtool_s": min(hb), "ort_s": min(ortt), "ort_quantize_static_s": min(inner),
+               "ratio": min(hb) / min(ortt), "hbtool_all": hb, "ort_all": ortt, "hashes": hashes[c["name"]]}
+        rows.append(row)
+        print(f"{c['name']:18s} hbtool calibrate {row['hbtool_s']:7.1f} s   ort quantize_static MinMax {row['ort_s']:7.1f} s "
+              f"(inside {row['ort_quantize_static_s']:.1f} s)   ratio {row['ratio']:.2f}x   "
+              f"outputs {' '.join(hashes[c['name']].values())}", flush=True)
+    med = statistics.median(r["ratio"] for r in rows)
+    load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    print(f"median ratio hbtool/ort: {med:.2f}x over {len(rows)} models, {args.samples} samples, best of {args.rounds} "
+          f"interleaved rounds, both in fresh processes; load after: {load}")
+    if args.json:
+        write_result(args.json, json.dumps({"rows": rows, "median_ratio": med, "samples": args.samples, "rounds": args.rounds,
+                                            "cpus": os.cpu_count(), "load": load}, indent=1, default=str) + "\n")
+    if args.hashes:
+        if args.hashes.exists():
+            before = json.loads(args.hashes.read_text())
+            changed = {m: h for m, h in hashes.items() if m in before and before[m] != h}
+            print("outputs identical to " + str(args.hashes) if not changed else f"OUTPUTS CHANGED vs {args.hashes}: {sorted(changed)}")
+            if changed:
+                return 1
+        else:
+            write_result(args.hashes, json.dumps(hashes, indent=1) + "\n")
+            print(f"output hashes written to {args.hashes}")
+    if not args.keep:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", choices=ALL_MODELS, default=list(ALL_MODELS))
@@ -579,7 +702,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-hbtool", action="store_true", help="only the float and ORT rows")
     ap.add_argument("--json", type=Path, default=None, help="write the table as JSON")
     ap.add_argument("--markdown", type=Path, default=None, help="write the table as a Markdown table")
+    ap.add_argument("--speed", action="store_true",
+                    help="calibration time only: hbtool calibrate (CLI) vs ORT MinMax quantize_static on corpus models (--speed-models)")
+    ap.add_argument("--speed-models", nargs="+", default=list(SPEED_MODELS), help="corpus models for --speed")
+    ap.add_argument("--samples", type=int, default=64, help="calibration samples per model for --speed (default 64)")
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds per model for --speed (best of; default 2)")
+    ap.add_argument("--hashes", type=Path, default=None,
+                    help="--speed: write hbtool's output hashes here, or compare with them when the file exists (exit 1 if changed)")
+    ap.add_argument("--keep", action="store_true", help="--speed: keep the work folders (benchmarks/_out/calibrate_speed)")
     args = ap.parse_args(argv)
+    if args.speed:
+        return speed_main(args)
 
     global GIT_AT_START
     GIT_AT_START = _git_state()

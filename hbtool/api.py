@@ -217,28 +217,33 @@ def makertbin(cfg: HbConfig, progress: Progress | None = None, report: Callable[
 
 # ---------------------------------------------------------------------------------------- simulate
 def simulate(artifact: str | Path, inputs: Mapping[str, np.ndarray | str | Path], *, batch_size: int = 16,
-             threads: int | None = None, progress: Progress | None = None, model_name: str | None = None) -> dict[str, np.ndarray]:
+             threads: int | None = None, progress: Progress | None = None, model_name: str | None = None,
+             workers: int = 1, cluster: str | None = None) -> dict[str, np.ndarray]:
     """Run the artifact's integer program on ``inputs``, bit-exactly; ``{output name: float32 array}``.
 
     ``inputs``: per model input, samples stacked on the first axis (``(N * input_shape[0], ...)``)
     as an array, or the path of a ``.npy`` or of a folder of samples (as ``hbtool simulate -i``).
     An input the artifact takes in a run-time format (nv12, ...) takes the chip's buffer. The
     outputs are dequantized, one row block per sample, exactly what ``hbtool simulate -o DIR``
-    writes as ``DIR/<output>.npy``. The results do not depend on ``batch_size`` or ``threads``.
+    writes as ``DIR/<output>.npy``. The results do not depend on ``batch_size``, ``threads``, ``workers``
+    (sample ranges on that many worker processes) or ``cluster`` (a Ray address, or ``local``).
     """
-    result = simulate_report(artifact, inputs, batch_size=batch_size, threads=threads, progress=progress, model_name=model_name)
+    result = simulate_report(artifact, inputs, batch_size=batch_size, threads=threads, progress=progress, model_name=model_name,
+                             workers=workers, cluster=cluster)
     return dict(result.outputs)
 
 
 def simulate_report(artifact: str | Path, inputs: Mapping[str, np.ndarray | str | Path], *, output_dir: str | Path | None = None,
                     compare: str | Path | None = None, batch_size: int = 16, threads: int | None = None, resume: bool = False,
-                    keep_outputs: bool = True, progress: Progress | None = None, model_name: str | None = None):
+                    keep_outputs: bool = True, progress: Progress | None = None, model_name: str | None = None,
+                    workers: int = 1, cluster: str | None = None):
     """:func:`simulate` with everything ``hbtool simulate`` does: ``output_dir`` streams each output to
     ``<output>.npy`` there (any number of samples in the memory of one batch; ``resume`` continues an
     interrupted run), ``compare`` scores the outputs against an ONNX model (float or quantized).
     Returns the :class:`~hbtool.simulator.simulate.SimulationResult` (``outputs`` unless
     ``keep_outputs=False``, ``files``, ``comparisons``). ``model_name`` picks one model of a packed
-    artifact (``hbtool pack``).
+    artifact (``hbtool pack``). ``workers`` / ``cluster``: sample ranges on worker processes or a Ray
+    cluster (:mod:`hbtool.simulator.shards`), the same outputs and files bit for bit.
     """
     from hbtool.simulator.simulate import simulate as run_simulation
 
@@ -247,7 +252,8 @@ def simulate_report(artifact: str | Path, inputs: Mapping[str, np.ndarray | str 
         feeds[name] = value if isinstance(value, np.ndarray) else Path(value) if isinstance(value, (str, Path)) else np.asarray(value)
     return run_simulation(Path(artifact), feeds, Path(output_dir) if output_dir is not None else None,
                           Path(compare) if compare is not None else None, progress=progress, threads=threads,
-                          batch_size=batch_size, resume=resume, keep_outputs=keep_outputs, model_name=model_name)
+                          batch_size=batch_size, resume=resume, keep_outputs=keep_outputs, model_name=model_name,
+                          workers=workers, cluster=cluster)
 
 
 # -------------------------------------------------------------------------------------------- info

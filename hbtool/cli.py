@@ -261,15 +261,19 @@ def info(artifact: Path, as_json: bool, model_name: str | None) -> None:
 @click.option("--batch-size", "-b", type=int, default=16, show_default=True, help="Samples per pass through the integer program (results do not depend on it).")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run into the same --output-dir where it stopped.")
 @click.option("--model-name", default=None, help="Run this model of a packed artifact (hbtool pack; hbtool info lists them).")
+@click.option("--workers", type=int, default=1, show_default=True, help="Worker processes, each running ranges of samples (outputs do not depend on it).")
+@click.option("--cluster", default=None, metavar="ADDRESS", help="Run the sample ranges on a Ray cluster: local, auto or ray://HOST:10001 (pip install 'hbtool[cluster]').")
 def simulate(artifact: Path, inputs: tuple[str, ...], output_dir: Path | None, compare: Path | None, threads: int | None,
-             batch_size: int, resume: bool, model_name: str | None) -> None:
+             batch_size: int, resume: bool, model_name: str | None, workers: int, cluster: str | None) -> None:
     """Run an artifact's integer program on inputs, bit-exactly, and compare with an ONNX model."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from hbtool import api
     from hbtool.simulator.inputs import parse_input_args
     from hbtool.simulator.report import print_simulation
+    from hbtool.utils.workers import check_workers
 
+    check_workers(workers)   # a bad count is said before the progress bar starts
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TextColumn("[progress.data.speed]{task.fields[rate]}"),
                    TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), transient=True)
@@ -286,7 +290,7 @@ def simulate(artifact: Path, inputs: tuple[str, ...], output_dir: Path | None, c
         try:
             result = api.simulate_report(artifact, parse_input_args(list(inputs)), output_dir=output_dir, compare=compare,
                                          progress=update, threads=threads, batch_size=batch_size, resume=resume, keep_outputs=False,
-                                         model_name=model_name)
+                                         model_name=model_name, workers=workers, cluster=cluster)
         except KeyboardInterrupt:
             if output_dir is None:
                 raise

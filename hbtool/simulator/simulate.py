@@ -78,14 +78,18 @@ def _compare_preprocessing(session, header_inputs: list[dict]) -> dict[str, Call
     return out
 
 
-def _compare_session(path: Path, input_names: list[str], output_names: list[str], runtime_types: dict[str, str] | None = None):
+def _compare_session(path: Path, input_names: list[str], output_names: list[str], runtime_types: dict[str, str] | None = None,
+                     threads: int | None = None):
     import onnxruntime as ort
 
     runtime_types = runtime_types or {}
     if not path.exists():
         raise InputError(f"--compare {path}: no such file", "give the float or quantized ONNX model to compare with")
     try:
-        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        opts = ort.SessionOptions()
+        if threads:   # a shard's worker shares the machine with the others (hbtool.simulator.shards)
+            opts.intra_op_num_threads = threads
+        sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime reports bad models with many exception types
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         raise InputError(f"--compare {path}: onnxruntime cannot load it ({first})", "give a valid ONNX model") from None
@@ -217,10 +221,56 @@ def output_lsb(description: dict[str, Any], shape: Any) -> float | np.ndarray | 
     return deq.get("scale")
 
 
+def compare_references(session, compare_feed: dict[str, Callable[[np.ndarray], np.ndarray]], feeds: dict[str, np.ndarray],
+                       out_names: list[str], count: int) -> list[list[np.ndarray]]:
+    """The --compare model's outputs for each of the ``count`` samples stacked in ``feeds`` (one run per sample)."""
+    refs = []
+    for k in range(count):
+        one = {name: x[k * (x.shape[0] // count):(k + 1) * (x.shape[0] // count)] for name, x in feeds.items()}
+        one = {name: compare_feed[name](x) if name in compare_feed else x for name, x in one.items()}
+        refs.append(session.run(out_names, one))
+    return refs
+
+
+def _score(outs: dict[str, np.ndarray], refs: list[list[np.ndarray]], count: int, out_names: list[str], executor: Executor,
+           errors: dict[str, RunningErrors], channels: dict[str, RunningChannelErrors], lsb: dict[str, list],
+           scales: dict[str, Any]) -> None:
+    """Add one batch to the comparison's running sums, sample by sample in order (so the sums do not depend
+    on where the batch ran)."""
+    for k in range(count):
+        for o, ref in zip(out_names, refs[k]):
+            rows = outs[o].shape[0] // count if outs[o].ndim else 1
+            got = np.asarray(outs[o][k * rows:(k + 1) * rows] if outs[o].ndim else outs[o], np.float32)
+            ref = np.asarray(ref, np.float32)
+            errors[o].update(ref, got)
+            if got.shape[1:] == tuple(executor.program.shape(o) or ())[1:]:
+                channels[o].update(ref, got)
+            if scales.get(o) is not None:
+                d = np.abs(got.astype(np.float64) - ref.astype(np.float64)) / scales[o]
+                lsb[o][0] = max(lsb[o][0], float(d.max()) if d.size else 0.0)
+                lsb[o][1] += int(np.count_nonzero(d <= 1.0 + 1e-6))
+                lsb[o][2] += d.size
+
+
+def _local_batches(executor: Executor, sources, session, compare_feed, batch_size: int, start: int):
+    """``(first, stop, outputs, references)`` per batch, run here (what a shard's worker does for its range)."""
+    from hbtool.simulator.accel import fused
+
+    for first, stop, feeds in iter_batches(sources, batch_size, start):
+        skipped_before = fused.skipped_calls() if fused is not None else 0
+        outs = executor.run(feeds)
+        if fused is not None and fused.background() and fused.skipped_calls() == skipped_before:
+            # every loop of the program ran compiled: stop checking each call (about 0.1 ms apiece);
+            # a signature first met later (a new layout) compiles inline, as numba does
+            fused.compile_in_background(False)
+        refs = compare_references(session, compare_feed, feeds, executor.output_names, stop - first) if session is not None else None
+        yield first, stop, outs, refs
+
+
 def simulate(artifact: Path, inputs: dict[str, Path | np.ndarray], output_dir: Path | None = None, compare: Path | None = None,
              progress: Callable[[str, int, int], None] | None = None, threads: int | None = None,
              batch_size: int = 1, resume: bool = False, keep_outputs: bool = True,
-             model_name: str | None = None) -> SimulationResult:
+             model_name: str | None = None, workers: int = 1, cluster: str | None = None) -> SimulationResult:
     """Run every sample of ``inputs`` through the artifact, ``batch_size`` samples per pass.
 
     With ``output_dir`` the outputs stream to memory-mapped ``.npy`` files (see
@@ -228,7 +278,13 @@ def simulate(artifact: Path, inputs: dict[str, Path | np.ndarray], output_dir: P
     inputs and ``compare`` model where it stopped. ``keep_outputs=False`` (the CLI without
     ``--output-dir``) keeps no outputs in memory, so any number of samples runs in the memory
     of one batch. ``model_name`` picks one model of a packed artifact (``hbtool pack``).
+    ``workers`` > 1 or ``cluster`` (a Ray address, or ``local``) run ranges of samples elsewhere
+    (:mod:`hbtool.simulator.shards`); outputs, files and comparison are the same as with one worker.
     """
+    from hbtool.utils.workers import check_workers
+
+    pool_workers = check_workers(workers)
+    parallel = pool_workers > 1 or cluster is not None
     if batch_size < 1:
         raise InputError(f"--batch-size {batch_size}: must be at least 1", "give a positive number of samples per pass")
     if resume and output_dir is None:
@@ -236,7 +292,7 @@ def simulate(artifact: Path, inputs: dict[str, Path | np.ndarray], output_dir: P
     art = read_artifact(artifact, model_name)
     from hbtool.simulator.accel import fused
 
-    if fused is not None:
+    if fused is not None and not parallel:
         fused.compile_in_background()  # a user's first run does not wait for the loops to compile
     executor = Executor(art, threads=threads)
     sources = open_inputs(art.header["inputs"], inputs)
@@ -266,30 +322,16 @@ def simulate(artifact: Path, inputs: dict[str, Path | np.ndarray], output_dir: P
     t0 = time.perf_counter()
     if progress and start:
         progress("simulate", start, total)
-    for first, stop, feeds in iter_batches(sources, batch_size, start):
-        skipped_before = fused.skipped_calls() if fused is not None else 0
-        outs = executor.run(feeds)
-        if fused is not None and fused.background() and fused.skipped_calls() == skipped_before:
-            # every loop of the program ran compiled: stop checking each call (about 0.1 ms apiece);
-            # a signature first met later (a new layout) compiles inline, as numba does
-            fused.compile_in_background(False)
-        if session is not None:
-            for k in range(stop - first):
-                one = {name: x[k * (x.shape[0] // (stop - first)):(k + 1) * (x.shape[0] // (stop - first))] for name, x in feeds.items()}
-                one = {name: compare_feed[name](x) if name in compare_feed else x for name, x in one.items()}
-                refs = session.run(out_names, one)
-                for o, ref in zip(out_names, refs):
-                    rows = outs[o].shape[0] // (stop - first) if outs[o].ndim else 1
-                    got = np.asarray(outs[o][k * rows:(k + 1) * rows] if outs[o].ndim else outs[o], np.float32)
-                    ref = np.asarray(ref, np.float32)
-                    errors[o].update(ref, got)
-                    if got.shape[1:] == tuple(executor.program.shape(o) or ())[1:]:
-                        channels[o].update(ref, got)
-                    if scales.get(o) is not None:
-                        d = np.abs(got.astype(np.float64) - ref.astype(np.float64)) / scales[o]
-                        lsb[o][0] = max(lsb[o][0], float(d.max()) if d.size else 0.0)
-                        lsb[o][1] += int(np.count_nonzero(d <= 1.0 + 1e-6))
-                        lsb[o][2] += d.size
+    if parallel:
+        from hbtool.simulator.shards import sharded_batches
+
+        batches = sharded_batches(Path(artifact), inputs, Path(compare) if compare is not None else None, model_name,
+                                  batch_size, start, total, pool_workers, cluster, threads)
+    else:
+        batches = _local_batches(executor, sources, session, compare_feed, batch_size, start)
+    for first, stop, outs, refs in batches:
+        if refs is not None:
+            _score(outs, refs, stop - first, out_names, executor, errors, channels, lsb, scales)
         if files is not None:
             if not started:
                 files.start()
