@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -30,7 +31,7 @@ from hbtool.ir.onnx_import import import_onnx
 from hbtool.kernels.movement import PERMUTATIONS
 from hbtool.march.description import check_int16_supported, load_march
 from hbtool.quant.calibrated_model import build_calibrated_graph, loaded_bias_delta
-from hbtool.quant.collect import collect_stats, float_session
+from hbtool.quant.collect import collect_stats, float_model_bytes, open_session
 from hbtool.quant.data import CalibrationSet, load_calibration_data
 from hbtool.quant.fqvit import apply_ptf, apply_softmax_log2, log2_decode, ptf_tensors
 from hbtool.quant.masks import clamp_masks
@@ -52,6 +53,8 @@ log = logging.getLogger(__name__)
 
 CANDIDATES = ("max", "percentile", "kl", "mse")
 EVAL_SAMPLES = 8
+#: candidate models scored at once: one is built (Python) while another runs (onnxruntime)
+SCORING_THREADS = 2
 
 def stat_representatives(graph: Graph, tensors: list[str]) -> dict[str, str]:
     """``{tensor: tensor whose statistics it shares}``: observing one of each permutation chain is enough."""
@@ -154,22 +157,29 @@ def evaluate_outputs(
     tensor_map = tensor_map or {}
     node_tensors = node_tensors or []
     scales = scales or {}
-    f_sess = float_session(float_graph, node_tensors, basic=True)
-    t_sess = float_session(test_graph, [tensor_map.get(t, t) for t in node_tensors], basic=True)
     outs = list(float_graph.outputs)
     f_names = outs + [t for t in node_tensors if t not in outs]
     t_names = [tensor_map.get(t, t) for t in f_names]
     acc = {t: RunningErrors() for t in f_names}
     channels = {o: RunningChannelErrors(channel_axis_of(float_graph, o)) for o in outs}
-    for feeds in batches:
-        f_vals = f_sess.run(f_names, feeds)
-        t_vals = t_sess.run(t_names, test_feeds(feeds) if test_feeds else feeds)
-        for name, a, b in zip(f_names, f_vals, t_vals):
-            if name in scales and name not in outs:
-                b = scales[name](b) if callable(scales[name]) else b * scales[name]
-            acc[name].update(a, b)
-            if name in channels:
-                channels[name].update(a, b)
+    # the two models are independent: onnxruntime opens and runs them side by side (two threads), the
+    # errors are then added batch by batch in order, as one thread would
+    with ThreadPoolExecutor(2) as pool:
+        t_model = float_model_bytes(test_graph, [tensor_map.get(t, t) for t in node_tensors])
+        t_open = pool.submit(open_session, t_model, 0, True, False)
+        f_sess = open_session(float_model_bytes(float_graph, node_tensors), basic=True, spinning=False)
+        del t_model
+        t_sess = t_open.result()
+        for feeds in batches:
+            t_run = pool.submit(t_sess.run, t_names, test_feeds(feeds) if test_feeds else feeds)
+            f_vals = f_sess.run(f_names, feeds)
+            t_vals = t_run.result()
+            for name, a, b in zip(f_names, f_vals, t_vals):
+                if name in scales and name not in outs:
+                    b = scales[name](b) if callable(scales[name]) else b * scales[name]
+                acc[name].update(a, b)
+                if name in channels:
+                    channels[name].update(a, b)
     if channel_out is not None:
         channel_out.update(channels)
     out_err = {o: acc[o].result() for o in outs}
@@ -237,8 +247,9 @@ class _Calibration:
         t0 = time.perf_counter()
         self.prepare_graph()
         self.load_data()
-        self.collect_statistics()
-        self.reference_outputs()
+        with ThreadPoolExecutor(1) as self.background:   # the float references are computed beside the statistics pass
+            self.collect_statistics()
+            self.reference_outputs()
         self.plan_weights()
         self.correct_biases()
         self.quantization_source()
@@ -317,15 +328,20 @@ class _Calibration:
         self.bias_nodes = nodes_asking(self.node_info, "bias_correction") if self.loaded is None else set()
         self.mean_axes: dict[str, int] = (mean_inputs(graph, None if self.everywhere else self.bias_nodes)
                                           if (self.everywhere or self.bias_nodes) else {})
+        self.references = self.background.submit(self._float_references)   # the graph is final from here on
         self.root_stats = _cached_stats(self.stats_cache, graph, observed, data, self._tick, self.mean_axes, ptf_axes, cal.batch_size)
         self.stats = {t: self.root_stats[reps[t]] for t in self.tensors}
 
     def reference_outputs(self) -> None:
         """The evaluation samples and the float model's outputs on them (what every candidate is scored against)."""
+        self.eval_batches, self.f_refs = self.references.result()
+
+    def _float_references(self) -> tuple[list[dict[str, np.ndarray]], list[list[np.ndarray]]]:
+        """(evaluation batches, the float model's outputs on them); runs on a background thread during the statistics pass."""
         n_eval = EVAL_SAMPLES if _total_macs(self.graph) < 1e9 else EVAL_SAMPLES // 2
-        self.eval_batches = [b for _, b in zip(range(n_eval), self.data.iter_batches(1))]
-        f_sess = float_session(self.graph)
-        self.f_refs = [f_sess.run(list(self.graph.outputs), b) for b in self.eval_batches]
+        eval_batches = [b for _, b in zip(range(n_eval), self.data.iter_batches(1))]
+        f_sess = open_session(float_model_bytes(self.graph), spinning=False)
+        return eval_batches, [f_sess.run(list(self.graph.outputs), b) for b in eval_batches]
 
     def plan_weights(self) -> None:
         """Weight scales (clipped where node_info asks), the int4 choice and the precision policy of the plans."""
@@ -390,21 +406,31 @@ class _Calibration:
         best = None
         seen: dict[tuple, str] = {}
         methods: list[Any] = list(CANDIDATES) + (["mix"] if ctype == "mix" else [])
-        for k, method in enumerate(methods):
-            plan = self.plan_for(self.per_tensor_methods() if method == "mix" else method)
-            key = tuple(sorted((t, q.bits, q.scale) for t, q in plan.tensors.items()))
-            if key in seen:  # the same scales as an earlier method (small histograms): same result
-                candidates[method] = candidates[seen[key]]
-                continue
-            seen[key] = method
-            # candidates are compared on the fake-quantized float model: the same plan, float speed
-            cgraph, _ = build_calibrated_graph(self.qsrc, plan, self.weights)
-            candidates[method] = self.output_cosine(cgraph)
-            log.info("calibration candidate %s: output cosine %.6f", method, candidates[method])
-            if self.progress:
-                self.progress("candidates", k + 1, len(methods))
-            if best is None or candidates[method] > candidates[best]:
-                best = method
+        # the plans and their models are built here, in order; onnxruntime opens and runs each on a scoring
+        # thread, so the next model is built while the previous one runs (each score is its own session's)
+        with ThreadPoolExecutor(SCORING_THREADS) as pool:
+            scores: dict[str, Any] = {}
+            same_as: dict[str, str] = {}
+            for method in methods:
+                plan = self.plan_for(self.per_tensor_methods() if method == "mix" else method)
+                key = tuple(sorted((t, q.bits, q.scale) for t, q in plan.tensors.items()))
+                if key in seen:  # the same scales as an earlier method (small histograms): same result
+                    same_as[method] = seen[key]
+                    continue
+                seen[key] = method
+                # candidates are compared on the fake-quantized float model: the same plan, float speed
+                cgraph, _ = build_calibrated_graph(self.qsrc, plan, self.weights)
+                scores[method] = pool.submit(self._output_cosine_of, float_model_bytes(cgraph))
+            for k, method in enumerate(methods):
+                if method in same_as:
+                    candidates[method] = candidates[same_as[method]]
+                    continue
+                candidates[method] = scores[method].result()
+                log.info("calibration candidate %s: output cosine %.6f", method, candidates[method])
+                if self.progress:
+                    self.progress("candidates", k + 1, len(methods))
+                if best is None or candidates[method] > candidates[best]:
+                    best = method
         return best, candidates
 
     def final_result(self, method: str, candidates: dict[str, float], evaluate: bool) -> CalibrationResult:
@@ -484,8 +510,12 @@ class _Calibration:
 
     def output_cosine(self, test: Graph) -> float:
         """Mean output cosine of ``test`` against the float model on the evaluation samples."""
+        return self._output_cosine_of(float_model_bytes(test))
+
+    def _output_cosine_of(self, model: bytes) -> float:
+        """:meth:`output_cosine` of a serialized model (runs on a scoring thread: reads only what earlier steps set)."""
         outputs = list(self.graph.outputs)
-        sess = float_session(test, basic=True)
+        sess = open_session(model, basic=True, spinning=False)
         acc = {o: RunningErrors() for o in outputs}
         for b, refs in zip(self.eval_batches, self.f_refs):
             for o, r, v in zip(outputs, refs, sess.run(outputs, b)):
