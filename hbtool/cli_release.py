@@ -39,14 +39,14 @@ def require_gates_for_junit(cfg, junit: Path | None) -> None:
                          "add gate_parameters (docs/ci.md) or drop --junit")
 
 
-def gate_after_build(cfg, artifact: Path, junit: Path | None) -> None:
+def gate_after_build(cfg, artifact: Path, junit: Path | None, workers: int = 1, cluster: str | None = None) -> None:
     """makertbin's last step when the config has ``gate_parameters``: measure, write, print, exit 4 on a failure."""
     from hbtool.release.gates import asked, check
 
     require_gates_for_junit(cfg, junit)
     if not asked(cfg):
         return
-    report = check(cfg, artifact, junit)
+    report = check(cfg, artifact, junit, workers, cluster)
     print_gates(report)
     for path in report.files:
         click.echo(f"wrote {path}")
@@ -79,11 +79,16 @@ def register(main: click.Group) -> None:
 @click.command()
 @click.option("-c", "--config", "config_path", required=True, type=click.Path(path_type=Path), help="Horizon-style YAML config with gate_parameters.")
 @click.option("--junit", type=click.Path(path_type=Path), default=None, help="Also write a JUnit XML report here (one testcase per gate).")
-def gate(config_path: Path, junit: Path | None) -> None:
+@click.option("--workers", type=int, default=1, show_default=True, help="Worker processes that simulate the held-out samples (as simulate --workers; same numbers).")
+@click.option("--cluster", default=None, metavar="ADDRESS", help="Simulate the held-out samples on a Ray cluster (local, auto or ray://HOST:10001).")
+def gate(config_path: Path, junit: Path | None, workers: int, cluster: str | None) -> None:
     """Check the config's gates on its existing working_dir (no rebuild); exit 4 when one fails."""
     from hbtool import api
     from hbtool.compiler.compile import artifact_path
     from hbtool.release.gates import asked
+    from hbtool.utils.workers import check_workers
+
+    check_workers(workers)
 
     cfg = api.load_config(config_path)
     if not asked(cfg):
@@ -91,7 +96,7 @@ def gate(config_path: Path, junit: Path | None) -> None:
     artifact = artifact_path(cfg)
     if not artifact.exists():
         raise InputError(f"{artifact} not found: hbtool gate checks an existing build", "run hbtool makertbin -c cfg.yaml first")
-    gate_after_build(cfg, artifact, junit)
+    gate_after_build(cfg, artifact, junit, workers, cluster)
 
 
 @click.command()

@@ -114,12 +114,16 @@ def load_samples(cfg: HbConfig, data_dir: Path | None, key: str, count: int | No
 
 
 def measure(cfg: HbConfig, artifact: Path, samples: list[dict[str, np.ndarray]], data: str,
-            against_quantized_onnx: int = 0) -> Accuracy:
+            against_quantized_onnx: int = 0, workers: int = 1, cluster: str | None = None) -> Accuracy:
     """Run ``samples`` through the artifact and the float model; with ``against_quantized_onnx`` = N also
-    compare the first N artifact outputs with the quantized ONNX's in output LSBs (bit-exactness)."""
+    compare the first N artifact outputs with the quantized ONNX's in output LSBs (bit-exactness).
+
+    The artifact runs through ``hbtool simulate``'s own path (:func:`hbtool.simulator.simulate.simulate`),
+    so ``workers`` / ``cluster`` shard the samples exactly as ``simulate --workers/--cluster`` does."""
     from hbtool.compiler.artifact import read_artifact
     from hbtool.quant.calibrate import runtime_feeds
     from hbtool.simulator.executor import Executor
+    from hbtool.simulator.simulate import simulate
 
     art = read_artifact(artifact)
     executor = Executor(art)
@@ -138,11 +142,11 @@ def measure(cfg: HbConfig, artifact: Path, samples: list[dict[str, np.ndarray]],
     feeds = [{n: np.ascontiguousarray(np.asarray(f[n]).astype(in_dtypes[n], copy=False)) for n in executor.input_names}
              for f in feeds]
     quant: dict[str, list[np.ndarray]] = {o: [] for o in compared}
-    for start in range(0, len(feeds), BATCH):
-        part = feeds[start:start + BATCH]
-        outs = executor.run({n: np.concatenate([f[n] for f in part]) for n in executor.input_names})
+    if feeds:
+        stacked = {n: np.concatenate([f[n] for f in feeds]) for n in executor.input_names}
+        outs = simulate(artifact, stacked, batch_size=BATCH, workers=workers, cluster=cluster).outputs
         for o in compared:
-            quant[o].append(np.asarray(outs[o], np.float32).reshape(len(part), *executor.program.shape(o)))
+            quant[o].append(np.asarray(outs[o], np.float32).reshape(len(feeds), *executor.program.shape(o)))
     flt: dict[str, list[np.ndarray]] = {o: [] for o in compared}
     for s in samples:
         for o, y in zip(compared, float_sess.run(compared, dict(s))):

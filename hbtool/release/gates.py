@@ -112,8 +112,9 @@ def _metric(cfg: HbConfig, acc: Accuracy) -> tuple[float, float]:
     return metric.value(acc.quantized_outputs, acc.float_outputs), metric.value(acc.float_outputs, acc.float_outputs)
 
 
-def evaluate(cfg: HbConfig, artifact: Path) -> GateReport:
-    """Measure every gate the config asks for on ``artifact`` (which ``cfg`` built)."""
+def evaluate(cfg: HbConfig, artifact: Path, workers: int = 1, cluster: str | None = None) -> GateReport:
+    """Measure every gate the config asks for on ``artifact`` (which ``cfg`` built); ``workers`` / ``cluster``
+    shard the held-out samples as ``hbtool simulate --workers/--cluster`` does (the same numbers)."""
     from hbtool.compiler.artifact import read_artifact
 
     gates = asked(cfg)
@@ -123,7 +124,8 @@ def evaluate(cfg: HbConfig, artifact: Path) -> GateReport:
     if any(k in gates for k in ACCURACY_GATES):
         data_dir = cfg.gates.data_dir
         samples = load_samples(cfg, data_dir, f"{GROUP}.data_dir")
-        acc = measure(cfg, artifact, samples, f"{GROUP}.data_dir", against_quantized_onnx=gates.get("bit_exact_samples") or 0)
+        acc = measure(cfg, artifact, samples, f"{GROUP}.data_dir", against_quantized_onnx=gates.get("bit_exact_samples") or 0,
+                      workers=workers, cluster=cluster)
         report.accuracy = acc
     if any(k in gates for k in PERF_GATES):
         report.perf = perf_summary(artifact)
@@ -191,8 +193,8 @@ def gates_path(cfg: HbConfig) -> Path:
     return Path(cfg.model.working_dir) / f"{cfg.model.output_model_file_prefix}_gates.json"
 
 
-def check(cfg: HbConfig, artifact: Path, junit: Path | None = None) -> GateReport:
+def check(cfg: HbConfig, artifact: Path, junit: Path | None = None, workers: int = 1, cluster: str | None = None) -> GateReport:
     """Evaluate and write the verdict (not raising): the caller decides when to :meth:`GateReport.raise_if_failed`."""
-    report = evaluate(cfg, artifact)
+    report = evaluate(cfg, artifact, workers, cluster)
     write(report, gates_path(cfg), junit)
     return report

@@ -146,6 +146,20 @@ def test_gate_command_rechecks_the_working_dir_and_unreachable_fps_fails_makertb
     assert report["passed"] is False and report["gates"][0]["measured"] < 1e6
 
 
+def test_gate_with_two_workers_writes_the_same_verdict_bytes(released):
+    """The gates simulate through simulate's sharded path: --workers 2 measures exactly what one process does."""
+    tmp, cfg, _ = released
+    verdict = tmp / "work_dirs" / "tiny_cnn_release" / "tiny_cnn_gates.json"
+    res = _cli("gate", "-c", cfg)
+    assert res.exit_code == 0, res.output
+    one = verdict.read_bytes()
+    res = _cli("gate", "-c", cfg, "--workers", "2")
+    assert res.exit_code == 0, res.output
+    assert verdict.read_bytes() == one
+    res = _cli("gate", "-c", cfg, "--workers", "0")
+    assert res.exit_code == 2 and res.output.strip().startswith("hbtool: error: --workers 0")
+
+
 # --------------------------------------------------------------------------------------- the detector head
 def _yolo_head(tmp: Path) -> None:
     rng = np.random.default_rng(0)
