@@ -613,15 +613,21 @@ def speed_case(name: str, n_samples: int, root: Path) -> dict[str, Any]:
             "prefix": spec.name, "work": case / "model_output"}
 
 
-def _timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
+def _timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
+    """(wall seconds, CPU seconds user + system of the child and its threads, stdout). On shared cores the CPU
+    seconds vary less than the wall time, but do not show work spread over cores."""
+    import resource
     import subprocess
 
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(map(str, cmd[:4]))} failed ({proc.returncode}): {proc.stderr.strip()[-600:]}")
-    return seconds, proc.stdout
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return seconds, cpu, proc.stdout
 
 
 def output_hashes(c: dict[str, Any]) -> dict[str, str]:
@@ -644,26 +650,30 @@ def speed_main(args: argparse.Namespace) -> int:
     cases = [speed_case(n, args.samples, root) for n in args.speed_models]
     rows, hashes = [], {}
     for c in cases:
-        hb, ortt, inner = [], [], []
+        hb, ortt, inner, hb_cpu, ort_cpu = [], [], [], [], []
         for r in range(args.rounds):
             order = ("hbtool", "ort") if r % 2 == 0 else ("ort", "hbtool")
             for tool in order:
                 if tool == "hbtool":
-                    s, _ = _timed([sys.executable, "-m", "hbtool.cli", "calibrate", "-c", str(c["config"])], env)
+                    s, cpu, _ = _timed([sys.executable, "-m", "hbtool.cli", "calibrate", "-c", str(c["config"])], env)
                     hb.append(s)
+                    hb_cpu.append(cpu)
                 else:
                     out = c["case"] / "ort_minmax.onnx"
-                    s, text = _timed([sys.executable, "-c", ORT_CHILD, str(c["onnx"]), str(out), *c["ort_dirs"]], env)
+                    s, cpu, text = _timed([sys.executable, "-c", ORT_CHILD, str(c["onnx"]), str(out), *c["ort_dirs"]], env)
                     ortt.append(s)
+                    ort_cpu.append(cpu)
                     inner.append(float(text.split()[1]))
         hashes[c["name"]] = output_hashes(c)
         row = {"model": c["name"], "hbtool_s": min(hb), "ort_s": min(ortt), "ort_quantize_static_s": min(inner),
-               "ratio": min(hb) / min(ortt), "hbtool_all": hb, "ort_all": ortt, "hashes": hashes[c["name"]]}
+               "ratio": min(hb) / min(ortt), "hbtool_cpu_s": min(hb_cpu), "ort_cpu_s": min(ort_cpu),
+               "cpu_ratio": min(hb_cpu) / min(ort_cpu), "hbtool_all": hb, "ort_all": ortt, "hashes": hashes[c["name"]]}
         rows.append(row)
         print(f"{c['name']:18s} hbtool calibrate {row['hbtool_s']:7.1f} s   ort quantize_static MinMax {row['ort_s']:7.1f} s "
-              f"(inside {row['ort_quantize_static_s']:.1f} s)   ratio {row['ratio']:.2f}x   "
-              f"outputs {' '.join(hashes[c['name']].values())}", flush=True)
+              f"(inside {row['ort_quantize_static_s']:.1f} s)   ratio {row['ratio']:.2f}x   CPU s {row['hbtool_cpu_s']:.1f} vs "
+              f"{row['ort_cpu_s']:.1f} ({row['cpu_ratio']:.2f}x)   outputs {' '.join(hashes[c['name']].values())}", flush=True)
     med = statistics.median(r["ratio"] for r in rows)
+    print(f"median CPU-time ratio hbtool/ort: {statistics.median(r['cpu_ratio'] for r in rows):.2f}x")
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     print(f"median ratio hbtool/ort: {med:.2f}x over {len(rows)} models, {args.samples} samples, best of {args.rounds} "
           f"interleaved rounds, both in fresh processes; load after: {load}")
