@@ -151,6 +151,8 @@ def detections(spec: ModelSpec, outputs: dict[str, list]) -> list[tuple]:
     first = next(iter(outputs))
     if spec.metric == "yolox":
         return [metrics.yolox_boxes(o, size) for o in outputs[first]]
+    if spec.metric == "yolov8":
+        return [metrics.yolov8_boxes(o) for o in outputs[first]]
     if spec.metric == "db":
         post = metrics.db_postprocess(spec.name)
         return [metrics.db_boxes(o, post) for o in outputs[first]]
