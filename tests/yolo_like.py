@@ -220,7 +220,7 @@ def build(march: str, model: Path, cal_dir: Path, work: Path, calibration: dict 
     cfg = config_from_dict({
         "model_parameters": {"onnx_model": str(model), "working_dir": str(work), "march": march, "output_model_file_prefix": "y"},
         "input_parameters": {"input_type_train": "featuremap", "input_type_rt": "featuremap", "norm_type": "no_preprocess",
-                             **({"input_shape": input_shape} if input_shape else {})},
+                             **({"input_name": "images", "input_shape": input_shape} if input_shape else {})},
         "calibration_parameters": {"cal_data_dir": str(cal_dir), **(calibration or {})},
     }, base_dir=work)
     result = run_calibration(cfg)
