@@ -23,6 +23,14 @@ def corpus_config(spec, case: Path, cal_dirs: list[Path], calibration_type: str,
                   "input_type_train": "featuremap;featuremap", "input_type_rt": "featuremap;featuremap",
                   "norm_type": "no_preprocess;no_preprocess"}
         cal_type = "int64;int64"
+    elif spec.inputs == "features":     # audio, graphs, recurrent state: each input as the model takes it
+        features = spec.features
+        inputs = {"input_name": ";".join(f.name for f in features),
+                  "input_shape": ";".join("x".join(map(str, f.shape)) if f.shape else "scalar" for f in features),
+                  "input_type_train": ";".join("featuremap" for _ in features),
+                  "input_type_rt": ";".join("featuremap" for _ in features),
+                  "norm_type": ";".join("no_preprocess" for _ in features)}
+        cal_type = ";".join(f.dtype for f in features)
     else:
         identity = all(m == 0 for m in spec.mean) and all(s == 1 for s in spec.scale)
         shape = (spec.shape[0], *spec.shape[2:], spec.shape[1]) if spec.layout == "NHWC" else spec.shape

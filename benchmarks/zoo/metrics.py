@@ -149,6 +149,19 @@ def yolox_boxes(out: np.ndarray, size: tuple[int, int], score_thr: float = 0.3) 
     return xyxy[keep], cls[sel][keep]
 
 
+def yolov8_boxes(out: np.ndarray, score_thr: float = 0.25) -> tuple:
+    """Ultralytics' YOLOv8 postprocess (as NudeNet's ``_postprocess``): one ``(4 + nc) x anchors`` output,
+    centre-size boxes in pixels, the best class's score over ``score_thr``, class-aware NMS 0.45."""
+    pred = np.asarray(out, np.float64).reshape(out.shape[-2], out.shape[-1]).T
+    scores = pred[:, 4:]
+    cls = scores.argmax(axis=1)
+    score = scores[np.arange(len(cls)), cls]
+    sel = score > score_thr
+    xyxy = np.concatenate([pred[:, :2] - pred[:, 2:4] / 2, pred[:, :2] + pred[:, 2:4] / 2], axis=1)[sel]
+    keep = _nms(xyxy, score[sel], cls[sel])
+    return xyxy[keep], cls[sel][keep]
+
+
 def picodet_boxes(outs: dict[str, np.ndarray], size: tuple[int, int], score_thr: float = 0.3) -> tuple:
     """PicoDet heads (rapid-layout's postprocess): 4 strides, class scores + distribution (reg_max 7) distances."""
     # four score heads (last axis = classes) and four box heads (last axis 32 = 4 x 8 bins), finest level first

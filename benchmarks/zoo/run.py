@@ -69,13 +69,15 @@ def write_case(spec: ModelSpec, case: Path, cal: list[dict], calibration_type: s
 
 
 def eval_inputs(case: Path, held: list[dict]) -> list[str]:
-    """The held-out samples stacked per input, as ``hbtool simulate``'s ``-i name=file.npy`` arguments."""
+    """The held-out samples stacked per input, as ``hbtool simulate``'s ``-i name=file.npy`` arguments
+    (on the first axis; a rank-0 input's scalars side by side)."""
     import numpy as np
 
     args = []
     for name in held[0]:
         p = case / f"eval_{_safe(name)}.npy"
-        np.save(p, np.concatenate([s[name] for s in held], axis=0))
+        parts = [s[name] for s in held]
+        np.save(p, np.stack(parts) if parts[0].ndim == 0 else np.concatenate(parts, axis=0))
         args += ["-i", f"{name}={p}"]
     return args
 
@@ -151,6 +153,8 @@ def detections(spec: ModelSpec, outputs: dict[str, list]) -> list[tuple]:
     first = next(iter(outputs))
     if spec.metric == "yolox":
         return [metrics.yolox_boxes(o, size) for o in outputs[first]]
+    if spec.metric == "yolov8":
+        return [metrics.yolov8_boxes(o) for o in outputs[first]]
     if spec.metric == "db":
         post = metrics.db_postprocess(spec.name)
         return [metrics.db_boxes(o, post) for o in outputs[first]]

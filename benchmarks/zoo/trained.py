@@ -41,7 +41,7 @@ from benchmarks.zoo import metrics
 from benchmarks.zoo import run as zoo_run
 from benchmarks.zoo.corpus import CORPUS, OUT_DIR, ModelSpec, select
 
-DETECTOR_METRICS = {"yolox", "db", "picodet"}
+DETECTOR_METRICS = {"yolox", "db", "picodet", "yolov8"}
 CHAR_ACC_BAR = -0.003     # recogniser: deployed char accuracy minus float's, at least -0.3 points
 TOP1_BAR = 0.99
 F1_BAR = 0.9

@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from hbtool.errors import ModelError
+from hbtool.errors import ModelError, NotDeployableError
 from hbtool.ir.fold_names import rename_invented_tensors, tensor_names
 from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node
 from hbtool.ir.prequantized import MICROSOFT_DOMAIN, MICROSOFT_QUANT_OPS, dequantize_graph
@@ -81,6 +81,7 @@ def import_onnx(
     model = _inline_foreign_functions(model)
     _apply_input_shapes(model, dict(input_shapes or {}))
     model = _fold_lift_fold(model, fold)
+    _check_static_sizes(model)
     model = _infer_shapes(model)
     graph = _to_ir(model)
     _fill_missing_shapes(graph, model)
@@ -90,6 +91,29 @@ def import_onnx(
 
 
 # --------------------------------------------------------------------------- checks
+#: ops whose output size depends on the values of their input, not its shape
+DATA_DEPENDENT_SIZE = ("NonZero",)
+
+
+def _check_static_sizes(model: onnx.ModelProto) -> None:
+    """Refuse an op left after folding whose output size depends on the data (a deployed model has one shape
+    per tensor).
+
+    torch_geometric's ``add_remaining_self_loops`` (GCN, GAT) keeps the edges that are not self-loops
+    with ``NonZero``: the exporter writes the count its example graph had, and every later shape was
+    folded from it, so another graph failed deep inside onnxruntime (``invalid expand shape``, exit 3)."""
+    constant = {t.name for t in model.graph.initializer}
+    for node in model.graph.node:          # graph order is topological: a node of constants is constant
+        if all(not name or name in constant for name in node.input):
+            constant.update(node.output)
+        elif node.op_type in DATA_DEPENDENT_SIZE:
+            raise NotDeployableError(
+                f"node '{node.name or node.output[0]}' ({node.op_type}) has an output whose size depends on the input "
+                "data, and a deployed model has static shapes",
+                "export the model so that no op's output size depends on the data (e.g. a fixed number of edges: "
+                "torch_geometric's add_self_loops=False with the self-loops in the input graph), or cut the graph before it")
+
+
 def _opset(model: onnx.ModelProto) -> int:
     for imp in model.opset_import:
         if imp.domain in ("", "ai.onnx"):

@@ -49,6 +49,14 @@ class Kernel:
     #: its last two axes are a matrix, so axis 0 must be a batch axis for samples to fold into it
     matrix_operands: bool = False
 
+    def channel_arrays(self) -> tuple[np.ndarray, ...]:
+        """Its constant arrays that broadcast against the activation (per-channel scales, multipliers, slopes).
+
+        ``simulate`` folds a batch of samples into a kernel's axis 0 only where none of them varies along
+        it: an output Concat along axis 0 (a recurrent state ``Concat(h, c)``) keeps one scale per
+        piece on that axis, and folded samples would meet the wrong piece's scale."""
+        return ()
+
     def macs(self, in_shape: Sequence[int] | None, out_shape: Sequence[int]) -> int:
         """Multiply-accumulates of one run on ``in_shape`` (first operand) to ``out_shape``; 0 for none
         (counted by :mod:`hbtool.ir.macs`)."""

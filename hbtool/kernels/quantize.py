@@ -56,6 +56,9 @@ class Quantize(Kernel):
         int_range(bits)
         return cls(scale=s, bits=bits)
 
+    def channel_arrays(self) -> tuple[np.ndarray, ...]:
+        return (self.scale,)
+
     def apply_numpy(self, x: np.ndarray) -> np.ndarray:
         qmin, qmax = int_range(self.bits)
         with np.errstate(invalid="ignore", over="ignore"):
@@ -88,6 +91,9 @@ class Dequantize(Kernel):
         if not np.all(s > 0):
             raise ValueError("quantization scales must be > 0")
         return cls(scale=s)
+
+    def channel_arrays(self) -> tuple[np.ndarray, ...]:
+        return (self.scale,)
 
     def apply_numpy(self, q: np.ndarray) -> np.ndarray:
         return as_int(q).astype(np.float32) * self.scale

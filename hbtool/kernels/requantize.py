@@ -182,6 +182,9 @@ class Requantize(Kernel):
                    clamp_acc=clamp, pre_shift=pre, ratio=r)
 
     # --------------------------------------------------------------------------- forms
+    def channel_arrays(self) -> tuple[np.ndarray, ...]:
+        return tuple(np.asarray(a) for a in (self.M, self.n, self.clamp_acc, self.pre_shift) if a is not None)
+
     def apply_numpy(self, acc: np.ndarray) -> np.ndarray:
         acc = as_int(acc, "accumulator")
         if acc.size:

@@ -65,6 +65,9 @@ class PRelu(Kernel):
         sign = np.where(a < 0, -1, 1).astype(np.int64)
         return cls(pos=pos, neg=neg, sign=sign, in_bits=in_bits, out_bits=out_bits)
 
+    def channel_arrays(self) -> tuple[np.ndarray, ...]:
+        return (*self.pos.channel_arrays(), *self.neg.channel_arrays(), self.sign)
+
     def apply_numpy(self, q: np.ndarray) -> np.ndarray:
         q = check_activation(q, self.in_bits)
         return np.where(q >= 0, self.pos.apply_trusted(q), self.neg.apply_trusted(q * self.sign))

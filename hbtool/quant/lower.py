@@ -507,6 +507,8 @@ class _Lowerer:
         w = w.T if node.attr("transB", 0) else w
         w = w * float(node.attr("alpha", 1.0))
         b = self.src.const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+        if b is None and len(node.inputs) > 2 and node.inputs[2]:
+            return False    # an activation C is no bias (split_gemm_activation_bias makes it an Add): never drop it
         if b is not None:
             b = np.broadcast_to(np.asarray(b) * float(node.attr("beta", 1.0)), (w.shape[1],))
         return self._linear_like(node, node.inputs[0], w, b, 1)

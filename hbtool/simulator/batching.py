@@ -72,6 +72,9 @@ def mergeable(node: Node, program: Graph) -> bool:
         return False
     if not _axes_exclude_zero(kernel, rank):
         return False
+    for arr in kernel.channel_arrays():   # per-channel constants along axis 0 would meet another sample's data
+        if arr.ndim >= rank and arr.shape[arr.ndim - rank] != 1:
+            return False
     for k, name in enumerate(node.inputs):
         if not name:
             continue

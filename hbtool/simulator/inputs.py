@@ -36,6 +36,8 @@ class InputSource:
     reader: Any = None              # folder reader
 
     def sample(self, i: int) -> np.ndarray:
+        if self.array is not None and not self.shape:      # a rank-0 input: one scalar, or N side by side
+            return _convert(np.asarray(self.array if self.array.ndim == 0 else self.array[i]), self.dtype, self.name, i)
         if self.array is not None:
             b = self.shape[0]
             x = np.asarray(self.array[i * b:(i + 1) * b])
@@ -50,6 +52,9 @@ class InputSource:
         file pages: nothing is lost), so reading a stack of any size leaves the process's resident
         memory where it was instead of growing by every page read.
         """
+        if self.array is not None and not self.shape:
+            x = np.array(self.array[None] if self.array.ndim == 0 else self.array[start:stop])
+            return _convert(x, self.dtype, self.name, start)
         if self.array is not None:
             b = self.shape[0]
             x = np.array(self.array[start * b:stop * b])
@@ -167,6 +172,11 @@ def _stacked_source(name: str, arr: Any, shape: tuple[int, ...], dtype: np.dtype
     if dtype.kind == "f" and arr.dtype.kind not in _FLOAT_OK or dtype.kind in "iu" and arr.dtype.kind not in "iuf":
         raise InputError(f"{where}: holds {arr.dtype} but the input takes {dtype.name}",
                          f"save the array as {dtype.name}")
+    if not shape:   # a rank-0 input (an audio model's sample rate): one scalar, or N of them side by side
+        if arr.ndim > 1:
+            raise InputError(f"{where}: shape {tuple(arr.shape)} does not fit the rank-0 input",
+                             "give one scalar, or N scalars as a 1-D array of N")
+        return InputSource(name, shape, dtype, 1 if arr.ndim == 0 else arr.shape[0], array=arr)
     if tuple(arr.shape[1:]) != shape[1:] or arr.ndim != len(shape) or arr.shape[0] % shape[0]:
         raise InputError(f"{where}: shape {tuple(arr.shape)} does not fit the input's shape {shape}",
                          f"stack samples along the first axis: (N, {', '.join(str(d) for d in shape[1:])})")

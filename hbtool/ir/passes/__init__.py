@@ -31,12 +31,14 @@ from hbtool.ir.passes.remove_identity import remove_identity
 from hbtool.ir.passes.mask_where_to_bias import mask_where_to_bias
 from hbtool.ir.passes.pool_to_global import pool_to_global
 from hbtool.ir.passes.remove_nan_guards import remove_nan_guards
+from hbtool.ir.passes.split_gemm_activation_bias import split_gemm_activation_bias
 
 FLOAT_PASSES: list[GraphPass] = [
     GraphPass("remove_identity", remove_identity, "drop Identity and inference Dropout nodes"),
     GraphPass("explicit_pads", explicit_pads, "Conv / pool auto_pad SAME_* / VALID -> explicit pads"),
     GraphPass("fold_pad_into_maxpool", fold_pad_into_maxpool, "Pad with -inf read only by a MaxPool -> that MaxPool's pads"),
     GraphPass("pool_to_global", pool_to_global, "AveragePool / MaxPool with one window over the whole input -> global pool"),
+    GraphPass("split_gemm_activation_bias", split_gemm_activation_bias, "Gemm with an activation C -> Gemm + Add (C is no bias)"),
     GraphPass("remove_nan_guards", remove_nan_guards, "drop Where(IsNaN(x), c, x) guards: nothing is NaN in integer arithmetic"),
     GraphPass("einsum_to_matmul", einsum_to_matmul, "Einsum batched matrix products -> Transpose/Reshape + MatMul"),
     GraphPass("mask_where_to_bias", mask_where_to_bias, "Where(mask, -inf, scores) before Softmax -> scores + additive mask bias"),
@@ -80,4 +82,5 @@ __all__ = [
     "pool_to_global",
     "remove_identity",
     "remove_nan_guards",
+    "split_gemm_activation_bias",
 ]

@@ -1002,7 +1002,9 @@ def test_float_passes_order_and_names():
     assert names.index("explicit_pads") < names.index("pool_to_global")  # the global test reads explicit pads
     assert names.index("explicit_pads") < names.index("fold_pad_into_maxpool")  # it adds to explicit pads
     assert names.index("col2im_to_rearrange") < names.index("collapse_reshape_transpose")
+    assert names.index("split_gemm_activation_bias") < names.index("fold_batchnorm")  # C split off before a pattern reads the Gemm
     assert set(names) == {
+        "split_gemm_activation_bias",
         "explicit_pads",
         "pool_to_global",
         "fold_pad_into_maxpool",
