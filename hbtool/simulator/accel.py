@@ -33,7 +33,9 @@ from typing import Callable
 
 import numpy as np
 
+from hbtool.kernels.builder import ElemType
 from hbtool.kernels.conv import plan_float_conv, split_weight
+from hbtool.simulator import onnx_bytes
 from hbtool.kernels.fixedpoint import int_range
 try:  # numba is a dependency; without it (an unsupported platform) simulate runs the numpy forms
     from hbtool.simulator import fused
@@ -148,41 +150,26 @@ def _session(model, threads: int | None = None):
     # many small sessions take turns with the parallel numba loops: idle ORT threads must not
     # spin on the cores (measured: spinning makes Swin-T simulate 5x slower on 2 cores)
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
 
 
-def _model(nodes, inputs, outputs, inits):
-    from onnx import helper
-
-    g = helper.make_graph(nodes, "accel", inputs, outputs, initializer=inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    return m
-
-
-def _integer_session(node, inits, threads: int | None):
+def _integer_session(node, inits: dict, threads: int | None):
     """A one-node onnxruntime session: uint8 input ``x``, int32 output ``y``."""
-    from onnx import TensorProto, helper
-
-    return _session(_model([node], [helper.make_tensor_value_info("x", TensorProto.UINT8, None)],
-                           [helper.make_tensor_value_info("y", TensorProto.INT32, None)], inits), threads)
+    return _session(onnx_bytes.model([node], {"x": ElemType.UINT8}, {"y": ElemType.INT32}, inits), threads)
 
 
 def _weight_digit_session(op: str, w: np.ndarray, split_w: bool, split_x: bool, dt: np.dtype, attrs: dict,
                           threads: int | None):
     """One session running ``op(x, W_k)`` for the weight or its base-16 digits (outputs ``y0``, ``y1``),
     and the factor of each part the runner recombines (activation digits hi, lo per output when ``split_x``)."""
-    from onnx import helper, numpy_helper
-    from onnx.helper import np_dtype_to_tensor_dtype
-
     weights = list(zip([16, 1], split_weight(w))) if split_w else [(1, w)]
-    ttype = np_dtype_to_tensor_dtype(dt)
-    nodes, inits, outs = [], [], []
+    ttype = onnx_bytes.elem_type(dt)
+    nodes, inits, outs = [], {}, {}
     for k, (_, wp) in enumerate(weights):
-        inits.append(numpy_helper.from_array(wp.astype(dt), f"w{k}"))
-        nodes.append(helper.make_node(op, ["x", f"w{k}"], [f"y{k}"], **attrs))
-        outs.append(helper.make_tensor_value_info(f"y{k}", ttype, None))
-    session = _session(_model(nodes, [helper.make_tensor_value_info("x", ttype, None)], outs, inits), threads)
+        inits[f"w{k}"] = wp.astype(dt)
+        nodes.append(onnx_bytes.node(op, ["x", f"w{k}"], [f"y{k}"], **attrs))
+        outs[f"y{k}"] = ttype
+    session = _session(onnx_bytes.model(nodes, {"x": ttype}, outs, inits), threads)
     factors = [f * d for f, _ in weights for d in ((256, 1) if split_x else (1,))]
     return session, factors
 
@@ -232,12 +219,10 @@ def _cpu_integer_gemm_never_saturates() -> bool:
     tested on its own (:func:`_integer_gemm_is_exact`). One small GEMM per process, where testing a
     large weight (a recogniser's 18,000-class head: a 36,000 x 18,000 product) took a minute.
     """
-    from onnx import helper, numpy_helper
-
     K = 64
     w = np.stack([np.full(K, 127), np.full(K, -128), np.where(np.arange(K) % 2, 127, -128)], axis=1).astype(np.int64)
-    inits = [numpy_helper.from_array(w.astype(np.int8), "w"), numpy_helper.from_array(np.array(128, np.uint8), "xz")]
-    session = _integer_session(helper.make_node("MatMulInteger", ["x", "w", "xz"], ["y"]), inits, 1)
+    inits = {"w": w.astype(np.int8), "xz": np.array(128, np.uint8)}
+    session = _integer_session(onnx_bytes.node("MatMulInteger", ["x", "w", "xz"], ["y"]), inits, 1)
     x = np.stack([np.full(K, 255), np.zeros(K), np.where(np.arange(K) % 2, 255, 0)]).astype(np.uint8)
     got = session.run(None, {"x": x})[0].astype(np.int64)
     return bool(np.array_equal(got, (x.astype(np.int64) - 128) @ w)) and _integer_gemm_is_exact(session, w)
@@ -246,13 +231,11 @@ def _cpu_integer_gemm_never_saturates() -> bool:
 def _integer_linear(w: np.ndarray, threads: int | None):
     """A ``MatMulInteger`` session (uint8 activations with zero point 128, int8 weights), or None
     when the weight is not int8, the int32 sums could overflow, or the CPU's kernel is not exact."""
-    from onnx import helper, numpy_helper
-
     K, N = w.shape
     if w.min(initial=0) < -128 or w.max(initial=0) > 127 or K * 255 * 128 >= 2**31:
         return None
-    inits = [numpy_helper.from_array(w.astype(np.int8), "w"), numpy_helper.from_array(np.array(128, np.uint8), "xz")]
-    session = _integer_session(helper.make_node("MatMulInteger", ["x", "w", "xz"], ["y"]), inits, threads)
+    inits = {"w": w.astype(np.int8), "xz": np.array(128, np.uint8)}
+    session = _integer_session(onnx_bytes.node("MatMulInteger", ["x", "w", "xz"], ["y"]), inits, threads)
     if _cpu_integer_gemm_never_saturates():
         return session
     if 2 * N * N * K > 2**30:
@@ -327,14 +310,11 @@ def _pointwise_integer_conv(kernel, w: np.ndarray, attrs: dict, threads: int | N
     unlike uint8 x int8 on CPUs without VNNI), and ``K * 255 * 255 < 2**31`` keeps the int32
     sums exact.
     """
-    from onnx import helper, numpy_helper
-
     K = int(np.prod(w.shape[1:]))
     if kernel.in_bits != 8 or any(k != 1 for k in w.shape[2:]) or int(kernel.group) != 1 or K * 255 * 255 >= 2**31:
         return None
-    inits = [numpy_helper.from_array((w + 128).astype(np.uint8), "w"), numpy_helper.from_array(np.array(128, np.uint8), "xz"),
-             numpy_helper.from_array(np.array(128, np.uint8), "wz")]
-    return _integer_session(helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], **attrs), inits, threads)
+    inits = {"w": (w + 128).astype(np.uint8), "xz": np.array(128, np.uint8), "wz": np.array(128, np.uint8)}
+    return _integer_session(onnx_bytes.node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], **attrs), inits, threads)
 
 
 def conv_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.ndarray] | None:
@@ -409,9 +389,6 @@ def matmul_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray, np.
     base-256 digits stacked on a new leading axis (one broadcast MatMul computes every digit
     product); float64 when even that does not fit.
     """
-    from onnx import helper
-    from onnx.helper import np_dtype_to_tensor_dtype
-
     k = int(kernel.k)
     amax, bmax = 1 << (kernel.a_bits - 1), 1 << (kernel.b_bits - 1)
     plan = None
@@ -427,10 +404,8 @@ def matmul_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray, np.
             return None
         plan = (False, False)
     sa, sb = plan
-    ttype = np_dtype_to_tensor_dtype(dt)
-    model = _model([helper.make_node("MatMul", ["a", "b"], ["y"])],
-                   [helper.make_tensor_value_info("a", ttype, None), helper.make_tensor_value_info("b", ttype, None)],
-                   [helper.make_tensor_value_info("y", ttype, None)], [])
+    ttype = onnx_bytes.elem_type(dt)
+    model = onnx_bytes.model([onnx_bytes.node("MatMul", ["a", "b"], ["y"])], {"a": ttype, "b": ttype}, {"y": ttype})
     session = _session(model, threads)
     rq = RequantParams(kernel.requant, 1)
     zero = np.zeros(1, np.int64)
@@ -457,12 +432,9 @@ def matmul_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray, np.
 
 def maxpool_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.ndarray]:
     """:meth:`MaxPool.apply_numpy` as onnxruntime's float32 MaxPool (a max of small integers is exact)."""
-    from onnx import TensorProto, helper
-
-    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=list(kernel.kernel_shape), strides=list(kernel.strides),
-                            pads=list(kernel.pads), dilations=list(kernel.dilations), ceil_mode=int(kernel.ceil_mode))
-    session = _session(_model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], []), threads)
+    node = onnx_bytes.node("MaxPool", ["x"], ["y"], kernel_shape=list(kernel.kernel_shape), strides=list(kernel.strides),
+                           pads=list(kernel.pads), dilations=list(kernel.dilations), ceil_mode=int(kernel.ceil_mode))
+    session = _session(onnx_bytes.model([node], {"x": ElemType.FLOAT}, {"y": ElemType.FLOAT}), threads)
 
     def run(x: np.ndarray) -> np.ndarray:
         y = session.run(None, {"x": np.ascontiguousarray(x, dtype=np.float32)})[0]
