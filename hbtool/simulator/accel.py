@@ -302,16 +302,20 @@ def linear_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np
 
 
 def _pointwise_integer_conv(kernel, w: np.ndarray, attrs: dict, threads: int | None):
-    """onnxruntime ConvInteger (uint8 x uint8, int32 accumulators) for a pointwise int8 convolution, or None.
+    """onnxruntime ConvInteger (uint8 x uint8, int32 accumulators) for a pointwise convolution of int8
+    weights, or None.
 
     For 1x1 kernels MLAS runs this as a plain integer GEMM, faster than the float convolution
     with its layout reorders. Operands are offset to uint8 (``q + 128`` with zero point 128):
     the uint8 x uint8 kernels widen to 16 bits before multiplying (no saturating pair sums,
     unlike uint8 x int8 on CPUs without VNNI), and ``K * 255 * 255 < 2**31`` keeps the int32
-    sums exact.
+    sums exact. int16 activations go in as two base-256 digits stacked on the batch axis (see
+    :func:`conv_fast`), which needs no padding: a padded position would read a digit's offset.
     """
     K = int(np.prod(w.shape[1:]))
-    if kernel.in_bits != 8 or any(k != 1 for k in w.shape[2:]) or int(kernel.group) != 1 or K * 255 * 255 >= 2**31:
+    if kernel.in_bits not in (8, 16) or any(k != 1 for k in w.shape[2:]) or int(kernel.group) != 1 or K * 255 * 255 >= 2**31:
+        return None
+    if w.min(initial=0) < -128 or w.max(initial=0) > 127 or (kernel.in_bits == 16 and any(int(p) for p in kernel.pads)):
         return None
     inits = {"w": (w + 128).astype(np.uint8), "xz": np.array(128, np.uint8), "wz": np.array(128, np.uint8)}
     return _integer_session(onnx_bytes.node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], **attrs), inits, threads)
@@ -320,7 +324,8 @@ def _pointwise_integer_conv(kernel, w: np.ndarray, attrs: dict, threads: int | N
 def conv_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.ndarray] | None:
     """``requantize(conv(x, W) + b)`` of a Conv kernel: an exact product in onnxruntime, one fused pass.
 
-    Pointwise int8 convolutions run as integer GEMMs (:func:`_pointwise_integer_conv`); the
+    Pointwise convolutions of int8 weights run as integer GEMMs (:func:`_pointwise_integer_conv`;
+    int16 activations as two base-256 digits in one call, as in :func:`linear_fast`); the
     others as float32 convolutions of the operands or of their digit parts.
     """
     w = np.asarray(kernel.weight, np.int64)
@@ -330,12 +335,27 @@ def conv_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.n
     rq = RequantParams(kernel.requant, C)
     bias = _bias(kernel, C)
     integer = _pointwise_integer_conv(kernel, w, attrs, threads)
-    if integer is not None:
+    if integer is not None and kernel.in_bits <= 8:
         def run_integer(x: np.ndarray) -> np.ndarray:
             y = integer.run(None, {"x": offset_u8(x)})[0]
             return rq.apply((y.reshape(y.shape[0] * C, -1),), _ONE, bias, False).reshape(y.shape)
 
         return run_integer
+    if integer is not None:
+        # x = 256 hi + lo: the GEMM sees hi and lo - 128, so 128 * sum(W[c]) goes back in with the bias
+        bias_lo = bias + 128 * w.reshape(C, -1).sum(axis=1)
+        factors16 = [256, 1]
+
+        def run_integer16(x: np.ndarray) -> np.ndarray:
+            x = as_stored(x)
+            n = x.shape[0]
+            digits = np.empty((2,) + x.shape, np.uint8)
+            fused.digits_u8(x.reshape(-1, x.shape[-1]), digits.reshape(2, -1, x.shape[-1]))
+            y = integer.run(None, {"x": digits.reshape((2 * n,) + x.shape[1:])})[0]
+            rows = n * C
+            return rq.apply((y[:n].reshape(rows, -1), y[n:].reshape(rows, -1)), factors16, bias_lo, False).reshape((n,) + y.shape[1:])
+
+        return run_integer16
     try:
         sx, sw = plan_float_conv(w, kernel.in_bits)
     except ValueError:
@@ -439,6 +459,25 @@ def maxpool_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], n
     def run(x: np.ndarray) -> np.ndarray:
         y = session.run(None, {"x": np.ascontiguousarray(x, dtype=np.float32)})[0]
         return y.astype(np.int16)
+
+    return run
+
+
+def dequantize_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.ndarray]:
+    """:meth:`Dequantize.apply_numpy` without its int64 copy: an integer converts to the same float32
+    from any integer type (IEEE conversion rounds the value, not the type), and the scale multiplies
+    in place where it does not broadcast the codes to a bigger shape."""
+    scale = kernel.scale
+
+    def run(q: np.ndarray) -> np.ndarray:
+        q = np.asarray(q)
+        if q.dtype.kind not in "iu":
+            return kernel.apply_numpy(q)
+        y = q.astype(np.float32)
+        if np.result_type(y, scale) == np.float32 and np.broadcast_shapes(y.shape, np.shape(scale)) == y.shape:
+            np.multiply(y, scale, out=y)
+            return y
+        return y * scale
 
     return run
 
@@ -663,6 +702,7 @@ _BUILDERS = {
     "LayerNorm": layernorm_fast,
     "Softmax": softmax_fast,
     "MaxPool": maxpool_fast,
+    "Dequantize": dequantize_fast,
 }
 
 
