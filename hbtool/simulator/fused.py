@@ -35,7 +35,7 @@ from hbtool.simulator.jit import (  # noqa: F401  the loops' controls, used thro
 
 __all__ = ["MODE_CODES", "background", "call_skipped", "compile_in_background", "end_call", "set_threads", "skipped_calls",
            "start_call", "threads", "requantize_parts", "requantize_cols", "requantize_rows", "split_digits", "layernorm_rows",
-           "softmax_rows", "add_rows", "mul_rows", "mul_rowscalar", "add_rowscalar", "lookup", "offset_u8", "digits_u8"]
+           "softmax_rows", "add_rows", "mul_rows", "mul_rowscalar", "add_rowscalar", "lookup", "digits_u8"]
 
 MODE_CODES = {"floor": 0, "half_up": 1, "half_away": 2, "half_even": 3}
 
@@ -277,16 +277,14 @@ def _add_rowscalar(r0_, r1_, a, b, A, B, n, lo, hi, mode, out):
 
 @jit()
 def _lookup(r0_, r1_, x, table, offset, out):
-    """``out[i] = table[x[i] + offset]`` (a whole-code-range table of an elementwise kernel)."""
-    for i in range(r0_, r1_):
-        out[i] = table[np.int64(x[i]) + offset]
+    """``out[i] = table[x[i] + offset]`` (a whole-code-range table of an elementwise kernel).
 
-
-@jit()
-def _offset_u8(r0_, r1_, x, out):
-    """``out = x + 128`` as uint8 for an int8-range ``x``."""
-    for i in range(r0_, r1_):
-        out[i] = np.uint8(x[i] + 128)
+    Indexed through slices from 0 and the table by an unsigned code: a signed index could be
+    negative as far as numba knows, and its wraparound check per element made the loop 2-3x slower."""
+    xs = x[r0_:r1_]
+    os_ = out[r0_:r1_]
+    for i in range(xs.shape[0]):
+        os_[i] = table[np.uint64(np.int64(xs[i]) + offset)]
 
 
 @jit()
@@ -355,11 +353,6 @@ def add_rowscalar(a, b, A, B, n, lo, hi, mode, out):
 def lookup(x, table, offset, out):
     """:func:`_lookup` over all rows, split across the cores when the tensor is big enough."""
     over_rows(_lookup, x.size, x.size, x, table, offset, out)
-
-
-def offset_u8(x, out):
-    """:func:`_offset_u8` over all rows, split across the cores when the tensor is big enough."""
-    over_rows(_offset_u8, x.size, x.size, x, out)
 
 
 def digits_u8(x, out):
