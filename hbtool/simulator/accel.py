@@ -572,7 +572,12 @@ def add_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray, np.nda
             big, small, swapped, shape = by_row
             fa, fb = (B.reshape(()), A.reshape(())) if swapped else (A.reshape(()), B.reshape(()))
             out = np.empty(big.shape, dtype)
-            fused.add_rowscalar(big, small, np.int64(fa), np.int64(fb), np.int64(n.reshape(())), lo, hi, mode, out)
+            nn = int(n.reshape(()))
+            if kernel.rounding in ("floor", "half_up") and nn >= 0:
+                half = np.int64(1 << (nn - 1) if kernel.rounding == "half_up" and nn > 0 else 0)
+                fused.add_rowscalar_simple(big, small, np.int64(fa), np.int64(fb), np.int64(nn), half, lo, hi, out)
+            else:
+                fused.add_rowscalar(big, small, np.int64(fa), np.int64(fb), np.int64(nn), lo, hi, mode, out)
             return out.reshape(shape)
         plan = _rows(a, b)
         if plan is None:
@@ -602,7 +607,10 @@ def mul_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray, np.nda
         if by_row is not None:
             big, small, _, shape = by_row
             out = np.empty(big.shape, p.dtype)
-            fused.mul_rowscalar(big, small, p.M[0], p.n[0], p.clamp[0], p.pre[0], p.lo, p.hi, p.mode, out)
+            if p.simple and p.n[0] >= 0:
+                fused.mul_rowscalar_simple(big, small, p.M[0], p.n[0], p.half[0], p.lo, p.hi, out)
+            else:
+                fused.mul_rowscalar(big, small, p.M[0], p.n[0], p.clamp[0], p.pre[0], p.lo, p.hi, p.mode, out)
             return out.reshape(shape)
         plan = _rows(a, b)
         if plan is None:

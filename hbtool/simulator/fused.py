@@ -35,7 +35,7 @@ from hbtool.simulator.jit import (  # noqa: F401  the loops' controls, used thro
 
 __all__ = ["MODE_CODES", "background", "call_skipped", "compile_in_background", "end_call", "set_threads", "skipped_calls",
            "start_call", "threads", "requantize_parts", "requantize_cols", "requantize_rows", "split_digits", "layernorm_rows",
-           "softmax_rows", "add_rows", "mul_rows", "mul_rowscalar", "add_rowscalar", "lookup", "digits_u8"]
+           "softmax_rows", "add_rows", "mul_rows", "mul_rowscalar", "add_rowscalar", "mul_rowscalar_simple", "add_rowscalar_simple", "lookup", "digits_u8"]
 
 MODE_CODES = {"floor": 0, "half_up": 1, "half_away": 2, "half_even": 3}
 
@@ -276,6 +276,36 @@ def _add_rowscalar(r0_, r1_, a, b, A, B, n, lo, hi, mode, out):
 
 
 @jit()
+def _mul_rowscalar_simple(r0_, r1_, a, b, m, n, half, lo, hi, out):
+    """:func:`_mul_rowscalar` for ``floor``/``half_up`` (``half`` = 0 or ``2**(n-1)``), no accumulator clamp
+    or pre-shift, written to vectorise (no per-element branch on the mode; measured 2x faster).
+    ``a * (b * m)`` equals ``(a * b) * m`` in int64 bit for bit (products modulo 2**64 associate)."""
+    R, Q = out.shape
+    Rb = b.shape[0]
+    for r in range(r0_, r1_):
+        bm = np.int64(b[r % Rb]) * m
+        ar = a[r]
+        orow = out[r]
+        for q in range(Q):
+            v = (np.int64(ar[q]) * bm + half) >> n
+            orow[q] = min(max(v, lo), hi)
+
+
+@jit()
+def _add_rowscalar_simple(r0_, r1_, a, b, A, B, n, half, lo, hi, out):
+    """:func:`_add_rowscalar` for ``floor``/``half_up`` (``half`` = 0 or ``2**(n-1)``), written to vectorise."""
+    R, Q = out.shape
+    Rb = b.shape[0]
+    for r in range(r0_, r1_):
+        bb = B * np.int64(b[r % Rb]) + half
+        ar = a[r]
+        orow = out[r]
+        for q in range(Q):
+            v = (np.int64(ar[q]) * A + bb) >> n
+            orow[q] = min(max(v, lo), hi)
+
+
+@jit()
 def _lookup(r0_, r1_, x, table, offset, out):
     """``out[i] = table[x[i] + offset]`` (a whole-code-range table of an elementwise kernel).
 
@@ -343,6 +373,16 @@ def mul_rows(a, b, m, n, clamp, pre, lo, hi, mode, out):
 def mul_rowscalar(a, b, m, n, clamp, pre, lo, hi, mode, out):
     """:func:`_mul_rowscalar` over all rows, split across the cores when the tensor is big enough."""
     over_rows(_mul_rowscalar, out.shape[0], out.size, a, b, m, n, clamp, pre, lo, hi, mode, out)
+
+
+def mul_rowscalar_simple(a, b, m, n, half, lo, hi, out):
+    """:func:`_mul_rowscalar_simple` over all rows, split across the cores when the tensor is big enough."""
+    over_rows(_mul_rowscalar_simple, out.shape[0], out.size, a, b, m, n, half, lo, hi, out)
+
+
+def add_rowscalar_simple(a, b, A, B, n, half, lo, hi, out):
+    """:func:`_add_rowscalar_simple` over all rows, split across the cores when the tensor is big enough."""
+    over_rows(_add_rowscalar_simple, out.shape[0], out.size, a, b, A, B, n, half, lo, hi, out)
 
 
 def add_rowscalar(a, b, A, B, n, lo, hi, mode, out):

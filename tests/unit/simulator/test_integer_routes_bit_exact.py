@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hbtool.kernels import Conv, Linear, MatMul
+from hbtool.kernels import Add, Conv, Linear, MatMul, Mul
 from hbtool.kernels.quantize import Dequantize
 from hbtool.simulator import accel
 
@@ -90,3 +90,21 @@ def test_dequantize_fast_form_is_bit_exact(scale, shape, dtype):
     got, want = accel.accelerate(kern)(q), kern.apply_numpy(q)
     assert got.dtype == want.dtype and got.shape == want.shape
     np.testing.assert_array_equal(got, want)
+
+
+ROUNDINGS = ["floor", "half_up", "half_away", "half_even"]
+
+
+@pytest.mark.parametrize("rounding", ROUNDINGS)
+@pytest.mark.parametrize("in_bits", [8, 16])
+def test_channel_scale_mul_and_add_routes_equal_the_reference_loop(rounding, in_bits):
+    """One value per channel over the spatial axes (squeeze-excite gates, hard-swish halves): the
+    branch-free loops for floor / half_up, the general ones for the other roundings."""
+    a = _codes((2, 6, 5, 7), in_bits, 5)
+    b = _codes((2, 6, 1, 1), 8, 6)
+    for big_first in (True, False):
+        bits = (in_bits, 8) if big_first else (8, in_bits)
+        x, y = (a, b) if big_first else (b, a)
+        for kern in (Mul.build(0.02, 0.0003, 0.01, *bits, 8, rounding=rounding),
+                     Add.build(0.02, 0.003, 0.025, *bits, 8, relu=True, rounding=rounding)):
+            np.testing.assert_array_equal(accel.accelerate(kern)(x, y), kern.apply_numpy(x, y))
