@@ -588,7 +588,13 @@ def add_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray, np.nda
             return kernel.apply_numpy(a, b)
         fa, fb = (_per_channel(B, C), _per_channel(A, C)) if swapped else (_per_channel(A, C), _per_channel(B, C))
         out = np.empty(big.shape, dtype)
-        fused.add_rows(big, small, fa, fb, _per_channel(n, C), lo, hi, mode, out)
+        nc = _per_channel(n, C)
+        if kernel.rounding in ("floor", "half_up") and nc.min(initial=0) >= 0:
+            up = kernel.rounding == "half_up"
+            half = np.where((nc > 0) & up, np.left_shift(np.int64(1), np.maximum(nc - 1, 0)), 0).astype(np.int64)
+            fused.add_rows_simple(big, small, fa, fb, nc, half, lo, hi, out)
+        else:
+            fused.add_rows(big, small, fa, fb, nc, lo, hi, mode, out)
         return out.reshape(shape)
 
     return run
@@ -617,7 +623,10 @@ def mul_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray, np.nda
             return kernel.apply_numpy(a, b)
         big, small, _, shape = plan
         out = np.empty(big.shape, p.dtype)
-        fused.mul_rows(big, small, p.M[0], p.n[0], p.clamp[0], p.pre[0], p.lo, p.hi, p.mode, out)
+        if p.simple and p.n[0] >= 0:
+            fused.mul_rows_simple(big, small, p.M[0], p.n[0], p.half[0], p.lo, p.hi, out)
+        else:
+            fused.mul_rows(big, small, p.M[0], p.n[0], p.clamp[0], p.pre[0], p.lo, p.hi, p.mode, out)
         return out.reshape(shape)
 
     return run

@@ -108,3 +108,17 @@ def test_channel_scale_mul_and_add_routes_equal_the_reference_loop(rounding, in_
         for kern in (Mul.build(0.02, 0.0003, 0.01, *bits, 8, rounding=rounding),
                      Add.build(0.02, 0.003, 0.025, *bits, 8, relu=True, rounding=rounding)):
             np.testing.assert_array_equal(accel.accelerate(kern)(x, y), kern.apply_numpy(x, y))
+
+
+@pytest.mark.parametrize("rounding", ROUNDINGS)
+@pytest.mark.parametrize("b_shape", [(2, 6, 5, 7), (5, 7), (1, 1, 5, 1)])
+def test_elementwise_mul_and_add_routes_equal_the_reference_loop(rounding, b_shape):
+    """Same-shape and row-broadcast operands (hard-swish's ``x * gate``, residual sums), per-channel
+    output scales for Add: the branch-free loops for floor / half_up, the general ones otherwise."""
+    a, b = _codes((2, 6, 5, 7), 16, 7), _codes(b_shape, 8, 8)
+    s_out = 2.0 ** np.random.default_rng(9).integers(0, 3, 7) * 0.01
+    kernels = [Mul.build(0.02, 0.0003, 0.01, 16, 8, 8, rounding=rounding),
+               Add.build(0.02, 0.003, 0.025, 16, 8, 8, rounding=rounding),
+               Add.build(np.full(7, 0.02), 0.003, s_out, 16, 8, 16, relu=True, rounding=rounding, sub=True)]
+    for kern in kernels:
+        np.testing.assert_array_equal(accel.accelerate(kern)(a, b), kern.apply_numpy(a, b))
