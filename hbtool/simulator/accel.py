@@ -325,6 +325,28 @@ def _pointwise_integer_conv(kernel, w: np.ndarray, attrs: dict, threads: int | N
     return _integer_session(onnx_bytes.node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], **attrs), inits, threads)
 
 
+def _pointwise_integer_matmul(kernel, w: np.ndarray, threads: int | None):
+    """onnxruntime MatMulInteger ``W (uint8, zero point 128) @ x (int8)`` for an unstrided, unpadded
+    pointwise convolution with at least 32 input channels, or None.
+
+    NCHW is already the GEMM's layout (``(Cin, H*W)`` per sample), and uint8 x int8 is the form
+    VNNI/AMX multiply natively: measured (one thread) 1.7-6x faster than ``ConvInteger``'s
+    uint8 x uint8 on MobileNetV2 / PP-OCR layers of 96-480 input channels, but 2-4x slower on
+    narrow expansions (16 -> 96, 24 -> 144 channels), which keep ``ConvInteger``. Only where this
+    CPU's kernel never saturates a pair of products (:func:`_cpu_integer_gemm_never_saturates`).
+    """
+    cout, cin = w.shape[:2]
+    if (any(k != 1 for k in w.shape[2:]) or int(kernel.group) != 1 or any(int(s) != 1 for s in kernel.strides)
+            or any(int(p) for p in kernel.pads) or kernel.in_bits not in (8, 16) or cin < 32 or cout > 4 * cin):
+        return None
+    if w.min(initial=0) < -128 or w.max(initial=0) > 127 or not _cpu_integer_gemm_never_saturates():
+        return None
+    inits = {"w": (w.reshape(cout, cin) + 128).astype(np.uint8), "wz": np.array(128, np.uint8)}
+    model = onnx_bytes.model([onnx_bytes.node("MatMulInteger", ["w", "x", "wz"], ["y"])], {"x": ElemType.INT8}, {"y": ElemType.INT32},
+                             inits)
+    return _session(model, threads)
+
+
 def conv_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.ndarray] | None:
     """``requantize(conv(x, W) + b)`` of a Conv kernel: an exact product in onnxruntime, one fused pass.
 
@@ -338,6 +360,9 @@ def conv_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.n
     C = w.shape[0]
     rq = RequantParams(kernel.requant, C)
     bias = _bias(kernel, C)
+    gemm = _pointwise_integer_matmul(kernel, w, threads)
+    if gemm is not None:
+        return _pointwise_gemm_runner(gemm, kernel.in_bits, w, rq, bias)
     integer = _pointwise_integer_conv(kernel, w, attrs, threads)
     if integer is not None and kernel.in_bits <= 8:
         def run_integer(x: np.ndarray) -> np.ndarray:
@@ -366,6 +391,35 @@ def conv_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.n
         return None
     session, factors = _weight_digit_session("Conv", w, sw, sx, np.dtype(np.float32), attrs, threads)
     return _float_conv_runner(session, factors, sx, C, rq, bias)
+
+
+def _pointwise_gemm_runner(gemm, in_bits: int, w: np.ndarray, rq: "RequantParams", bias: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """The runner of :func:`_pointwise_integer_matmul`'s session: int8 codes as they are, int16 ones as
+    two base-256 digits stacked on the batch axis (the low digit read as ``lo - 128``, as in
+    :func:`linear_fast`), then one requantizing pass."""
+    C = w.shape[0]
+    if in_bits <= 8:
+        def run8(x: np.ndarray) -> np.ndarray:
+            n = x.shape[0]
+            codes = np.asarray(x).astype(np.int8, order="C").reshape(n, x.shape[1], -1)  # int8-range codes: the cast keeps them
+            y = gemm.run(None, {"x": codes})[0]
+            return rq.apply((y.reshape(n * C, -1),), _ONE, bias, False).reshape((n, C) + x.shape[2:])
+
+        return run8
+    bias_lo = bias + 128 * w.reshape(C, -1).sum(axis=1)
+    factors16 = [256, 1]
+
+    def run16(x: np.ndarray) -> np.ndarray:
+        x = as_stored(x)
+        n = x.shape[0]
+        digits = np.empty((2,) + x.shape, np.uint8)
+        fused.digits_u8(x.reshape(-1, x.shape[-1]), digits.reshape(2, -1, x.shape[-1]))
+        np.bitwise_xor(digits, np.uint8(128), out=digits)  # as int8: hi, and lo - 128
+        y = gemm.run(None, {"x": digits.view(np.int8).reshape(2 * n, x.shape[1], -1)})[0]
+        rows = n * C
+        return rq.apply((y[:n].reshape(rows, -1), y[n:].reshape(rows, -1)), factors16, bias_lo, False).reshape((n, C) + x.shape[2:])
+
+    return run16
 
 
 def conv_transpose_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.ndarray] | None:

@@ -38,6 +38,9 @@ CONVS = [  # (cout, cin, group, kernel, stride, pads, in_bits)
     (24, 40, 1, 1, 2, [0, 0, 0, 0], 16),     # pointwise int16, strided: integer GEMM on digits
     (12, 5, 1, 1, 1, [0, 0, 0, 0], 16),      # pointwise int16, few channels
     (12, 5, 1, 1, 1, [1, 0, 0, 1], 16),      # pointwise int16 with padding: the float route
+    (40, 32, 1, 1, 1, [0, 0, 0, 0], 8),      # pointwise, >= 32 input channels: uint8 x int8 MatMulInteger
+    (24, 48, 1, 1, 1, [0, 0, 0, 0], 16),     # the same on int16 digits
+    (200, 32, 1, 1, 1, [0, 0, 0, 0], 8),     # a narrow expansion: ConvInteger
 ]
 
 
@@ -122,3 +125,14 @@ def test_elementwise_mul_and_add_routes_equal_the_reference_loop(rounding, b_sha
                Add.build(np.full(7, 0.02), 0.003, s_out, 16, 8, 16, relu=True, rounding=rounding, sub=True)]
     for kern in kernels:
         np.testing.assert_array_equal(accel.accelerate(kern)(a, b), kern.apply_numpy(a, b))
+
+
+def test_wide_pointwise_convolutions_take_the_matmul_integer_route():
+    w = RNG.integers(-128, 128, size=(40, 32, 1, 1))
+    kern = Conv.build(w, None, 0.03, RNG.uniform(0.001, 0.01, 40), 0.5, in_bits=8, out_bits=8)
+    strided = Conv.build(w, None, 0.03, RNG.uniform(0.001, 0.01, 40), 0.5, strides=[2, 2], in_bits=8, out_bits=8)
+    expansion = Conv.build(RNG.integers(-128, 128, size=(200, 32, 1, 1)), None, 0.03, 0.004, 0.5, in_bits=8, out_bits=8)
+    wide = accel._pointwise_integer_matmul(kern, np.asarray(kern.weight, np.int64), None)
+    assert (wide is not None) == accel._cpu_integer_gemm_never_saturates()
+    assert accel._pointwise_integer_matmul(strided, np.asarray(strided.weight, np.int64), None) is None
+    assert accel._pointwise_integer_matmul(expansion, np.asarray(expansion.weight, np.int64), None) is None
