@@ -15,6 +15,16 @@ Exactness: every simulated output at batch 16 must equal the batch-1 outputs and
 ONNX model (``*_quantized_model.onnx`` in onnxruntime) bit for bit.
 
     python -m benchmarks.simulate_speed [--models ...] [--rounds 3] [--json out.json]
+
+``--cli-lines N`` adds the command-line row: ``N`` samples of ``--cli-model`` (default the
+PP-OCRv5 recogniser: text lines) through ``python -m hbtool.cli simulate`` against a Python
+process running onnxruntime float32 on the same ``.npy`` line by line, process start included,
+interleaved over ``--rounds``. ``--baseline DIR`` runs another checkout's code beside this one
+(its hbtool in the CLI row, its own copy of this benchmark for the warm rows) so old and new are
+compared in the same run; the CLI outputs of both must be identical. The five models of issue 34:
+
+    python -m benchmarks.simulate_speed --models hf_mobilenet_v2 ppocrv5_rec hf_deit_tiny hf_resnet50 hf_swin_t \
+        --cli-lines 200 [--baseline /path/to/old/checkout]
 """
 
 from __future__ import annotations
@@ -181,6 +191,89 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+_ORT_LINES = """
+import sys, time
+import numpy as np
+import onnxruntime as ort
+model, data, name, threads = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+opts = ort.SessionOptions()
+opts.intra_op_num_threads = threads
+opts.log_severity_level = 3
+sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+x = np.load(data)
+rows = sess.get_inputs()[0].shape[0]
+rows = rows if isinstance(rows, int) and rows > 0 else 1
+outs = [sess.run(None, {name: x[k:k + rows]})[0] for k in range(0, len(x), rows)]
+"""
+
+
+def cli_row(name: str, lines: int, threads: int, rounds: int, baseline: Path | None) -> dict:
+    """``hbtool simulate`` on ``lines`` samples, process start included, against onnxruntime float32 in
+    its own process on the same file; with ``baseline`` also that checkout's hbtool, outputs compared."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from hbtool.compiler.artifact import read_artifact
+
+    wd = ZOO_OUT / name / "model_output"
+    art_path = wd / f"{name}.bin"
+    if not art_path.exists():
+        raise SystemExit(f"{art_path} is missing: run benchmarks/zoo/run.py --models {name} --out {ZOO_OUT} first")
+    desc = read_artifact(art_path).header["inputs"]
+    if len(desc) != 1:
+        raise SystemExit(f"--cli-model {name}: the CLI row takes a model of one input")
+    tmp = Path(tempfile.mkdtemp(prefix="simulate_speed_cli_"))
+    try:
+        data = tmp / "lines.npy"
+        np.save(data, _samples(name, desc, lines)[desc[0]["name"]])
+        sides = {"hbtool": paths.ROOT}
+        if baseline is not None:
+            sides["hbtool (baseline)"] = Path(baseline).resolve()
+        cmds = {label: ([sys.executable, "-m", "hbtool.cli", "simulate", str(art_path), "-i", f"{desc[0]['name']}={data}",
+                         "--threads", str(threads), "-o", str(tmp / label.replace(" ", "_"))],
+                        dict(os.environ, PYTHONPATH=str(root))) for label, root in sides.items()}
+        cmds["onnxruntime float32"] = ([sys.executable, "-c", _ORT_LINES, str(wd / f"{name}_original_float_model.onnx"), str(data),
+                                        desc[0]["name"], str(threads)], dict(os.environ))
+        for cmd, env in cmds.values():  # warm-up: the numba cache filled, files in the page cache
+            subprocess.run(cmd, env=env, check=True, capture_output=True)
+        seconds = {label: 0.0 for label in cmds}
+        for _ in range(rounds):
+            for label, (cmd, env) in cmds.items():
+                t = time.perf_counter()
+                subprocess.run(cmd, env=env, check=True, capture_output=True)
+                seconds[label] += time.perf_counter() - t
+        outs = {label: {p.name: np.load(p) for p in sorted((tmp / label.replace(" ", "_")).glob("*.npy"))} for label in sides}
+        same = all(outs[label].keys() == outs["hbtool"].keys() and all(np.array_equal(outs[label][k], v) for k, v in outs["hbtool"].items())
+                   for label in outs)
+    finally:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    row = {"model": name, "lines": lines, **{f"{label} s": seconds[label] / rounds for label in seconds}, "outputs identical": same}
+    for label in sides:
+        row[f"ratio {label}"] = seconds[label] / seconds["onnxruntime float32"]
+    return row
+
+
+def _baseline_rows(baseline: Path, models: list[str], rounds: int, threads: int) -> list[dict]:
+    """The warm rows measured by ``baseline``'s own copy of this benchmark (its hbtool, its onnxruntime peer)."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "rows.json"
+        subprocess.run([sys.executable, "-m", "benchmarks.simulate_speed", "--models", *models, "--rounds", str(rounds),
+                        "--threads", str(threads), "--zoo-out", str(Path(ZOO_OUT).resolve()), "--json", str(out)],
+                       cwd=baseline, env=dict(os.environ, PYTHONPATH=str(Path(baseline).resolve())), check=True,
+                       stdout=subprocess.DEVNULL)
+        data = json.loads(out.read_text())
+        return data["rows"] if isinstance(data, dict) else data  # older copies wrote the list alone
+
+
 def main() -> None:
     global ZOO_OUT
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -189,20 +282,41 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None, help="both sides (default: all cores)")
     ap.add_argument("--zoo-out", type=Path, default=ZOO_OUT, help="the corpus runner's --out folder")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--cli-lines", type=int, default=0, help="samples of the command-line row (0: no CLI row)")
+    ap.add_argument("--cli-model", default="ppocrv5_rec")
+    ap.add_argument("--baseline", type=Path, default=None, help="another checkout (e.g. the old main) measured beside this one")
     args = ap.parse_args()
     ZOO_OUT = args.zoo_out
     import os
 
     threads = args.threads or len(os.sched_getaffinity(0))
-    rows = []
+    rows, old_rows, cli = [], [], None
     for name in args.models:
         row = run_model(name, args.rounds, threads)
         rows.append(row)
         print(json.dumps(row), flush=True)
+        if args.baseline is not None:  # right after, so both see the same load
+            old_rows += _baseline_rows(args.baseline, [name], args.rounds, threads)
+            print("baseline:", json.dumps(old_rows[-1]), flush=True)
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps(rows, indent=1))
+            args.json.write_text(json.dumps({"rows": rows, "baseline_rows": old_rows}, indent=1))
+    if args.cli_lines:
+        cli = cli_row(args.cli_model, args.cli_lines, threads, args.rounds, args.baseline)
+        print(json.dumps(cli), flush=True)
+        if args.json:
+            args.json.write_text(json.dumps({"rows": rows, "baseline_rows": old_rows, "cli": cli}, indent=1))
     print(table(rows))
+    if old_rows:
+        print(f"\nbaseline ({args.baseline}):")
+        print(table(old_rows))
+    if cli is not None:
+        labels = [k[:-2] for k in cli if k.endswith(" s")]
+        print(f"\ncommand line, {cli['lines']} samples of {cli['model']}, process start included (mean of {args.rounds}):")
+        print("| " + " | ".join(labels) + " | " + " | ".join(k for k in cli if k.startswith("ratio")) + " | outputs identical |")
+        print("|" + "---|" * (len(labels) + sum(k.startswith("ratio") for k in cli) + 1))
+        print("| " + " | ".join(f"{cli[f'{k} s']:.2f} s" for k in labels) + " | "
+              + " | ".join(f"{cli[k]:.2f}x" for k in cli if k.startswith("ratio")) + f" | {'yes' if cli['outputs identical'] else 'NO'} |")
 
 
 if __name__ == "__main__":

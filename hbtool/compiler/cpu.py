@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node
 from hbtool.ir.hz_ops import HZ_CPU_SUBGRAPH
 from hbtool.ir.macs import node_macs
-from hbtool.ir.onnx_export import to_onnx
 
 CPU_SUBGRAPH_OP = HZ_CPU_SUBGRAPH
 
@@ -49,6 +48,8 @@ def _subgraph(program: Graph, nodes: list[Node], name: str, later_reads: set[str
             if t and t in program.values:
                 g.values[t] = program.values[t]
     g.inputs, g.outputs = inputs, outputs
+    from hbtool.ir.onnx_export import to_onnx  # onnx loads only when compiling (not for simulate's CPU_SUBGRAPH_OP)
+
     model = to_onnx(g, stage="cpu_subgraph")
     flops = sum(2 * int(node_macs(n, program)) for n in nodes)
     return CpuSubgraph(name, inputs, outputs, model.SerializeToString(), [n.name for n in nodes], flops)

@@ -19,13 +19,14 @@ and three wrappers around ``emit`` shared by all kernels: :meth:`Kernel.onnx_nod
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper
 
-from hbtool.kernels.builder import DEFAULT_OPSET, OnnxBuilder
+if TYPE_CHECKING:  # the ONNX-writing methods import onnx when called (see ElemType)
+    import onnx
+
+from hbtool.kernels.builder import DEFAULT_OPSET, ElemType, OnnxBuilder
 
 
 class Kernel:
@@ -34,8 +35,8 @@ class Kernel:
     #: number of tensor inputs ``apply_numpy`` / ``emit`` take
     n_inputs: int = 1
     #: ONNX element type of the inputs / output of the emitted subgraph
-    onnx_input_type: int = TensorProto.DOUBLE
-    onnx_output_type: int = TensorProto.DOUBLE
+    onnx_input_type: int = ElemType.DOUBLE
+    onnx_output_type: int = ElemType.DOUBLE
 
     # ---- facts the compiler, the cost model and the emulator read (one place: the class)
     #: the unit that runs it (:mod:`.units`); None: the vector unit on the BPU, else the CPU
@@ -97,6 +98,8 @@ class Kernel:
 
     def onnx_function(self, domain: str, name: str, opset: int = DEFAULT_OPSET) -> onnx.FunctionProto:
         """The kernel as a model-local function ``domain::name`` (inputs x0.., output y)."""
+        from onnx import helper
+
         ins = [f"x{i}" for i in range(self.n_inputs)]
         nodes, _ = self.onnx_nodes(ins, "y", name, constants="node", opset=opset)
         return helper.make_function(domain, name, ins, ["y"], nodes, [helper.make_opsetid("", opset)])
@@ -108,6 +111,9 @@ class Kernel:
         constants: str = "node",
     ) -> onnx.ModelProto:
         """A standalone model running this kernel: inputs x0.., output y (for tests, debugging)."""
+        import onnx
+        from onnx import helper
+
         ins = [f"x{i}" for i in range(self.n_inputs)]
         shapes = list(input_shapes) if input_shapes is not None else [None] * self.n_inputs
         nodes, inits = self.onnx_nodes(ins, "y", "k", constants=constants, opset=opset)

@@ -9,22 +9,42 @@ initializers. Integers travel as DOUBLE tensors; see :mod:`hbtool.kernels`.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
+
+if TYPE_CHECKING:  # the ONNX-writing methods import onnx when called (see ElemType)
+    import onnx
 
 DEFAULT_OPSET = 17
 
+
+class ElemType:
+    """ONNX ``TensorProto`` element types (fixed numbers of the ONNX spec).
+
+    Spelled out here so that importing the kernels does not import ``onnx``: ``hbtool simulate``
+    runs the kernels without writing ONNX, and ``import onnx`` (through ml_dtypes) cost it about
+    a second of every process start. The ONNX-writing methods import ``onnx`` when called.
+    """
+
+    FLOAT = 1
+    UINT8 = 2
+    INT8 = 3
+    INT16 = 5
+    INT32 = 6
+    INT64 = 7
+    BOOL = 9
+    DOUBLE = 11
+
+
 _NP_TO_ONNX = {
-    np.dtype(np.float64): TensorProto.DOUBLE,
-    np.dtype(np.float32): TensorProto.FLOAT,
-    np.dtype(np.int64): TensorProto.INT64,
-    np.dtype(np.int32): TensorProto.INT32,
-    np.dtype(np.int16): TensorProto.INT16,
-    np.dtype(np.int8): TensorProto.INT8,
-    np.dtype(np.bool_): TensorProto.BOOL,
+    np.dtype(np.float64): ElemType.DOUBLE,
+    np.dtype(np.float32): ElemType.FLOAT,
+    np.dtype(np.int64): ElemType.INT64,
+    np.dtype(np.int32): ElemType.INT32,
+    np.dtype(np.int16): ElemType.INT16,
+    np.dtype(np.int8): ElemType.INT8,
+    np.dtype(np.bool_): ElemType.BOOL,
 }
 
 
@@ -67,6 +87,8 @@ class OnnxBuilder:
         key = (arr.dtype.str, arr.shape, arr.tobytes())
         if key in self._const_cache:
             return self._const_cache[key]
+        from onnx import helper, numpy_helper
+
         name = self.fresh(hint)
         tensor = numpy_helper.from_array(arr, name)
         if self.constants == "node":
@@ -79,6 +101,8 @@ class OnnxBuilder:
     # -------------------------------------------------------------------- ops
     def op(self, op_type: str, *inputs: str, hint: str | None = None, **attrs: Any) -> str:
         """Append one single-output node; returns the output tensor name."""
+        from onnx import helper
+
         out = self.fresh(hint or op_type.lower())
         self.nodes.append(helper.make_node(op_type, list(inputs), [out], name=out + "/" + op_type, **attrs))
         return out
@@ -150,6 +174,8 @@ class OnnxBuilder:
             if tensor in node.output and node.op_type != "Constant":
                 producer = node
         if producer is None or tensor in self._const_cache.values():
+            from onnx import helper
+
             self.nodes.append(helper.make_node("Identity", [tensor], [output_name], name=self.fresh("identity")))
             return
         for node in self.nodes:

@@ -38,10 +38,9 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from onnx import TensorProto
 
 from hbtool.kernels.base import Kernel, as_int, check, check_scales
-from hbtool.kernels.builder import OnnxBuilder
+from hbtool.kernels.builder import ElemType, OnnxBuilder
 from hbtool.kernels.fixedpoint import DEFAULT_ROUNDING
 from hbtool.kernels.requantize import Requantize
 from hbtool.kernels.units import VECTOR
@@ -175,7 +174,7 @@ class InputConvert(Kernel):
 
     @property
     def onnx_input_type(self) -> int:  # type: ignore[override]
-        return TensorProto.INT8 if self.offset else TensorProto.UINT8
+        return ElemType.INT8 if self.offset else ElemType.UINT8
 
     @classmethod
     def build(cls, fmt: str, train: str, height: int, width: int, mean: Sequence[float], scale: Sequence[float],

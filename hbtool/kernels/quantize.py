@@ -25,10 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from onnx import TensorProto
 
 from hbtool.kernels.base import Kernel, as_int, check_scales
-from hbtool.kernels.builder import OnnxBuilder
+from hbtool.kernels.builder import ElemType, OnnxBuilder
 from hbtool.kernels.fixedpoint import int_range
 from hbtool.kernels.requantize import channel_shape
 from hbtool.kernels.units import CPU
@@ -45,7 +44,7 @@ class Quantize(Kernel):
 
     scale: np.ndarray  # float32, scalar or broadcast-shaped
     bits: int = 8
-    onnx_input_type = TensorProto.FLOAT
+    onnx_input_type = ElemType.FLOAT
 
     @classmethod
     def build(cls, scale: Any, bits: int = 8, axis: int | None = None) -> "Quantize":
@@ -82,7 +81,7 @@ class Dequantize(Kernel):
     merges_samples = True
 
     scale: np.ndarray  # float32
-    onnx_output_type = TensorProto.FLOAT
+    onnx_output_type = ElemType.FLOAT
 
     @classmethod
     def build(cls, scale: Any, axis: int | None = None) -> "Dequantize":

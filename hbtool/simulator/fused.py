@@ -35,7 +35,8 @@ from hbtool.simulator.jit import (  # noqa: F401  the loops' controls, used thro
 
 __all__ = ["MODE_CODES", "background", "call_skipped", "compile_in_background", "end_call", "set_threads", "skipped_calls",
            "start_call", "threads", "requantize_parts", "requantize_cols", "requantize_rows", "split_digits", "layernorm_rows",
-           "softmax_rows", "add_rows", "mul_rows", "mul_rowscalar", "add_rowscalar", "lookup", "offset_u8", "digits_u8"]
+           "softmax_rows", "add_rows", "mul_rows", "mul_rowscalar", "add_rowscalar", "mul_rowscalar_simple", "add_rowscalar_simple", "add_rows_simple",
+           "mul_rows_simple", "lookup", "digits_u8"]
 
 MODE_CODES = {"floor": 0, "half_up": 1, "half_away": 2, "half_even": 3}
 
@@ -183,11 +184,12 @@ def _layernorm_rows(r0_, r1_, q, alpha, f, E, G, B, shift, lo, hi, d_shift, mode
 
 @jit(inline="always")
 def _exp_fixed(qv, m, t_hi, t_lo, in8, exp_bits, mask_min, qmin, mode):
-    u = m - np.int64(qv)
+    # u = m - q >= 0 (m is the row's maximum): unsigned table indices carry no wraparound check
+    u = np.uint64(m - np.int64(qv))
     if in8:
-        e = t_lo[u]
+        e = np.int64(t_lo[u])
     else:
-        e = _rshift(t_hi[u >> 8] * t_lo[u & 255], exp_bits, mode)
+        e = _rshift(np.int64(t_hi[u >> np.uint64(8)]) * np.int64(t_lo[u & np.uint64(255)]), exp_bits, mode)
     if mask_min and qv == qmin and u > 0:
         e = np.int64(0)
     return e
@@ -195,22 +197,28 @@ def _exp_fixed(qv, m, t_hi, t_lo, in8, exp_bits, mask_min, qmin, mode):
 
 @jit()
 def _softmax_rows(r0_, r1_, q, t_hi, t_lo, in8, exp_bits, mask_min, qmin, p, ymax, thresholds, mode, out):
-    """:meth:`Softmax.apply_numpy` on rows ``q[r, :]``; ``thresholds`` non-empty means log2 codes."""
+    """:meth:`Softmax.apply_numpy` on rows ``q[r, :]``; ``thresholds`` non-empty means log2 codes.
+
+    Each row's exponentials are computed once into a row buffer (the sum needs them all before
+    the first quotient)."""
     R, N = q.shape
     L = len(thresholds)
+    e = np.empty(N, np.int64)
     for r in range(r0_, r1_):
-        m = np.int64(q[r, 0])
+        qr = q[r]
+        orow = out[r]
+        m = np.int64(qr[0])
         for j in range(1, N):
-            if q[r, j] > m:
-                m = np.int64(q[r, j])
+            if qr[j] > m:
+                m = np.int64(qr[j])
         total = np.int64(0)
         for j in range(N):
-            total += _exp_fixed(q[r, j], m, t_hi, t_lo, in8, exp_bits, mask_min, qmin, mode)
+            e[j] = _exp_fixed(qr[j], m, t_hi, t_lo, in8, exp_bits, mask_min, qmin, mode)
+            total += e[j]
         half_total = total >> 1
         inv = 1.0 / np.float64(total)
         for j in range(N):
-            e = _exp_fixed(q[r, j], m, t_hi, t_lo, in8, exp_bits, mask_min, qmin, mode)
-            num = (e << p) + half_total
+            num = (e[j] << p) + half_total
             # floor(num / total) by the reciprocal: num < 2**53 and the quotient < 2**23, so the
             # float estimate is within 1 of it; one integer check each way makes it exact
             y = np.int64(np.float64(num) * inv)
@@ -223,9 +231,9 @@ def _softmax_rows(r0_, r1_, q, t_hi, t_lo, in8, exp_bits, mask_min, qmin, p, yma
                 for i in range(L):
                     if y < thresholds[i]:
                         k += 1
-                out[r, j] = k
+                orow[j] = k
             else:
-                out[r, j] = _clip(y, 0, ymax)
+                orow[j] = _clip(y, 0, ymax)
 
 
 @jit()
@@ -276,17 +284,74 @@ def _add_rowscalar(r0_, r1_, a, b, A, B, n, lo, hi, mode, out):
 
 
 @jit()
-def _lookup(r0_, r1_, x, table, offset, out):
-    """``out[i] = table[x[i] + offset]`` (a whole-code-range table of an elementwise kernel)."""
-    for i in range(r0_, r1_):
-        out[i] = table[np.int64(x[i]) + offset]
+def _add_rows_simple(r0_, r1_, a, b, A, B, n, half, lo, hi, out):
+    """:func:`_add_rows` for ``floor``/``half_up`` (``half[c]`` = 0 or ``2**(n[c]-1)``), written to vectorise."""
+    R, C = out.shape
+    Rb = b.shape[0]
+    for r in range(r0_, r1_):
+        ar = a[r]
+        br = b[r % Rb]
+        orow = out[r]
+        for c in range(C):
+            v = (np.int64(ar[c]) * A[c] + B[c] * np.int64(br[c]) + half[c]) >> n[c]
+            orow[c] = min(max(v, lo), hi)
 
 
 @jit()
-def _offset_u8(r0_, r1_, x, out):
-    """``out = x + 128`` as uint8 for an int8-range ``x``."""
-    for i in range(r0_, r1_):
-        out[i] = np.uint8(x[i] + 128)
+def _mul_rows_simple(r0_, r1_, a, b, m, n, half, lo, hi, out):
+    """:func:`_mul_rows` for ``floor``/``half_up`` (``half`` = 0 or ``2**(n-1)``), no accumulator clamp or
+    pre-shift, written to vectorise."""
+    R, C = out.shape
+    Rb = b.shape[0]
+    for r in range(r0_, r1_):
+        ar = a[r]
+        br = b[r % Rb]
+        orow = out[r]
+        for c in range(C):
+            v = (np.int64(ar[c]) * np.int64(br[c]) * m + half) >> n
+            orow[c] = min(max(v, lo), hi)
+
+
+@jit()
+def _mul_rowscalar_simple(r0_, r1_, a, b, m, n, half, lo, hi, out):
+    """:func:`_mul_rowscalar` for ``floor``/``half_up`` (``half`` = 0 or ``2**(n-1)``), no accumulator clamp
+    or pre-shift, written to vectorise (no per-element branch on the mode; measured 2x faster).
+    ``a * (b * m)`` equals ``(a * b) * m`` in int64 bit for bit (products modulo 2**64 associate)."""
+    R, Q = out.shape
+    Rb = b.shape[0]
+    for r in range(r0_, r1_):
+        bm = np.int64(b[r % Rb]) * m
+        ar = a[r]
+        orow = out[r]
+        for q in range(Q):
+            v = (np.int64(ar[q]) * bm + half) >> n
+            orow[q] = min(max(v, lo), hi)
+
+
+@jit()
+def _add_rowscalar_simple(r0_, r1_, a, b, A, B, n, half, lo, hi, out):
+    """:func:`_add_rowscalar` for ``floor``/``half_up`` (``half`` = 0 or ``2**(n-1)``), written to vectorise."""
+    R, Q = out.shape
+    Rb = b.shape[0]
+    for r in range(r0_, r1_):
+        bb = B * np.int64(b[r % Rb]) + half
+        ar = a[r]
+        orow = out[r]
+        for q in range(Q):
+            v = (np.int64(ar[q]) * A + bb) >> n
+            orow[q] = min(max(v, lo), hi)
+
+
+@jit()
+def _lookup(r0_, r1_, x, table, offset, out):
+    """``out[i] = table[x[i] + offset]`` (a whole-code-range table of an elementwise kernel).
+
+    Indexed through slices from 0 and the table by an unsigned code: a signed index could be
+    negative as far as numba knows, and its wraparound check per element made the loop 2-3x slower."""
+    xs = x[r0_:r1_]
+    os_ = out[r0_:r1_]
+    for i in range(xs.shape[0]):
+        os_[i] = table[np.uint64(np.int64(xs[i]) + offset)]
 
 
 @jit()
@@ -347,6 +412,26 @@ def mul_rowscalar(a, b, m, n, clamp, pre, lo, hi, mode, out):
     over_rows(_mul_rowscalar, out.shape[0], out.size, a, b, m, n, clamp, pre, lo, hi, mode, out)
 
 
+def add_rows_simple(a, b, A, B, n, half, lo, hi, out):
+    """:func:`_add_rows_simple` over all rows, split across the cores when the tensor is big enough."""
+    over_rows(_add_rows_simple, out.shape[0], out.size, a, b, A, B, n, half, lo, hi, out)
+
+
+def mul_rows_simple(a, b, m, n, half, lo, hi, out):
+    """:func:`_mul_rows_simple` over all rows, split across the cores when the tensor is big enough."""
+    over_rows(_mul_rows_simple, out.shape[0], out.size, a, b, m, n, half, lo, hi, out)
+
+
+def mul_rowscalar_simple(a, b, m, n, half, lo, hi, out):
+    """:func:`_mul_rowscalar_simple` over all rows, split across the cores when the tensor is big enough."""
+    over_rows(_mul_rowscalar_simple, out.shape[0], out.size, a, b, m, n, half, lo, hi, out)
+
+
+def add_rowscalar_simple(a, b, A, B, n, half, lo, hi, out):
+    """:func:`_add_rowscalar_simple` over all rows, split across the cores when the tensor is big enough."""
+    over_rows(_add_rowscalar_simple, out.shape[0], out.size, a, b, A, B, n, half, lo, hi, out)
+
+
 def add_rowscalar(a, b, A, B, n, lo, hi, mode, out):
     """:func:`_add_rowscalar` over all rows, split across the cores when the tensor is big enough."""
     over_rows(_add_rowscalar, out.shape[0], out.size, a, b, A, B, n, lo, hi, mode, out)
@@ -355,11 +440,6 @@ def add_rowscalar(a, b, A, B, n, lo, hi, mode, out):
 def lookup(x, table, offset, out):
     """:func:`_lookup` over all rows, split across the cores when the tensor is big enough."""
     over_rows(_lookup, x.size, x.size, x, table, offset, out)
-
-
-def offset_u8(x, out):
-    """:func:`_offset_u8` over all rows, split across the cores when the tensor is big enough."""
-    over_rows(_offset_u8, x.size, x.size, x, out)
 
 
 def digits_u8(x, out):
