@@ -27,6 +27,7 @@ def op_json(r: PerfResult, op: OpCost, start: float) -> dict[str, Any]:
         "overhead_cycles": round(op.overhead, 1), "weight_wait_cycles": round(op.exposed, 1), "calls": op.calls, "bits": op.bits,
         "macs": op.macs, "padded_macs": op.padded_macs, "elements": op.elements,
         "ddr_bytes": op.ddr_bytes, "ddr_useful_bytes": op.ddr_useful_bytes, "sram_bytes": op.sram_bytes, "weight_bytes": op.weight_bytes, "note": op.note,
+        "layout": op.layout, "cost_class": op.cost_class,
     }
 
 
