@@ -83,8 +83,18 @@ class OpCost:
         return max(self.components.values(), default=0.0)
 
     @property
+    def wait(self) -> float:
+        """Cycles the op waits for its weights beyond its busy time: the exposed share of the weight
+        fetch (``exposed``) delays the op's compute, but an op already bound by the DDR is not delayed
+        again by the same bytes: only what compute + wait exceeds the busiest resource shows."""
+        if self.exposed <= 0:
+            return 0.0
+        compute = max((v for k, v in self.components.items() if k != DDR), default=0.0)
+        return max(0.0, compute + self.exposed - self.busy)
+
+    @property
     def cycles(self) -> float:
-        return self.busy + self.overhead + self.exposed
+        return self.busy + self.overhead + self.wait
 
     @property
     def cost_class(self) -> str:
@@ -589,6 +599,6 @@ def cost_op(node: Node, ctx: CostContext, tile: Tile = None) -> OpCost:
         weights = "" if not op.weight_bytes else ", weights re-read per band" if int(tile.get("weight_reads", 1)) > 1 else ", weights kept in SRAM"
         op.note += f"; chain {tile.get('group', '?')} in {bands(tile)} row bands{weights}"
     hw = ctx.hw
-    if op.exposed >= 1e-6 * hw.clock_hz:    # name waits of a microsecond or more
-        op.note += f"; waits {op.exposed / hw.clock_hz * 1e6:.1f} us for {hw.weight_fetch_exposed:.0%} of its weight fetch"
+    if op.wait >= 1e-6 * hw.clock_hz:    # name waits of a microsecond or more
+        op.note += f"; waits {op.wait / hw.clock_hz * 1e6:.1f} us for {hw.weight_fetch_exposed:.0%} of its weight fetch"
     return op
