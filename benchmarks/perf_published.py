@@ -134,12 +134,68 @@ def estimate_row(r: Row, recompile: bool = False, tiling: bool = True) -> dict:
                            runtime_input_types={i["name"]: "nv12" for i in header.get("inputs", [])})
     threads = r.threads or 1
     fps = res.fps_threads(threads)
+    by_class: dict[str, float] = {}
+    for op in res.ops:
+        if op.cycles > 0:
+            group = residual_group(op)
+            by_class[group] = by_class.get(group, 0.0) + op.cycles / res.hw.clock_hz * 1e3
+    by_class[RUNTIME_GROUP] = res.per_frame_cycles / res.hw.clock_hz * 1e3
     out = {"variant": r.variant, "march": r.march, "split": r.split, "class": measurement_class(res)[0],
+           "classes_ms": by_class,
            "latency_ms": res.latency_ms, "fps": fps, "threads": threads,
            "pub_latency_ms": r.latency_ms, "pub_fps": r.fps_multithread, "bound": res.fps_bound_at(threads)}
     out["latency_err"] = res.latency_ms / r.latency_ms - 1 if r.latency_ms else None
     out["fps_err"] = fps / r.fps_multithread - 1 if r.fps_multithread else None
     return out
+
+
+RUNTIME_GROUP = "runtime per frame"
+
+
+def residual_group(op) -> str:
+    """The op class of the residual analysis: unit and the rule that costs it (a move's layout case,
+    a vector op's class, a tensor op's kernel and width)."""
+    if op.unit == "data_movement":
+        return f"data movement / {op.layout or 'copy'}"
+    if op.unit == "vector":
+        cls = op.note.split(":", 1)[0] if ":" in op.note else str(op.kernel)
+        return f"vector / {cls}{' int16' if op.bits > 8 else ''}"
+    if op.unit == "tensor":
+        return f"tensor / {'matmul' if op.kernel in ('MatMul', 'Log2MatMul') else 'conv/linear'}{' int16' if op.bits > 8 else ''}"
+    return "cpu"
+
+
+def residuals(results: list[dict], min_share: float = 0.15, ridge: float = 1.0) -> list[str]:
+    """Per op class: is its estimate systematically off across the rows?
+
+    Two views of the same question, latency only: (1) a least-squares fit of the published latency as a
+    sum of scaled class times, each row weighted by 1 / published (relative errors), with a ridge pull of
+    every scale towards 1 (``ridge``: a class needs evidence in the rows to move; with few rows an
+    unregularised fit is degenerate): the scale of class k is how much its time would have to change for
+    the rows to agree; (2) for the rows where class k takes at least ``min_share`` of the estimate, the
+    median of published / estimated. A class off by more than 2x in either view (where it is at least
+    ``min_share`` of some row) is flagged."""
+    import numpy as np
+
+    rows = [o for o in results if o["pub_latency_ms"]]
+    classes = sorted({k for o in rows for k in o["classes_ms"]})
+    if not rows or not classes:
+        return []
+    a = np.array([[o["classes_ms"].get(k, 0.0) / o["pub_latency_ms"] for k in classes] for o in rows])
+    lhs = np.vstack([a, np.sqrt(ridge) * np.eye(len(classes))])
+    rhs = np.concatenate([np.ones(len(rows)), np.sqrt(ridge) * np.ones(len(classes))])
+    scale = np.linalg.lstsq(lhs, rhs, rcond=None)[0]
+    cells = []
+    for j, k in enumerate(classes):
+        shares = [o["classes_ms"].get(k, 0.0) / o["latency_ms"] for o in rows]
+        heavy = [o["pub_latency_ms"] / o["latency_ms"] for o, sh in zip(rows, shares) if sh >= min_share]
+        total = sum(o["classes_ms"].get(k, 0.0) for o in rows)
+        med = statistics.median(heavy) if heavy else None
+        off = (heavy and not 0.5 <= scale[j] <= 2.0) or (med is not None and not 0.5 <= med <= 2.0)
+        cells.append([k, sum(1 for sh in shares if sh > 0), f"{total:.1f}", f"{100 * max(shares):.0f} %", f"{scale[j]:.2f}",
+                      len(heavy), "-" if med is None else f"{med:.2f}", "OFF > 2x" if off else "ok"])
+    return markdown_table(("op class", "rows with it", "est ms (all rows)", "largest share", "ridge scale (pub/est)",
+                           f"rows where >= {min_share:.0%}", "median pub/est there", "verdict"), cells).splitlines()
 
 
 def summary(errors: list[float]) -> dict:
@@ -235,6 +291,11 @@ def plot(results: list[dict], path: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--march", action="append", help="only these marches (repeatable)")
+    ap.add_argument("--families", choices=("fit", "holdout", "seen", "all"),
+                    help="issue 33's family split (benchmarks/published/split.py) over every row: only this side of it "
+                         "(fit: csv rows of fit families; holdout: every row of a held-out family, evaluated once; "
+                         "seen: README rows of fit families)")
+    ap.add_argument("--residuals", action="store_true", help="print the per-op-class residual analysis")
     ap.add_argument("--holdout", action="store_true", help="also the held-out rows")
     ap.add_argument("--fresh", action="store_true", help="also the fresh hold-out (HOLDOUT_FRESH)")
     ap.add_argument("--fresh2", action="store_true", help="also the second fresh hold-out (HOLDOUT_FRESH2)")
@@ -253,6 +314,14 @@ def main() -> None:
     args = ap.parse_args()
     rows = (calibration_rows(args.reference_csv) + (holdout_rows() if args.holdout else []) + (fresh_rows() if args.fresh else [])
             + (fresh2_rows() if args.fresh2 else []))
+    if args.families:
+        import dataclasses
+
+        from benchmarks.published.split import FIT, HOLDOUT, SEEN_FAMILY, evaluation_order, split_of
+
+        pool = calibration_rows(args.reference_csv) + holdout_rows() + fresh_rows() + fresh2_rows()
+        want = {"fit": {FIT}, "holdout": {HOLDOUT}, "seen": {SEEN_FAMILY}, "all": {FIT, HOLDOUT, SEEN_FAMILY}}[args.families]
+        rows = evaluation_order([dataclasses.replace(r, split=split_of(r)) for r in pool if split_of(r) in want])
     if args.march:
         rows = [r for r in rows if r.march in args.march]
     if args.only:
@@ -285,6 +354,10 @@ def main() -> None:
     if skipped:
         lines += ["", "Not estimated: " + "; ".join(f"{v} ({m}): {why}" for v, m, why in skipped)]
     print("\n".join(summaries(results)))
+    if args.residuals:
+        res_lines = residuals(results)
+        print("\n".join(res_lines))
+        lines += ["", "Per-op-class residuals (latency):", ""] + res_lines
     if args.classes:
         print(class_errors(results))
     if args.markdown:

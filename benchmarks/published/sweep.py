@@ -64,11 +64,20 @@ def main() -> None:
     ap.add_argument("--per-op", type=float, nargs="+", default=None, help="per_op_cycles values (default: the march's)")
     ap.add_argument("--set", action="append", default=[], metavar="FIELD=V1,V2",
                     help="also sweep any other Hardware field (e.g. ddr_efficiency=0.8,0.6); repeatable")
+    ap.add_argument("--family-fit", action="store_true",
+                    help="issue 33's family split: the fit rows are the csv rows of the fit families "
+                         "(benchmarks/published/split.py) and nothing else is costed (the family hold-out stays unseen)")
     ap.add_argument("--fit-only", action="store_true",
                     help="cost and print only the fit rows: choose a change without seeing the unseen rows, then run once without it")
     args = ap.parse_args()
-    fit = _programs([r for r in calibration_rows() if r.march == args.march])
-    unseen = [] if args.fit_only else _programs([r for r in holdout_rows() + fresh_rows() if r.march == args.march])
+    if args.family_fit:
+        from benchmarks.published.split import FIT, split_of
+
+        fit = _programs([r for r in calibration_rows() if r.march == args.march and split_of(r) == FIT])
+        unseen = []
+    else:
+        fit = _programs([r for r in calibration_rows() if r.march == args.march])
+        unseen = [] if args.fit_only else _programs([r for r in holdout_rows() + fresh_rows() if r.march == args.march])
     boards = {pp.BOARDS[r.board] for r, _, _ in fit + unseen}
     if len(boards) != 1:
         sys.exit(f"rows of {args.march} on several boards ({sorted(boards)}): sweep one board at a time")

@@ -41,6 +41,16 @@ def addresses(shape: Sequence[int], padded: Sequence[int]) -> np.ndarray:
     return np.ascontiguousarray(logical[tuple(slice(0, s) for s in shape)])
 
 
+def row_major_addresses(shape: Sequence[int], padded: Sequence[int]) -> np.ndarray:
+    """Like :func:`addresses`, for a tensor stored in its logical (row-major) order: a model output
+    handed to the user in the layout its shape says (a rank-4 ``N,H,W,C`` output is NHWC bytes)."""
+    shape, padded = [int(d) for d in shape], [int(d) for d in padded]
+    if not shape:
+        return np.zeros((), np.int64)
+    full = np.arange(int(np.prod(padded, dtype=np.int64)), dtype=np.int64).reshape(padded)
+    return np.ascontiguousarray(full[tuple(slice(0, s) for s in shape)])
+
+
 def in_stored_order(a: np.ndarray) -> np.ndarray:
     return np.transpose(a, stored_order(a.ndim)).reshape(-1) if a.ndim else a.reshape(-1)
 
@@ -101,8 +111,10 @@ class Walk:
 _CACHE: dict[str, Walk] = {}
 
 
-def _key(node: Node, program: Graph, tensors: dict[str, dict], element_bytes: int, granules: tuple[int, ...]) -> str:
-    parts: list[Any] = [node.op_type, sorted((k, repr(v)) for k, v in node.attrs.items()), element_bytes, list(granules)]
+def _key(node: Node, program: Graph, tensors: dict[str, dict], element_bytes: int, granules: tuple[int, ...],
+         row_major: frozenset[str] = frozenset()) -> str:
+    parts: list[Any] = [node.op_type, sorted((k, repr(v)) for k, v in node.attrs.items()), element_bytes, list(granules),
+                        sorted(o for o in node.outputs if o in row_major)]
     for name in list(node.inputs) + list(node.outputs):
         if not name:
             parts.append(None)
@@ -116,13 +128,18 @@ def _key(node: Node, program: Graph, tensors: dict[str, dict], element_bytes: in
 
 
 def walk(node: Node, program: Graph, tensors: dict[str, dict], element_bytes: int, granules: Sequence[int],
-         movement: dict | None = None) -> Walk | None:
-    """How a data-movement node walks memory, or None when its semantics are unknown (then: a copy)."""
+         movement: dict | None = None, row_major_outputs: Sequence[str] = ()) -> Walk | None:
+    """How a data-movement node walks memory, or None when its semantics are unknown (then: a copy).
+
+    ``row_major_outputs``: outputs written in their logical row-major order instead of the BPU's
+    stored order (a model output, handed to the user as its shape says: see
+    :func:`hbtool.costmodel.layout.row_major_outputs`)."""
+    row_major = frozenset(row_major_outputs)
     fn = (MOVEMENT if movement is None else movement).get(node.op_type)  # the simulator's exact semantics
     if fn is None:
         return None
     granules = tuple(sorted({int(g) for g in granules}))
-    key = _key(node, program, tensors, element_bytes, granules)
+    key = _key(node, program, tensors, element_bytes, granules, row_major)
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
@@ -151,8 +168,11 @@ def walk(node: Node, program: Graph, tensors: dict[str, dict], element_bytes: in
         y = np.asarray(y)
         shape = tuple(int(d) for d in y.shape)
         padded = tensors.get(name, {}).get("padded") or list(shape)
-        src = in_stored_order(y)
-        dst = in_stored_order(addresses(shape, padded))
+        if name in row_major:
+            src, dst = y.reshape(-1), row_major_addresses(shape, padded).reshape(-1)
+        else:
+            src = in_stored_order(y)
+            dst = in_stored_order(addresses(shape, padded))
         elements += int(src.size)
         out_padded += int(np.prod(padded, dtype=np.int64)) if padded else 1
         starts, lengths = _run_starts(src)

@@ -36,12 +36,12 @@ interleaved UV plane and converts them to the model's colour order (:func:`image
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 import numpy as np
 
-from hbtool.costmodel import access
+from hbtool.costmodel import access, layout
 from hbtool.costmodel.hardware import Hardware
 from hbtool.ir.graph import Graph, Node
 from hbtool.ir.hz_ops import HZ_PREPROCESS
@@ -76,14 +76,38 @@ class OpCost:
     overhead: float = 0.0
     exposed: float = 0.0         # cycles of the weight fetch from DDR not hidden behind the op's work
     note: str = ""
+    layout: str = ""             # data movement: the layout case (hbtool/costmodel/layout.py) that sets the cost
 
     @property
     def busy(self) -> float:
         return max(self.components.values(), default=0.0)
 
     @property
+    def wait(self) -> float:
+        """Cycles the op waits for its weights beyond its busy time: the exposed share of the weight
+        fetch (``exposed``) delays the op's compute, but an op already bound by the DDR is not delayed
+        again by the same bytes: only what compute + wait exceeds the busiest resource shows."""
+        if self.exposed <= 0:
+            return 0.0
+        compute = max((v for k, v in self.components.items() if k != DDR), default=0.0)
+        return max(0.0, compute + self.exposed - self.busy)
+
+    @property
     def cycles(self) -> float:
-        return self.busy + self.overhead + self.exposed
+        return self.busy + self.overhead + self.wait
+
+    @property
+    def cost_class(self) -> str:
+        """The class whose rule sets this op's number: the unit's kernel, with the layout case of a
+        move (``Transpose / keeps layout``) or the vector class (``Lut (lut)``); the key of the
+        per-class residual analysis of ``benchmarks/perf_published.py``."""
+        if self.unit == DATA_MOVEMENT:
+            return f"{self.op_type} / {self.layout or 'copy'}"
+        if self.unit == VECTOR:
+            return f"{self.kernel or self.op_type} ({self.note.split(':', 1)[0]})" if ":" in self.note else str(self.kernel or self.op_type)
+        if self.unit == TENSOR:
+            return f"{self.kernel or self.op_type}{' int16' if self.bits > 8 else ''}"
+        return f"cpu {self.op_type}"
 
     @property
     def bound_by(self) -> str:
@@ -106,6 +130,11 @@ class CostContext:
     hw: Hardware
     split: int = 1               # core_num 2: each op's work is shared by both cores
     image_inputs: dict[str, str] = field(default_factory=dict)   # graph input -> its run-time image type
+
+    @cached_property
+    def consumers(self) -> dict[str, list[Node]]:
+        """Tensor -> the nodes that read it (built once per costing)."""
+        return self.program.consumer_map()
 
     def location(self, name: str) -> str:
         t = self.tensors.get(name) or {}
@@ -417,11 +446,30 @@ def _buffered(strided: int, in_order: int, location: str, hw: Hardware) -> int:
     return max(int(in_order), -(-int(strided) // lines))
 
 
+def _side(strided: dict[int, int], in_order: dict[int, int], location: str, hw: Hardware) -> tuple[int, int, int, str]:
+    """(unit bytes, SRAM bytes, DDR bytes, layout case) of the strided side of a walk, where it lives.
+
+    In SRAM the unit walks it through its transpose buffer. In DDR, on a march that stages reorders
+    in SRAM tiles (``ddr_tiled``), DDR moves the side's bursts in address order and the unit walks the
+    staged tile in SRAM (one more SRAM pass: the tile written in order); otherwise a burst per run."""
+    gs, gd = hw.sram_access_bytes, hw.ddr_burst_bytes
+    if location == SRAM:
+        b = _buffered(strided[gs], in_order[gs], SRAM, hw)
+        return b, b, 0, layout.STRIDED_SRAM
+    if hw.dm_ddr_tiled:
+        b = _buffered(strided[gs], in_order[gs], SRAM, hw)
+        return b, b + in_order[gs], in_order[gd], layout.TILED
+    return strided[gd], 0, strided[gd], layout.GATHER_DDR
+
+
 def movement_cost(node: Node, ctx: CostContext, tile: Tile = None) -> OpCost:
+    """A data-movement op by its layout case (:mod:`.layout`): view, a copy that keeps the layout,
+    a strided reorder in SRAM, a reorder staged through SRAM tiles, or a burst per run in DDR."""
     hw = ctx.hw
     op = OpCost(node.name, node.op_type, DATA_MOVEMENT)
     if node.meta.get("view"):
         op.note = "view: no data moves"
+        op.layout = layout.VIEW_CASE
         return op
     acts_in = ctx.activations(node.inputs)
     outs = [o for o in node.outputs if o]
@@ -430,38 +478,50 @@ def movement_cost(node: Node, ctx: CostContext, tile: Tile = None) -> OpCost:
     g = {SRAM: hw.sram_access_bytes, DDR: hw.ddr_burst_bytes}
     loc_in = ctx.location(acts_in[0]) if acts_in else SRAM
     loc_out = ctx.location(outs[0])
-    w = access.walk(node, ctx.program, ctx.tensors, eb, (g[SRAM], g[DDR]))
+    final = layout.row_major_outputs(ctx.program, outs, lambda n: len(ctx.shape(n)), ctx.consumers)
+    w = access.walk(node, ctx.program, ctx.tensors, eb, (g[SRAM], g[DDR]), row_major_outputs=final)
+    # (unit bytes, SRAM bytes, DDR bytes, case) per way to walk the op
+    strategies: dict[str, tuple[int, int, int, str]] = {}
     if w is None:
         in_bytes = sum(ctx.padded_bytes(n) for n in acts_in)
         out_bytes = sum(ctx.padded_bytes(n) for n in outs)
-        strategies = {"copy": (access.sequential_bytes(in_bytes, g[loc_in]), access.sequential_bytes(out_bytes, g[loc_out]))}
+        rd, wr = access.sequential_bytes(in_bytes, g[loc_in]), access.sequential_bytes(out_bytes, g[loc_out])
+        strategies["copy"] = (max(rd, wr), (rd if loc_in == SRAM else 0) + (wr if loc_out == SRAM else 0),
+                              (rd if loc_in == DDR else 0) + (wr if loc_out == DDR else 0), layout.COPY)
         op.elements = out_bytes // max(eb, 1)
         useful = in_bytes + out_bytes
         note = "sequential copy"
     else:
         op.elements = w.elements
-        out_seq = access.sequential_bytes(w.out_elements_padded * eb, g[loc_out])
-        strategies = {
-            "gather": (_buffered(w.gather_read[g[loc_in]], w.seq_read[g[loc_in]], loc_in, hw), out_seq),
-            "scatter": (w.seq_read[g[loc_in]], _buffered(w.scatter_write[g[loc_out]], out_seq, loc_out, hw)),
-        }
+        out_seq = {k: access.sequential_bytes(w.out_elements_padded * eb, k) for k in g.values()}
         useful = (w.in_elements + w.elements) * eb
+        mean_run_bytes = w.mean_run * eb
+        if mean_run_bytes >= g[SRAM]:
+            # runs of a line or more: the output keeps the input's byte order up to padding; both sides in order
+            rd, wr = w.seq_read[g[loc_in]], out_seq[g[loc_out]]
+            strategies["copy"] = (max(rd, wr), (rd if loc_in == SRAM else 0) + (wr if loc_out == SRAM else 0),
+                                  (rd if loc_in == DDR else 0) + (wr if loc_out == DDR else 0), layout.KEEPS)
+        else:
+            unit, sram, ddr, case = _side(w.gather_read, w.seq_read, loc_in, hw)        # read strided, write in order
+            wr = out_seq[g[loc_out]]
+            strategies["gather"] = (max(unit, wr), sram + (wr if loc_out == SRAM else 0), ddr + (wr if loc_out == DDR else 0), case)
+            unit, sram, ddr, case = _side(w.scatter_write, out_seq, loc_out, hw)         # read in order, write strided
+            rd = w.seq_read[g[loc_in]]
+            strategies["scatter"] = (max(unit, rd), sram + (rd if loc_in == SRAM else 0), ddr + (rd if loc_in == DDR else 0), case)
         note = f"runs of {w.mean_run:.0f} elements"
 
-    def timed(rd: int, wr: int) -> dict[str, float]:
-        sram = (rd if loc_in == SRAM else 0) + (wr if loc_out == SRAM else 0)
-        ddr = (rd if loc_in == DDR else 0) + (wr if loc_out == DDR else 0)
-        return {DATA_MOVEMENT: max(rd, wr) / hw.dm_bytes_per_cycle / ctx.split,
+    def timed(unit: int, sram: int, ddr: int, case: str) -> dict[str, float]:
+        return {DATA_MOVEMENT: unit / hw.dm_bytes_per_cycle / ctx.split,
                 SRAM: sram / hw.sram_bytes_per_cycle / ctx.split, DDR: ddr / hw.ddr_bytes_per_cycle}
 
     best = min(strategies, key=lambda k: max(timed(*strategies[k]).values()))
-    rd, wr = strategies[best]
-    op.components = timed(rd, wr)
-    op.sram_bytes = (rd if loc_in == SRAM else 0) + (wr if loc_out == SRAM else 0)
-    op.ddr_bytes = (rd if loc_in == DDR else 0) + (wr if loc_out == DDR else 0)
+    unit, sram, ddr, case = strategies[best]
+    op.components = timed(unit, sram, ddr, case)
+    op.sram_bytes, op.ddr_bytes = sram, ddr
     op.ddr_useful_bytes = min(op.ddr_bytes, useful) if op.ddr_bytes else 0
+    op.layout = case
     where = loc_in if loc_in == loc_out else f"{loc_in}->{loc_out}"
-    op.note = f"{note}, {best} in {where}"
+    op.note = f"{case}: {note}, {best} in {where}" + (", written as the model output's NHWC" if final else "")
     op.overhead = (hw.per_op_cycles + (hw.dual_core_sync_cycles if ctx.split > 1 else 0)) * bands(tile)
     return op
 
@@ -539,6 +599,6 @@ def cost_op(node: Node, ctx: CostContext, tile: Tile = None) -> OpCost:
         weights = "" if not op.weight_bytes else ", weights re-read per band" if int(tile.get("weight_reads", 1)) > 1 else ", weights kept in SRAM"
         op.note += f"; chain {tile.get('group', '?')} in {bands(tile)} row bands{weights}"
     hw = ctx.hw
-    if op.exposed >= 1e-6 * hw.clock_hz:    # name waits of a microsecond or more
-        op.note += f"; waits {op.exposed / hw.clock_hz * 1e6:.1f} us for {hw.weight_fetch_exposed:.0%} of its weight fetch"
+    if op.wait >= 1e-6 * hw.clock_hz:    # name waits of a microsecond or more
+        op.note += f"; waits {op.wait / hw.clock_hz * 1e6:.1f} us for {hw.weight_fetch_exposed:.0%} of its weight fetch"
     return op

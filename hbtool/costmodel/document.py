@@ -24,9 +24,10 @@ def op_json(r: PerfResult, op: OpCost, start: float) -> dict[str, Any]:
         "name": op.name, "op_type": op.op_type, "unit": op.unit, "kernel": op.kernel,
         "cycles": round(op.cycles, 1), "time_us": round(microseconds(r, op.cycles), 3), "start_us": round(microseconds(r, start), 3),
         "bound_by": op.bound_by, "components": {k: round(v, 1) for k, v in op.components.items()},
-        "overhead_cycles": round(op.overhead, 1), "weight_wait_cycles": round(op.exposed, 1), "calls": op.calls, "bits": op.bits,
+        "overhead_cycles": round(op.overhead, 1), "weight_wait_cycles": round(op.wait, 1), "calls": op.calls, "bits": op.bits,
         "macs": op.macs, "padded_macs": op.padded_macs, "elements": op.elements,
         "ddr_bytes": op.ddr_bytes, "ddr_useful_bytes": op.ddr_useful_bytes, "sram_bytes": op.sram_bytes, "weight_bytes": op.weight_bytes, "note": op.note,
+        "layout": op.layout, "cost_class": op.cost_class,
     }
 
 

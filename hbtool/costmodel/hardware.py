@@ -36,6 +36,7 @@ _PARAMS: tuple[tuple[str, str], ...] = (
     ("cpe_colour_convert", "units.vector.cycles_per_element.colour_convert"),
     ("dm_bytes_per_cycle", "units.data_movement.bytes_per_cycle"),
     ("dm_transpose_lines", "units.data_movement.transpose_lines"),
+    ("dm_ddr_tiled", "units.data_movement.ddr_tiled"),
     ("sram_bytes", "memory.sram_bytes_per_core"),
     ("sram_bytes_per_cycle", "memory.sram_bytes_per_cycle"),
     ("sram_access_bytes", "memory.sram_access_bytes"),
@@ -83,6 +84,7 @@ class Hardware:
     cpe_colour_convert: float
     dm_bytes_per_cycle: float
     dm_transpose_lines: int
+    dm_ddr_tiled: bool
     sram_bytes: int
     sram_bytes_per_cycle: float
     sram_access_bytes: int
@@ -151,7 +153,7 @@ def hardware_for(march: March | str, board: str | None = None) -> Hardware:
                          "add it to the march's description file (see docs/perf.md for the parameters)") from None
     ints = {"cores", "macs_per_cycle", "array_w", "array_c_out", "array_reduce", "vector_lanes", "sram_bytes",
             "sram_access_bytes", "ddr_burst_bytes", "cpu_cores", "dm_transpose_lines"}
-    values = {k: (int(v) if k in ints else bool(v) if k in ("output_stage_lut", "groups_share_lanes") else float(v)) for k, v in values.items()}
+    values = {k: (int(v) if k in ints else bool(v) if k in ("output_stage_lut", "groups_share_lanes", "dm_ddr_tiled") else float(v)) for k, v in values.items()}
     values["c_in_quantum"] = int(m.alignment("tensor").get("c_in", 1))
     values.update(_int4_values(m))
     hw = Hardware(march=m.name, board=m.board, **values)

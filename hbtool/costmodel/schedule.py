@@ -139,8 +139,8 @@ class PerfResult:
         time an op waits for its weights (``memory.weight_fetch_exposed``) is DDR time."""
         by: dict[str, float] = {}
         for o in self.ops:
-            by[o.bound_by] = by.get(o.bound_by, 0.0) + o.cycles - o.exposed
-            by[DDR] = by.get(DDR, 0.0) + o.exposed
+            by[o.bound_by] = by.get(o.bound_by, 0.0) + o.cycles - o.wait
+            by[DDR] = by.get(DDR, 0.0) + o.wait
         total = self.latency_cycles or 1.0
         keys = [TENSOR, VECTOR, DATA_MOVEMENT, CPU, SRAM, DDR, OVERHEAD]
         share = {k: by.get(k, 0.0) / total for k in keys}

@@ -104,19 +104,27 @@ def test_cli_prints_the_measurement_class_and_fps_by_threads(tmp_path):
     assert bad.exit_code == 2 and "bernoulli2" in bad.output and "Traceback" not in bad.output
 
 
-def _transpose_on(march: str, where: str):
-    from hbtool.costmodel.cost import DATA_MOVEMENT, SRAM
+def _transpose_program(where: str):
+    from hbtool.costmodel.cost import DATA_MOVEMENT
 
     shapes = {"x": (1, 256, 64), "y": (1, 64, 256)}           # int8; every output row reads a column: runs of 1 element
     n = node("Transpose", ["x"], ["y"], DATA_MOVEMENT, attrs={"perm": [0, 2, 1]})
-    g, t = tiny_program(shapes, [n], where={"x": where, "y": where})
+    return tiny_program(shapes, [n], where={"x": where, "y": where})
+
+
+def _transpose_on(march: str, where: str):
+    from hbtool.costmodel.cost import DATA_MOVEMENT, SRAM
+
+    g, t = _transpose_program(where)
     hw = hardware_for(march)
     return cost_op(g.nodes[0], CostContext(g, t, hw)), hw, DATA_MOVEMENT, SRAM
 
 
-def test_x5_transpose_buffer_moves_each_sram_line_once_per_tile_but_not_ddr_bursts():
+def test_x5_transpose_buffer_moves_each_sram_line_once_per_tile_and_ddr_in_whole_bursts():
     """X5's data-movement unit buffers ``transpose_lines`` SRAM lines: an element-granular transpose in SRAM
-    moves about its own bytes; J5 (no buffer) moves a line per element; in DDR both move a burst per element."""
+    moves about its own bytes; J5 (no buffer) moves a line per element; in DDR the reorder is staged in
+    SRAM tiles (``ddr_tiled``): DDR moves each side's bytes once, in bursts, and the unit's time is the
+    SRAM-side walk (layout case ``tiled via SRAM``)."""
     elements = 256 * 64
     x5, hw5, DM, SRAM = _transpose_on("bayes-e", "sram")
     j5, hw, _, _ = _transpose_on("bayes", "sram")
@@ -129,7 +137,14 @@ def test_x5_transpose_buffer_moves_each_sram_line_once_per_tile_but_not_ddr_burs
     assert x5.components[DM] == pytest.approx(unbuffered / hw5.dm_transpose_lines)      # the strided side, per tile
     assert x5.components[DM] <= unbuffered / 8
     x5_ddr, _, _, _ = _transpose_on("bayes-e", "ddr")
-    assert x5_ddr.ddr_bytes == elements * hw5.ddr_burst_bytes + elements             # a burst per element read, in-order write
+    assert hw5.dm_ddr_tiled and x5_ddr.layout == "tiled via SRAM"
+    assert x5_ddr.ddr_bytes == 2 * elements                                           # each side once, whole bursts
+    assert x5_ddr.components[DM] == pytest.approx(x5.components[DM])                  # the same SRAM-side walk
+    import dataclasses
+    untiled = dataclasses.replace(hw5, dm_ddr_tiled=False)
+    g, t = _transpose_program("ddr")
+    burst = cost_op(g.nodes[0], CostContext(g, t, untiled))
+    assert burst.layout == "gather in DDR" and burst.ddr_bytes == elements * hw5.ddr_burst_bytes + elements  # a burst per element
 
 
 def test_published_build_precision_goes_through_the_quick_path(tmp_path):
