@@ -21,7 +21,9 @@ Recipes (``ARG`` in brackets):
 * ``tflite-dynamic`` (``APP``): the same random-weight architecture through TensorFlow Lite's
   dynamic-range quantization (``TFLiteConverter.from_keras_model`` with
   ``optimizations=[tf.lite.Optimize.DEFAULT]`` and no representative dataset: int8 weights, float
-  activations), then ``tf2onnx --tflite``: a weight-only quantized model.
+  activations), then ``tf2onnx --tflite``: a weight-only quantized model. Its BatchNorm statistics
+  are measured on random images first (``measure_batchnorm``: Keras's initialisation makes the
+  mobile networks' logits ~1e-11).
 * ``textcnn`` (``plain`` | ``maxmin``): a Keras text classifier as in Keras's own examples
   ("Text classification from scratch": ``Embedding -> Conv1D -> GlobalMaxPooling1D -> Dense``),
   random weights; ``maxmin`` has two Conv1D branches merged by ``layers.Maximum`` and
@@ -87,6 +89,26 @@ def application(app: str, size: int):
     return getattr(keras.applications, app)(weights=None, input_shape=(size, size, 3), classifier_activation=None)
 
 
+def measure_batchnorm(model, size: int, samples: int = 8) -> None:
+    """Set every BatchNormalization's moving mean and variance to the statistics of its input on
+    random images, layer by layer (each measured after the ones before it are set).
+
+    With Keras's own initialisation (moving mean 0, variance 1) the mobile networks' logits decay
+    to 1e-11..1e-19 (MobileNet, MobileNetV2, MobileNetV3Small/Large measured): a model of zeros
+    that tests nothing. ``export_hf.py``'s ``FAN_IN_INIT`` does the same for transformers' models.
+    """
+    import keras
+    import numpy as np
+
+    images = np.random.default_rng(0).uniform(0, 255, (samples, size, size, 3)).astype("float32")
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            x = keras.Model(model.inputs, layer.input)(images).numpy()
+            axes = tuple(range(x.ndim - 1))
+            gamma, beta, _, _ = layer.get_weights()
+            layer.set_weights([gamma, beta, x.mean(axis=axes), x.var(axis=axes)])
+
+
 def text_cnn(variant: str):
     """Keras's "text classification from scratch" CNN on token ids (random weights); ``maxmin`` merges
     two Conv1D branches with ``Maximum`` and ``Minimum``."""
@@ -127,7 +149,9 @@ def export(recipe: str, arg: str, opset: int, out: Path, size: int) -> None:
         elif recipe == "tflite-dynamic":
             import tensorflow as tf
 
-            converter = tf.lite.TFLiteConverter.from_keras_model(application(arg, size))
+            model = application(arg, size)
+            measure_batchnorm(model, size)
+            converter = tf.lite.TFLiteConverter.from_keras_model(model)
             converter.optimizations = [tf.lite.Optimize.DEFAULT]     # no representative dataset: dynamic range
             tflite = Path(tmp) / "model.tflite"
             tflite.write_bytes(converter.convert())
