@@ -31,6 +31,10 @@ def corpus_config(spec, case: Path, cal_dirs: list[Path], calibration_type: str,
                   "input_type_rt": ";".join("featuremap" for _ in features),
                   "norm_type": ";".join("no_preprocess" for _ in features)}
         cal_type = ";".join(f.dtype for f in features)
+    elif spec.inputs == "tokens":
+        inputs = {"input_name": spec.input_name, "input_shape": "x".join(map(str, spec.shape)),
+                  "input_type_train": "featuremap", "input_type_rt": "featuremap", "norm_type": "no_preprocess"}
+        cal_type = "int64"
     else:
         identity = all(m == 0 for m in spec.mean) and all(s == 1 for s in spec.scale)
         shape = (spec.shape[0], *spec.shape[2:], spec.shape[1]) if spec.layout == "NHWC" else spec.shape
@@ -40,7 +44,7 @@ def corpus_config(spec, case: Path, cal_dirs: list[Path], calibration_type: str,
         if not identity:
             inputs["mean_value"] = " ".join(f"{m:.6g}" for m in spec.mean)
             inputs["scale_value"] = " ".join(f"{s:.8g}" for s in spec.scale)
-        cal_type = "float32"
+        cal_type = spec.dtype
     return {
         "model_parameters": {"onnx_model": str(spec.onnx_path), "march": "bayes", "working_dir": str(case / "model_output"),
                              "output_model_file_prefix": spec.name},

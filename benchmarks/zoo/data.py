@@ -499,7 +499,9 @@ def samples(spec: ModelSpec, count: int, offset: int) -> list[dict[str, np.ndarr
         from benchmarks.zoo.feeds import feature_samples
 
         return feature_samples(spec, count, offset)
-    return [{spec.input_name: _in_layout(spec, image_sample(spec, offset + k))} for k in range(count)]
+    if spec.inputs == "tokens":       # one input of token ids, no mask (a Keras text CNN pads with id 0)
+        return [{spec.input_name: s["input_ids"]} for s in text_samples(spec, count, offset)]
+    return [{spec.input_name: _in_layout(spec, image_sample(spec, offset + k)).astype(spec.dtype)} for k in range(count)]
 
 
 def _in_layout(spec: ModelSpec, nchw: np.ndarray) -> np.ndarray:
@@ -508,6 +510,6 @@ def _in_layout(spec: ModelSpec, nchw: np.ndarray) -> np.ndarray:
 
 
 def float_samples(spec: ModelSpec, feeds: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
-    if spec.inputs in ("text", "features"):
+    if spec.inputs in ("text", "tokens", "features") or spec.dtype != "float32":   # ids, features; an integer image is the model's own input
         return feeds
     return [{spec.input_name: float_feed(spec, f[spec.input_name])} for f in feeds]

