@@ -14,7 +14,8 @@ read after) is an observed tensor or a model input, i.e. already an output of th
 onnxruntime then sees the same fusion boundaries, every piece computes what the one session
 computed, bit for bit, and the statistics, thresholds and scales do not change.
 
-The pieces' sessions run without onnxruntime's memory arena (an arena keeps the high-water mark of
+After each piece the freed heap pages go back to the system (:func:`release_freed_memory`). The
+pieces' sessions run without onnxruntime's memory arena (an arena keeps the high-water mark of
 every session for the session's lifetime, which would add the pieces' peaks back together) and
 without spinning worker threads (the idle pieces' thread pools would spin against the working one).
 """
@@ -174,6 +175,30 @@ class PiecewiseSession:
                 yield name, arr
                 del arr
             del outs
+            release_freed_memory()
+
+
+def _libc_trim():
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):   # not glibc (macOS, musl): nothing to hand back this way
+        return None
+
+
+_MALLOC_TRIM = _libc_trim()
+
+
+def release_freed_memory() -> None:
+    """Hand the heap pages freed by the last piece back to the system (glibc ``malloc_trim``).
+
+    glibc serves blocks under its dynamic mmap threshold (up to 32 MB, which a 26 MB feature map
+    is after the first one was freed) from its heaps and keeps what is freed there: without this a
+    piecewise run still grows to what the one-session run held (1.45 GB instead of 0.66 GB on a
+    model with 2 GB of observed tensors). Costs a fraction of a millisecond."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
 
 
 def run_each(sess, names: list[str], feeds: Mapping[str, np.ndarray]) -> Iterator[tuple[str, np.ndarray]]:
@@ -188,6 +213,8 @@ def run_each(sess, names: list[str], feeds: Mapping[str, np.ndarray]) -> Iterato
         outs[i] = None
         yield name, arr
         del arr
+    del outs
+    release_freed_memory()
 
 
 def static_sizes(graph: Graph, names: Iterable[str]) -> dict[str, int] | None:
