@@ -37,10 +37,9 @@ PIECE_BUDGET_BYTES = 256 << 20
 
 @dataclass
 class Piece:
-    """Nodes ``start:stop`` of the graph, as one session: what it reads and what it hands out."""
+    """Some consecutive nodes of the run order, as one session: what it reads and what it hands out."""
 
-    start: int
-    stop: int
+    nodes: list[int]        # indices into ``graph.nodes``, in the order the piece runs them
     inputs: list[str]       # model inputs and tensors of earlier pieces it reads
     outputs: list[str]      # its observed tensors (in the caller's order), then tensors later pieces read
 
@@ -51,6 +50,49 @@ def tensor_bytes(graph: Graph, name: str) -> int | None:
     if v is None or v.shape is None or v.dtype is None or any(not isinstance(d, (int, np.integer)) or d < 0 for d in v.shape):
         return None
     return int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize
+
+
+def run_order(graph: Graph, exposed: set[str]) -> list[int]:
+    """The graph's node order with every node whose outputs are all unexposed moved down to just before
+    its first reader.
+
+    The IR's order is topological but may make a tensor long before it is read (YOLOv9e's CBFuse
+    unsqueezes a map near the start and reads it 230 nodes later); such a tensor, unobserved (a
+    Reshape shares its input's statistics), would forbid every cut in between. Which order the nodes
+    of a piece run in changes no value (onnxruntime sorts them itself; each kernel reads only its inputs).
+    """
+    nodes = graph.nodes
+    producer = {o: k for k, n in enumerate(nodes) for o in n.outputs if o}
+    readers: set[str] = set(graph.outputs)
+    for n in nodes:
+        readers.update(t for t in n.inputs if t)
+    lazy = {k for k, n in enumerate(nodes)
+            if n.outputs and not any(o in exposed for o in n.outputs if o) and any(o in readers for o in n.outputs if o)}
+    done: set[int] = set()
+    order: list[int] = []
+
+    def emit(k: int) -> None:
+        stack = [(k, False)]
+        while stack:
+            j, ready = stack.pop()
+            if j in done:
+                continue
+            if ready:
+                done.add(j)
+                order.append(j)
+                continue
+            stack.append((j, True))
+            for t in reversed(nodes[j].inputs):
+                p = producer.get(t) if t else None
+                if p is not None and p not in done:
+                    stack.append((p, False))
+
+    for k in range(len(nodes)):
+        if k not in lazy:
+            emit(k)
+    for k in sorted(lazy):   # read only by model outputs that nothing else reads: at the end
+        emit(k)
+    return order
 
 
 def plan_pieces(graph: Graph, observed: list[str], budget: int = PIECE_BUDGET_BYTES) -> list[Piece] | None:
@@ -68,51 +110,46 @@ def plan_pieces(graph: Graph, observed: list[str], budget: int = PIECE_BUDGET_BY
            for n in nodes for v in n.attrs.values()):
         return None
     exposed = set(observed) | set(graph.outputs)
-    inputs = set(graph.inputs)
+    order = run_order(graph, exposed)
+    steps = [nodes[k] for k in order]
     last_read: dict[str, int] = {}
-    for k, n in enumerate(nodes):
+    for k, n in enumerate(steps):
         for t in n.inputs:
             if t:
                 last_read[t] = k
     for t in graph.outputs:
-        last_read[t] = len(nodes)
-    made_at: dict[str, int] = {}
-    # cuts[k]: a piece may end after node k (every tensor alive across the cut is exposed or a model input)
+        last_read[t] = len(steps)
+    # cut_ok[k]: a piece may end after step k (every tensor alive across the cut is exposed or a model input)
     alive: set[str] = set()
     cut_ok = []
-    for k, n in enumerate(nodes):
-        for o in n.outputs:
-            if o:
-                made_at[o] = k
-                if last_read.get(o, -1) > k:
-                    alive.add(o)
+    for k, n in enumerate(steps):
+        alive.update(o for o in n.outputs if o and last_read.get(o, -1) > k)
         alive = {t for t in alive if last_read.get(t, -1) > k}
         cut_ok.append(all(t in exposed for t in alive))
     bounds = []
     start, used = 0, 0
-    for k, n in enumerate(nodes):
+    for k, n in enumerate(steps):
         used += sum(sizes.get(o) or 0 for o in n.outputs if o in sizes)
-        if used >= budget and cut_ok[k] and k + 1 < len(nodes):
+        if used >= budget and cut_ok[k] and k + 1 < len(steps):
             bounds.append((start, k + 1))
             start, used = k + 1, 0
-    bounds.append((start, len(nodes)))
+    bounds.append((start, len(steps)))
     if len(bounds) == 1:
         return None
-    order = {t: i for i, t in enumerate(observed)}
+    rank = {t: i for i, t in enumerate(observed)}
     pieces = []
     for a, b in bounds:
-        made = [o for n in nodes[a:b] for o in n.outputs if o]
+        made = [o for n in steps[a:b] for o in n.outputs if o]
         made_set = set(made)
         reads = []
-        for n in nodes[a:b]:
+        for n in steps[a:b]:
             for t in n.inputs:
                 if t and t not in made_set and not graph.is_const(t) and t not in reads:
                     reads.append(t)
-        handed = sorted((t for t in made if t in order), key=order.__getitem__)
+        handed = sorted((t for t in made if t in rank), key=rank.__getitem__)
         # a model output that is not observed still leaves its piece (the caller may ask for it)
-        later = [t for t in made if t not in order and (last_read.get(t, -1) >= b)]
-        pieces.append(Piece(a, b, reads, handed + later))
-        assert all(t in inputs or made_at.get(t, b) < a for t in reads)
+        later = [t for t in made if t not in rank and (last_read.get(t, -1) >= b)]
+        pieces.append(Piece(order[a:b], reads, handed + later))
     return pieces
 
 
@@ -140,7 +177,7 @@ class PiecewiseSession:
                 last_piece[t] = p_index
         self.last_piece = last_piece
         for p in pieces:
-            nodes = model.graph.node[p.start:p.stop]
+            nodes = [model.graph.node[k] for k in p.nodes]
             needed = []
             seen: set[str] = set()
             for n in nodes:
@@ -148,7 +185,7 @@ class PiecewiseSession:
                     if t in consts and t not in seen:
                         seen.add(t)
                         needed.append(consts[t])
-            g = helper.make_graph(list(nodes), f"{model.graph.name}_piece{p.start}",
+            g = helper.make_graph(list(nodes), f"{model.graph.name}_piece{p.nodes[0]}",
                                   [_value_info(graph, t) for t in p.inputs],
                                   [_value_info(graph, t) for t in p.outputs], initializer=needed)
             piece_model = helper.make_model(g, opset_imports=list(model.opset_import), functions=list(model.functions))

@@ -16,16 +16,16 @@ from onnx import TensorProto, helper, numpy_helper
 from hbtool.ir.onnx_import import import_onnx
 from hbtool.quant import collect, pieces
 from hbtool.quant.collect import collect_stats, observing_session
-from hbtool.quant.pieces import PiecewiseSession, plan_pieces, tensor_bytes
+from hbtool.quant.pieces import PiecewiseSession, plan_pieces, run_order, tensor_bytes
 
 SIDE = 96   # 8 x 96 x 96 and 12 x 96 x 96: two sizes above the histogram's subset size (their draws' order matters)
 CHANNELS = (8, 12, 8, 12, 8, 12, 8, 12, 8, 12)
 
 
-def _conv_chain(tmp_path, gate: bool = True):
+def _conv_chain(tmp_path, gate: bool = True, gate_at_end: bool = False):
     """Conv+Relu layers with a long skip (layer 1's output is added at the end; the model output, first in the
-    one session's output list, has the larger size) and a Sigmoid
-    gate made after layer 1 and read after layer 3 (the tensor the tests leave unobserved)."""
+    one session's output list, has the larger size) and a Sigmoid gate of layer 1 (the tensor the tests
+    leave unobserved) made right after layer 1 and read after layer 3 (and, ``gate_at_end``, by the last node)."""
     rng = np.random.default_rng(0)
     nodes, inits = [], []
     prev = "x"
@@ -42,7 +42,9 @@ def _conv_chain(tmp_path, gate: bool = True):
         if k == 3 and gate:
             nodes.append(helper.make_node("Mul", ["r3", "gate"], ["g3"], name="gated"))
             prev = "g3"
-    nodes.append(helper.make_node("Add", [prev, "r1"], ["y"], name="skip"))
+    nodes.append(helper.make_node("Add", [prev, "r1"], ["sum" if gate_at_end else "y"], name="skip"))
+    if gate_at_end:
+        nodes.append(helper.make_node("Mul", ["sum", "gate"], ["y"], name="gated_end"))
     graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, SIDE, SIDE])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, CHANNELS[-1], SIDE, SIDE])], initializer=inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -62,24 +64,39 @@ def _batches(n: int = 3):
 
 
 def test_cuts_only_where_every_crossing_tensor_is_observed(tmp_path):
-    graph = _conv_chain(tmp_path)
+    graph = _conv_chain(tmp_path, gate_at_end=True)
     observed = _observed(graph)
     one = tensor_bytes(graph, "r0")
     found = plan_pieces(graph, observed, budget=2 * one)
-    assert found is not None and len(found) >= 3
-    index = {o: k for k, n in enumerate(graph.nodes) for o in n.outputs}
+    assert found is not None and len(found) >= 2
+    maker = next(k for k, n in enumerate(graph.nodes) if "gate" in n.outputs)
     readers = [k for k, n in enumerate(graph.nodes) if "gate" in n.inputs]
+    # the unobserved 'gate', read after layer 3 and at the very end, is made and read inside one piece
+    holder = [p for p in found if maker in p.nodes]
+    assert len(holder) == 1 and all(r in holder[0].nodes for r in readers)
+    assert all("gate" not in p.inputs for p in found)
+    # the pieces before it still keep to the budget (plus the node output that passed it)
+    for p in found[:found.index(holder[0])]:
+        assert sum(tensor_bytes(graph, t) for t in p.outputs if t in observed) <= 3 * one
+    # whole graph under the budget: one session
+    assert plan_pieces(graph, observed, budget=10**12) is None
+
+
+def test_unobserved_tensor_is_made_just_before_its_reader(tmp_path):
+    """The gate is written right after layer 1 but read after layer 3: run in the written order it would
+    forbid the cuts between; moved down to its reader (run_order), every piece keeps to the budget."""
+    graph = _conv_chain(tmp_path)
+    observed = _observed(graph)
+    one = tensor_bytes(graph, "r0")
+    names = [graph.nodes[k].name for k in run_order(graph, set(observed) | set(graph.outputs))]
+    assert names.index("gate") + 1 == names.index("gated")
+    assert sorted(names) == sorted(n.name for n in graph.nodes)
+    found = plan_pieces(graph, observed, budget=2 * one)
+    assert found is not None and len(found) >= 3
     for p in found:
-        # the unobserved 'gate' is made and read inside one piece, never across a cut
-        assert not (p.start <= index["gate"] < p.stop) or all(p.start <= r < p.stop for r in readers)
-        assert "gate" not in p.inputs
-        handed = sum(tensor_bytes(graph, t) for t in p.outputs if t in observed)
-        span = 8 * one if p.start <= index["gate"] < p.stop else 0   # no cut inside the gate's span
-        assert handed <= 2 * one + one + span  # the budget, plus the node output that passed it
+        assert sum(tensor_bytes(graph, t) for t in p.outputs if t in observed) <= 3 * one
     # the long skip r1 crosses every cut between its maker and the Add: it is handed on, not recomputed
     assert any("r1" in p.inputs for p in found[1:])
-    # whole graph under the budget, or an unknown size: one session
-    assert plan_pieces(graph, observed, budget=10**12) is None
 
 
 def test_pieces_give_the_one_session_statistics_bit_for_bit(tmp_path, monkeypatch):
