@@ -123,7 +123,9 @@ def calibrate_to(cfg: HbConfig, path: Path, progress: Progress | None = None) ->
     from hbtool.quant.calibrate import run_calibration
     from hbtool.utils.atomic import atomic_write_bytes
 
-    result = run_calibration(cfg, progress=progress)
+    # only the calibrated model is used: the errors of the integer model against float (an evaluation that
+    # runs two models with every tensor exposed, the largest memory of a calibration) would be thrown away
+    result = run_calibration(cfg, progress=progress, evaluate=False)
     atomic_write_bytes(path, to_onnx(result.calibrated, stage="calibrated").SerializeToString())
     return path
 

@@ -1,8 +1,9 @@
 """Run the float graph over calibration data and observe chosen tensors.
 
 The float IR is exported once with the observed tensors added as graph outputs and run in
-onnxruntime, sample batch by sample batch; each output updates its :class:`TensorStats`.
-Only the statistics stay in memory.
+onnxruntime, sample batch by sample batch; each output updates its :class:`TensorStats` and is
+released before the next is looked at. Only the statistics stay in memory; a model whose observed
+tensors are too many to hold at once runs in pieces (:mod:`hbtool.quant.pieces`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from hbtool.errors import InputError
 from hbtool.ir.graph import Graph
 from hbtool.ir.onnx_export import to_onnx
 from hbtool.quant.observers import MAX_HIST_SAMPLES, TensorStats
+from hbtool.quant.pieces import PiecewiseSession, plan_pieces, run_each, static_sizes
 
 
 def float_session(graph: Graph, extra_outputs: Iterable[str] = (), threads: int = 0, basic: bool = False):
@@ -24,12 +26,16 @@ def float_session(graph: Graph, extra_outputs: Iterable[str] = (), threads: int 
     return open_session(float_model_bytes(graph, extra_outputs), threads, basic)
 
 
+
 def float_model_bytes(graph: Graph, extra_outputs: Iterable[str] = ()) -> bytes:
     """The serialized ONNX model of the float IR with ``extra_outputs`` added as graph outputs.
 
     Separate from :func:`open_session` so that a caller can build the next model (Python, holding
     the GIL) while onnxruntime opens and runs the previous one on another thread."""
-    model = to_onnx(graph)
+    return _with_outputs(to_onnx(graph), extra_outputs).SerializeToString()
+
+
+def _with_outputs(model: onnx.ModelProto, extra_outputs: Iterable[str]) -> onnx.ModelProto:
     have = {o.name for o in model.graph.output}
     vis = {v.name: v for v in model.graph.value_info}
     for name in extra_outputs:
@@ -37,7 +43,7 @@ def float_model_bytes(graph: Graph, extra_outputs: Iterable[str] = ()) -> bytes:
             continue
         model.graph.output.append(vis[name] if name in vis else helper.make_empty_tensor_value_info(name))
         have.add(name)
-    return model.SerializeToString()
+    return model
 
 
 def open_session(model: bytes, threads: int = 0, basic: bool = False, spinning: bool = True):
@@ -45,16 +51,44 @@ def open_session(model: bytes, threads: int = 0, basic: bool = False, spinning: 
     others: idle pool threads then sleep instead of spinning on the cores the others need (no effect on results)."""
     import onnxruntime as ort
 
+    return ort.InferenceSession(model, _options(threads, basic, spinning=spinning), providers=["CPUExecutionProvider"])
+
+
+def _options(threads: int = 0, basic: bool = False, pieces: bool = False, spinning: bool = True):
+    """Session options; ``pieces``: for one of several sessions run one after the other (hbtool.quant.pieces):
+    no memory arena (it would keep each session's high-water mark) and no spinning worker threads (the idle
+    sessions' pools would spin against the working one: 10x slower on a loaded machine)."""
+    import onnxruntime as ort
+
     so = ort.SessionOptions()
     so.log_severity_level = 3
     if threads:
         so.intra_op_num_threads = threads
-    if not spinning:
+    if pieces or not spinning:
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if basic:
         # models hbtool wrote are already folded: the extended fusions only cost session time
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    if pieces:
+        so.enable_cpu_mem_arena = False
+    return so
+
+
+def observing_session(graph: Graph, observed: list[str], budget: int | None = None):
+    """(session, output names) that runs the float graph and hands out ``observed``: one onnxruntime
+    session, or for a graph whose observed tensors exceed ``budget`` bytes the same graph in pieces
+    (:mod:`hbtool.quant.pieces`), which gives the same arrays with a fraction of them in memory.
+    ``budget`` (bytes) defaults to ``hbtool.quant.pieces.PIECE_BUDGET_BYTES``."""
+    from hbtool.quant import pieces as _pieces
+
+    pieces = plan_pieces(graph, observed, _pieces.PIECE_BUDGET_BYTES if budget is None else budget)
+    if pieces is None:
+        sess = float_session(graph, observed)
+        return sess, [o.name for o in sess.get_outputs()]
+    model = to_onnx(graph)
+    names = list(graph.outputs) + [t for t in dict.fromkeys(observed) if t not in graph.outputs]
+    sess = PiecewiseSession(graph, pieces, observed, model, _options(pieces=True))
+    return sess, names
 
 
 def _split_batch(batch: Mapping[str, np.ndarray], batch_dims: Mapping[str, int]) -> Iterator[dict[str, np.ndarray]]:
@@ -89,8 +123,7 @@ def collect_stats(
     channel_means = channel_means or {}
     channel_maxes = channel_maxes or {}
     extra = [t for t in list(channel_means) + list(channel_maxes) if t not in tensors]
-    sess = float_session(graph, list(tensors) + list(dict.fromkeys(extra)))
-    out_names = [o.name for o in sess.get_outputs()]
+    sess, out_names = observing_session(graph, list(tensors) + list(dict.fromkeys(extra)))
     stats = {t: TensorStats(t) for t in tensors}
     mean_acc: dict[str, list] = {}
     max_acc: dict[str, np.ndarray] = {}
@@ -98,42 +131,39 @@ def collect_stats(
     rng = np.random.default_rng(0)
     subsets: dict[int, np.ndarray] = {}
 
-    def observe(outs: list[np.ndarray]) -> None:
-        for name, arr in zip(out_names, outs):
-            if name in channel_means:
-                axis = channel_means[name] % arr.ndim
-                sums = arr.astype(np.float64).sum(axis=tuple(a for a in range(arr.ndim) if a != axis))
-                acc = mean_acc.setdefault(name, [np.zeros_like(sums), 0])
-                acc[0] += sums
-                acc[1] += arr.size // arr.shape[axis]
-            if name in channel_maxes:
-                axis = channel_maxes[name] % arr.ndim
-                m = np.abs(arr.astype(np.float64)).max(axis=tuple(a for a in range(arr.ndim) if a != axis))
-                max_acc[name] = m if name not in max_acc else np.maximum(max_acc[name], m)
-            st = stats.get(name)
-            if st is None:
-                continue
-            if arr.size > MAX_HIST_SAMPLES and arr.size not in subsets:
-                subsets[arr.size] = np.sort(rng.choice(arr.size, MAX_HIST_SAMPLES, replace=False))
-            st.update(arr, subsets.get(arr.size))
+    def observe(name: str, arr: np.ndarray) -> None:
+        if name in channel_means:
+            axis = channel_means[name] % arr.ndim
+            sums = arr.astype(np.float64).sum(axis=tuple(a for a in range(arr.ndim) if a != axis))
+            acc = mean_acc.setdefault(name, [np.zeros_like(sums), 0])
+            acc[0] += sums
+            acc[1] += arr.size // arr.shape[axis]
+        if name in channel_maxes:
+            axis = channel_maxes[name] % arr.ndim
+            m = np.abs(arr.astype(np.float64)).max(axis=tuple(a for a in range(arr.ndim) if a != axis))
+            max_acc[name] = m if name not in max_acc else np.maximum(max_acc[name], m)
+        st = stats.get(name)
+        if st is None:
+            return
+        if arr.size > MAX_HIST_SAMPLES and arr.size not in subsets:
+            subsets[arr.size] = np.sort(rng.choice(arr.size, MAX_HIST_SAMPLES, replace=False))
+        st.update(arr, subsets.get(arr.size))
 
-    # the statistics of run k are taken on one background thread while onnxruntime computes run k + 1
-    # (both release the GIL for their heavy parts); runs are observed strictly in order, one at a time,
-    # so every number is what a strictly sequential loop gives
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(1) as observer:
-        pending = None
+    if isinstance(sess, PiecewiseSession):
+        # a graph too large to expose at once: pieces hand tensors out in their own order, so draw the histogram
+        # subsets up front, in the order the one-session run meets the sizes (every tensor gets the very subset it
+        # got before), and observe one tensor at a time, each released before the next is made (run_each)
+        for name, size in (static_sizes(graph, [n for n in out_names if n in stats]) or {}).items():
+            if size > MAX_HIST_SAMPLES and size not in subsets:
+                subsets[size] = np.sort(rng.choice(size, MAX_HIST_SAMPLES, replace=False))
         for batch in batches:
             for feeds in _split_batch(batch, batch_dims):
-                outs = sess.run(out_names, feeds)
-                if pending is not None:
-                    pending.result()
-                pending = observer.submit(observe, outs)
+                for name, arr in run_each(sess, out_names, feeds):
+                    observe(name, arr)
                 if progress is not None:
                     progress(next(iter(feeds.values())).shape[0])
-        if pending is not None:
-            pending.result()
+    else:
+        _observe_overlapped(sess, out_names, batches, batch_dims, observe, progress)
     for name, (sums, count) in mean_acc.items():
         stats.setdefault(name, TensorStats(name)).channel_mean = sums / max(count, 1)
     for name, m in max_acc.items():
@@ -145,3 +175,30 @@ def collect_stats(
                 "check the calibration data and preprocessing (mean_value/scale_value), or the model itself",
             )
     return stats
+
+
+def _observe_overlapped(sess, out_names, batches, batch_dims, observe, progress) -> None:
+    """The statistics of run k taken on one background thread while onnxruntime computes run k + 1 (both release
+    the GIL for their heavy parts); runs are observed strictly in order, one at a time, so every number is what a
+    strictly sequential loop gives. Holds two runs' tensors at most: graphs whose observed tensors exceed the piece
+    budget never come here (they run in pieces)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def observe_run(outs: list[np.ndarray]) -> None:
+        for i, name in enumerate(out_names):
+            arr, outs[i] = outs[i], None
+            observe(name, arr)
+
+    with ThreadPoolExecutor(1) as observer:
+        pending = None
+        for batch in batches:
+            for feeds in _split_batch(batch, batch_dims):
+                outs = sess.run(out_names, feeds)
+                if pending is not None:
+                    pending.result()
+                pending = observer.submit(observe_run, outs)
+                del outs
+                if progress is not None:
+                    progress(next(iter(feeds.values())).shape[0])
+        if pending is not None:
+            pending.result()
