@@ -55,6 +55,14 @@ Nothing is downloaded. Generated files go to benchmarks/_out/calibrate_vs_ort/ a
 benchmarks/_models/ (both gitignored). An hbtool failure is caught and shown in its row
 (``error: ...``, traceback in benchmarks/_out/calibrate_vs_ort/<model>/hbtool_error.txt).
 
+Speed only (``--speed``): ``hbtool calibrate`` (the CLI) against ORT MinMax ``quantize_static``,
+each in a fresh process, interleaved per model, on corpus models (``--speed-models``, default
+ppocrv5_rec hf_resnet50 hf_mobilenet_v2 hf_deit_tiny hf_swin_t) with ``--samples`` (64) of the
+corpus runner's calibration samples; prints wall and CPU seconds, the ratio per model and the median,
+and hbtool's output hashes (``--hashes FILE`` writes them, or checks them when FILE exists):
+
+    .venv/bin/python -m benchmarks.calibrate_vs_ort --speed [--rounds 2] [--hashes before.json]
+
     .venv/bin/python -m benchmarks.calibrate_vs_ort [--models tiny_cnn minilm ...] \
         [--json benchmarks/_out/calibrate_vs_ort.json] [--markdown benchmarks/_out/calibrate_vs_ort.md]
 """

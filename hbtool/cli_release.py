@@ -104,17 +104,22 @@ def gate(config_path: Path, junit: Path | None, workers: int, cluster: str | Non
 @click.option("-o", "--output-dir", "out_dir", required=True, type=click.Path(path_type=Path), help="The release folder to write.")
 @click.option("--junit", type=click.Path(path_type=Path), default=None, help="Also write the gates' JUnit XML here (it is in DIR/reports too).")
 @click.option("--max-rows", type=click.IntRange(min=0), default=10, show_default=True, help="Rows of the checker and calibration tables.")
-def release(config_path: Path, out_dir: Path, junit: Path | None, max_rows: int) -> None:
+@click.option("--workers", type=int, default=1, show_default=True, help="Worker processes that simulate the gates' held-out samples (same numbers).")
+@click.option("--cluster", default=None, metavar="ADDRESS", help="Simulate the gates' held-out samples on a Ray cluster (local, auto or ray://HOST:10001).")
+def release(config_path: Path, out_dir: Path, junit: Path | None, max_rows: int, workers: int, cluster: str | None) -> None:
     """makertbin, the gates, and a reproducible release folder (artifact, manifest.json, reports/, check/); exit 4 on a failed gate."""
     from hbtool import api
     from hbtool.release.bundle import write_release
 
+    from hbtool.utils.workers import check_workers
+
+    check_workers(workers)
     cfg = api.load_config(config_path)
     require_gates_for_junit(cfg, junit)
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"--output-dir {out_dir} is a file", "give a folder (it is created if missing)")
     built = api.makertbin(cfg, report=stage_printer(cfg, max_rows))
-    done = write_release(cfg, built.path, built.calibration.data, out_dir)
+    done = write_release(cfg, built.path, built.calibration.data, out_dir, workers, cluster)
     m = done.manifest
     click.echo(f"release {m['model']} ({m['march']}): artifact sha256 {m['artifact_sha256']}, "
                f"{m['perf']['fps']} FPS, {m['perf']['latency_ms']} ms")

@@ -90,10 +90,12 @@ def _metric_json(cfg: HbConfig, acc: Accuracy) -> dict[str, Any]:
             "float_value": _round(metric.value(acc.float_outputs, acc.float_outputs))}
 
 
-def write_release(cfg: HbConfig, artifact: Path, calibration_data, out_dir: Path) -> ReleaseResult:
+def write_release(cfg: HbConfig, artifact: Path, calibration_data, out_dir: Path, workers: int = 1,
+                  cluster: str | None = None) -> ReleaseResult:
     """Measure ``artifact`` (built from ``cfg`` by makertbin) and write the bundle into ``out_dir``.
 
-    ``calibration_data`` is the CalibrationSet calibrate read (hashed into the manifest in order)."""
+    ``calibration_data`` is the CalibrationSet calibrate read (hashed into the manifest in order);
+    ``workers`` / ``cluster`` shard the gates' held-out samples (hbtool.simulator.shards; same numbers)."""
     from hbtool import api
     from hbtool.compiler.artifact import read_artifact
     from hbtool.perf.html import write_html
@@ -105,7 +107,7 @@ def write_release(cfg: HbConfig, artifact: Path, calibration_data, out_dir: Path
     prefix = cfg.model.output_model_file_prefix
     data = artifact.read_bytes()
     art = read_artifact(artifact)
-    gates = evaluate(cfg, artifact) if asked(cfg) else None
+    gates = evaluate(cfg, artifact, workers, cluster) if asked(cfg) else None
     acc = _accuracy(cfg, artifact, gates)
 
     files: dict[Path, bytes] = {out_dir / f"{prefix}.bin": data}
