@@ -33,7 +33,7 @@ def compare_levels(cfg: HbConfig, calibrated: Path, core_num: int | None = None,
         on = names[:k]
         if progress:
             progress("compare levels", k, len(names) + 1)
-        compiled = compile_model(cfg, optimize_level="O3", disabled_passes=set(names[k:]), calibrated=calibrated)
+        compiled = compile_model(cfg, optimize_level="O3", disabled_passes=set(names[k:]), calibrated=calibrated, serialize=False)
         r = estimate(compiled.header, core_num, program=compiled.program, board=board)
         added = names[k - 1] if k else None
         level = "O0" if k == 0 else ""

@@ -136,7 +136,7 @@ def perf_compiled(cfg: HbConfig, calibrated: Path, optimize_level: str | None, c
     """Compile in memory, estimate; with ``compare`` also the level ablation."""
     from hbtool.compiler.compile import compile_model
 
-    compiled = compile_model(cfg, optimize_level=optimize_level, calibrated=calibrated, progress=progress)
+    compiled = compile_model(cfg, optimize_level=optimize_level, calibrated=calibrated, progress=progress, serialize=False)
     cores = core_num if core_num is not None else cfg.compiler.core_num
     run = PerfRun(estimate(compiled.header, cores, program=compiled.program,
                            runtime_input_types=runtime_types(compiled.header, input_type_rt), board=board))
