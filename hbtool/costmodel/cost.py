@@ -136,6 +136,11 @@ class CostContext:
         """Tensor -> the nodes that read it (built once per costing)."""
         return self.program.consumer_map()
 
+    @cached_property
+    def producers(self) -> dict[str, Node]:
+        """Tensor -> the node that writes it (built once per costing)."""
+        return self.program.producer_map()
+
     def location(self, name: str) -> str:
         t = self.tensors.get(name) or {}
         return (t.get("memory") or {}).get("location", DDR)
