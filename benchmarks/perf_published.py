@@ -336,10 +336,10 @@ def main() -> None:
     results, skipped = [], []
     for r in rows:
         if r.onnx is None or not r.onnx.exists():
-            skipped.append((r.variant, r.march, SKIPPED.get(r.variant, "export failed")))
+            skipped.append((r.variant, r.march, SKIPPED.get(r.variant, "no ONNX: not exported (export venv missing, or its export failed: see the export log)")))
             continue
         if args.cached_only and not cache_path(r.onnx, r.march, r.calibration).exists():
-            skipped.append((r.variant, r.march, "not compiled in this run (a quick-path compile of a 640x640 YOLO of this size takes over 10 min and about 9 GB on the shared 2-core machine; rerun without --cached-only where there is room)"))
+            skipped.append((r.variant, r.march, "not compiled yet (compiles are cached per march; a 640x640 YOLO of size l/x takes over 10 min and about 9 GB on a shared 2-core machine: rerun without --cached-only where there is room)"))
             continue
         try:
             o = estimate_row(r, args.recompile, not args.no_tiling)

@@ -12,8 +12,9 @@ depend on them.
 
 How each family is made deployable the way the published bins were:
 
-* timm re-parameterisable models (MobileOne, RepVGG, RepGhost, FastViT, RepViT...) are fused with
-  ``timm.utils.reparameterize_model`` first: the zoo deploys the fused single-branch form.
+* timm models are exported as the zoo's classification READMEs export them: ``create_model`` and
+  ``eval()``, no fusion, except MobileOne and RepVGG, which the zoo re-parameterizes first
+  (``REPARAMETERIZED_FAMILIES``; FastViT, RepGhost and RepViT are deployed in their multi-branch form).
 * ultralytics models are built from their model YAML (``yolov8n.yaml``...), fused (Conv+BN), and
   patched the way the RDK model zoo's export patch patches them (``ZOO_PATCH`` at ``ZOO_COMMIT``):
   the head ends at the raw per-level convolution outputs (classes, box 4*reg_max, then mask
@@ -35,12 +36,21 @@ import torch
 OPSET = 17
 
 
+#: timm families the zoo exports re-parameterized (D-Robotics/rdk_model_zoo ``samples/vision/classification/
+#: <Family>/README.md`` at ``ZOO_CLASSIFICATION_COMMIT``: MobileOne calls ``reparameterize_model``, RepVGG
+#: ``repvgg_model_convert``); every other classifier is ``timm.create_model(name, pretrained=True).eval()``
+#: exported as is (opset 11), multi-branch training form included (FastViT, RepGhost, RepViT: their
+#: READMEs export the model without fusing it, and the published speeds are of those bins)
+ZOO_CLASSIFICATION_COMMIT = "be4f89bd178ffe9b668bd3d431e0499df6b37fb1"
+REPARAMETERIZED_FAMILIES = ("mobileone", "repvgg")
+
+
 def _timm(name: str):
     import timm
     from timm.utils.model import reparameterize_model
 
     model = timm.create_model(name, pretrained=False, num_classes=1000).eval()
-    return reparameterize_model(model)
+    return reparameterize_model(model) if name.startswith(REPARAMETERIZED_FAMILIES) else model
 
 
 def _torchvision(name: str):

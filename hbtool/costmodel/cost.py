@@ -136,6 +136,11 @@ class CostContext:
         """Tensor -> the nodes that read it (built once per costing)."""
         return self.program.consumer_map()
 
+    @cached_property
+    def producers(self) -> dict[str, Node]:
+        """Tensor -> the node that writes it (built once per costing)."""
+        return self.program.producer_map()
+
     def location(self, name: str) -> str:
         t = self.tensors.get(name) or {}
         return (t.get("memory") or {}).get("location", DDR)
@@ -446,17 +451,20 @@ def _buffered(strided: int, in_order: int, location: str, hw: Hardware) -> int:
     return max(int(in_order), -(-int(strided) // lines))
 
 
-def _side(strided: dict[int, int], in_order: dict[int, int], location: str, hw: Hardware) -> tuple[int, int, int, str]:
+def _side(strided: dict[int, int], in_order: dict[int, int], location: str, hw: Hardware,
+          staged: bool = True) -> tuple[int, int, int, str]:
     """(unit bytes, SRAM bytes, DDR bytes, layout case) of the strided side of a walk, where it lives.
 
     In SRAM the unit walks it through its transpose buffer. In DDR, on a march that stages reorders
-    in SRAM tiles (``ddr_tiled``), DDR moves the side's bursts in address order and the unit walks the
-    staged tile in SRAM (one more SRAM pass: the tile written in order); otherwise a burst per run."""
+    in SRAM tiles (``ddr_tiled``) and where the compiler let the move use SRAM (``staged``: the O3
+    pass ``data_movement_in_sram``; below O3 every move works in DDR), DDR moves the side's bursts in
+    address order and the unit walks the staged tile in SRAM (one more SRAM pass: the tile written in
+    order); otherwise a burst per run."""
     gs, gd = hw.sram_access_bytes, hw.ddr_burst_bytes
     if location == SRAM:
         b = _buffered(strided[gs], in_order[gs], SRAM, hw)
         return b, b, 0, layout.STRIDED_SRAM
-    if hw.dm_ddr_tiled:
+    if hw.dm_ddr_tiled and staged:
         b = _buffered(strided[gs], in_order[gs], SRAM, hw)
         return b, b + in_order[gs], in_order[gd], layout.TILED
     return strided[gd], 0, strided[gd], layout.GATHER_DDR
@@ -502,10 +510,11 @@ def movement_cost(node: Node, ctx: CostContext, tile: Tile = None) -> OpCost:
             strategies["copy"] = (max(rd, wr), (rd if loc_in == SRAM else 0) + (wr if loc_out == SRAM else 0),
                                   (rd if loc_in == DDR else 0) + (wr if loc_out == DDR else 0), layout.KEEPS)
         else:
-            unit, sram, ddr, case = _side(w.gather_read, w.seq_read, loc_in, hw)        # read strided, write in order
+            staged = bool(node.meta.get("in_sram"))
+            unit, sram, ddr, case = _side(w.gather_read, w.seq_read, loc_in, hw, staged)        # read strided, write in order
             wr = out_seq[g[loc_out]]
             strategies["gather"] = (max(unit, wr), sram + (wr if loc_out == SRAM else 0), ddr + (wr if loc_out == DDR else 0), case)
-            unit, sram, ddr, case = _side(w.scatter_write, out_seq, loc_out, hw)         # read in order, write strided
+            unit, sram, ddr, case = _side(w.scatter_write, out_seq, loc_out, hw, staged)         # read in order, write strided
             rd = w.seq_read[g[loc_in]]
             strategies["scatter"] = (max(unit, rd), sram + (rd if loc_in == SRAM else 0), ddr + (rd if loc_in == DDR else 0), case)
         note = f"runs of {w.mean_run:.0f} elements"

@@ -250,7 +250,7 @@ def _assert_on_bpu_and_exact(checked, compiled, sim, q, f, kernel_unit: str):
     (op,) = [o for o in estimate(from_bytes(compiled.data).header).ops if o.name == "resize"]
     assert op.unit == kernel_unit and op.cycles > 0
     # nearest: the cost model replays the movement's source indices (a copy would read 'sequential copy')
-    assert op.note.startswith("runs of") if kernel_unit == "data_movement" else "4 taps" in op.note
+    assert ": runs of" in op.note and op.layout if kernel_unit == "data_movement" else "4 taps" in op.note
 
 
 NECKS = {

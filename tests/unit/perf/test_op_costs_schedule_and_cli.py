@@ -146,9 +146,10 @@ def test_linear_and_untiled_batched_matmul():
 # ----------------------------------------------------------------------------- data movement
 
 
-def _transpose(where: str):
+def _transpose(where: str, in_sram: bool = True):
+    """A transpose the O3 pass ``data_movement_in_sram`` let use SRAM (``in_sram``), its tensors in ``where``."""
     shapes = {"x": (1, 256, 64), "y": (1, 64, 256)}
-    n = node("Transpose", ["x"], ["y"], DATA_MOVEMENT, attrs={"perm": [0, 2, 1]})
+    n = node("Transpose", ["x"], ["y"], DATA_MOVEMENT, attrs={"perm": [0, 2, 1]}, **({"in_sram": True} if in_sram else {}))
     return tiny_program(shapes, [n], where={"x": where, "y": where})
 
 
@@ -166,12 +167,15 @@ def test_transpose_in_ddr_is_staged_through_sram_tiles():
     assert ddr.ddr_bytes == 2 * elements
     assert ddr.components[DATA_MOVEMENT] == pytest.approx(sram.components[DATA_MOVEMENT])
     assert ddr.cycles >= sram.cycles
-    # without tiled staging each element read is a whole burst
+    # without tiled staging (a march without it, or a move the compiler kept out of SRAM: below O3)
+    # each element read is a whole burst
     import dataclasses
     g, t = _transpose("ddr")
     burst = cost_op(g.nodes[0], CostContext(g, t, dataclasses.replace(HW, dm_ddr_tiled=False)))
     assert burst.layout == "gather in DDR" and burst.ddr_bytes == elements * HW.ddr_burst_bytes + elements
     assert burst.bound_by == DDR and burst.cycles > 2 * sram.cycles
+    unstaged = cost(*_transpose("ddr", in_sram=False))
+    assert unstaged.layout == "gather in DDR" and unstaged.ddr_bytes == burst.ddr_bytes
     assert sram.overhead == ddr.overhead == HW.per_op_cycles
 
 

@@ -108,7 +108,7 @@ def _transpose_program(where: str):
     from hbtool.costmodel.cost import DATA_MOVEMENT
 
     shapes = {"x": (1, 256, 64), "y": (1, 64, 256)}           # int8; every output row reads a column: runs of 1 element
-    n = node("Transpose", ["x"], ["y"], DATA_MOVEMENT, attrs={"perm": [0, 2, 1]})
+    n = node("Transpose", ["x"], ["y"], DATA_MOVEMENT, attrs={"perm": [0, 2, 1]}, in_sram=True)
     return tiny_program(shapes, [n], where={"x": where, "y": where})
 
 
