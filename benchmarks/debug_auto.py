@@ -61,11 +61,41 @@ def check_on_unseen(r, folders: list[Path], count: int) -> dict:
             "check_ptq_cosine": ptq.cosine, "check_final_cosine": final.cosine}
 
 
-def main() -> None:
-    from benchmarks.zoo.corpus import select
+def prepare_case(spec, args) -> tuple[Path, Path, dict[str, list[Path]]]:
+    """The case folder, its config (the zoo's plus ``--set`` and ``debug_parameters``) and the sample folders."""
     from benchmarks.zoo.data import samples
     from benchmarks.zoo.trained import set_keys
 
+    case = args.out / spec.name
+    case.mkdir(parents=True, exist_ok=True)
+    dirs = {}
+    sets = [("cal", args.cal_samples, 0), ("debug", args.samples, 100)] + ([("check", args.check_samples, 200)] if args.check_samples else [])
+    for tag, count, offset in sets:
+        done = case / tag / f".{count}_samples"
+        feeds = None if done.exists() else samples(spec, count, offset)   # rendering is slow: kept between runs
+        names = sorted(p.name for p in (case / tag).iterdir() if p.is_dir()) if feeds is None else [re.sub(r"[^A-Za-z0-9_.-]", "_", n) for n in feeds[0]]
+        for k_name, name in enumerate(names):
+            d = case / tag / name
+            d.mkdir(parents=True, exist_ok=True)
+            if feeds is not None:
+                key = list(feeds[0])[k_name]
+                for k, s in enumerate(feeds):
+                    np.save(d / f"{tag}_{k:02d}.npy", s[key])
+            dirs.setdefault(tag, []).append(d)
+        done.touch()
+    cfg = corpus_config(spec, case, dirs["cal"], "default", args.cal_samples)
+    recogniser = spec.metric == "ctc"
+    set_keys(cfg, args.set)
+    metric = args.metric or ("debug_metrics:transcription_agreement" if recogniser else "cosine")
+    cfg["debug_parameters"] = {"metric": metric,
+                               "data_dir": str(dirs["debug"][0] if len(dirs["debug"]) == 1 else dirs["debug"][0].parent)}
+    path = write_config(case / "config.yaml", cfg)
+    (case / "debug_metrics.py").write_text((HERE / "debug_metrics.py").read_text())
+    return case, path, dirs
+
+
+def main() -> None:
+    from benchmarks.zoo.corpus import select
     from hbtool.config import load_config
     from hbtool.debug.run import parse_time_limit, run_debug, write_debug
 
@@ -92,32 +122,8 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="  %(message)s")
     logging.getLogger("hbtool.debug.auto").setLevel(logging.INFO)   # every --auto try, as it is measured
     for spec in select(args.models):
-        case = args.out / spec.name
-        case.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
-        dirs = {}
-        sets = [("cal", args.cal_samples, 0), ("debug", args.samples, 100)] + ([("check", args.check_samples, 200)] if args.check_samples else [])
-        for tag, count, offset in sets:
-            done = case / tag / f".{count}_samples"
-            feeds = None if done.exists() else samples(spec, count, offset)   # rendering is slow: kept between runs
-            names = sorted(p.name for p in (case / tag).iterdir() if p.is_dir()) if feeds is None else [re.sub(r"[^A-Za-z0-9_.-]", "_", n) for n in feeds[0]]
-            for k_name, name in enumerate(names):
-                d = case / tag / name
-                d.mkdir(parents=True, exist_ok=True)
-                if feeds is not None:
-                    key = list(feeds[0])[k_name]
-                    for k, s in enumerate(feeds):
-                        np.save(d / f"{tag}_{k:02d}.npy", s[key])
-                dirs.setdefault(tag, []).append(d)
-            done.touch()
-        cfg = corpus_config(spec, case, dirs["cal"], "default", args.cal_samples)
-        recogniser = spec.metric == "ctc"
-        set_keys(cfg, args.set)
-        metric = args.metric or ("debug_metrics:transcription_agreement" if recogniser else "cosine")
-        cfg["debug_parameters"] = {"metric": metric,
-                                   "data_dir": str(dirs["debug"][0] if len(dirs["debug"]) == 1 else dirs["debug"][0].parent)}
-        path = write_config(case / "config.yaml", cfg)
-        (case / "debug_metrics.py").write_text((HERE / "debug_metrics.py").read_text())
+        case, path, dirs = prepare_case(spec, args)
         t1, c1 = time.perf_counter(), time.process_time()
         r = run_debug(load_config(path), auto=not args.no_auto, samples=args.samples, max_fps_loss=args.max_fps_loss,
                       sensitivity_samples=args.sensitivity_samples, candidates=args.candidates, weight_samples=args.weight_samples,
