@@ -10,12 +10,15 @@ Prints PTQ and final cosine / metric, nodes changed, estimated FPS before/after 
     python -m benchmarks.debug_auto --models ppocrv5_rec --set calibration_parameters.bias_correction=false \
         --time-limit 20m --check-samples 100                                                   # the recogniser bar
     python -m benchmarks.debug_auto --models ppocrv4_seal_det --metric debug_metrics:seal_detection_f1
+    python -m benchmarks.debug_auto --models ppocrv5_rec --set calibration_parameters.auto_int16=false --metric cosine \
+        --time-limit 0 --workers 2 1                            # issue 34: the all-int8 recogniser, --workers 2 beside 1
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -94,6 +97,42 @@ def prepare_case(spec, args) -> tuple[Path, Path, dict[str, list[Path]]]:
     return case, path, dirs
 
 
+def _children_cpu() -> float:
+    """CPU seconds of the finished worker processes (``--workers``): the search's CPU is theirs."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _decisions(a) -> tuple:
+    """What an ``--auto`` search did and found (every step, the node_info, the final numbers): equal means identical."""
+    steps = [(s.remedy, s.node, s.cosine, s.metric, s.fps, s.kept) for s in a.steps]
+    return steps, a.node_info, a.tries, a.final.outputs, a.final.metric, a.final.fps
+
+
+def search_again(r, args, workers: int) -> dict:
+    """The ``--auto`` search of ``r`` again with ``workers``, on the same session and ranking (the analysis is not
+    redone); its wall time beside the first run's and whether it decided exactly the same."""
+    from hbtool.debug.auto import WEIGHT_CANDIDATES, run_auto
+    from hbtool.debug.run import parse_time_limit
+
+    s = r.session
+    limit = parse_time_limit(args.time_limit)
+    t, c = time.perf_counter(), time.process_time() + _children_cpu()
+    again = run_auto(s, r.ranking, 0.99, args.max_fps_loss, s.metric.value(s.float_outputs, s.float_outputs), args.candidates,
+                     weight_ranking=r.weight_ranking, weight_share=r.weight_share, workers=workers, cluster=args.cluster,
+                     weight_candidates=WEIGHT_CANDIDATES if args.weight_candidates is None else args.weight_candidates,
+                     deadline=time.monotonic() + limit if limit else None)
+    wall = time.perf_counter() - t
+    first = r.seconds.get("auto", float("nan"))
+    return {"model": r.session.cfg.model.output_model_file_prefix, "workers": workers, "first_workers": args.workers[0],
+            "auto_seconds": wall, "first_auto_seconds": first, "speedup": first / wall if wall else None,
+            "cpu_seconds": time.process_time() + _children_cpu() - c, "identical": _decisions(again) == _decisions(r.auto),
+            "tries": again.tries, "reached": again.reached, "final_cosine": again.final.cosine, "stopped": again.stopped,
+            "load_average": os.getloadavg()}
+
+
 def main() -> None:
     from benchmarks.zoo.corpus import select
     from hbtool.config import load_config
@@ -114,6 +153,10 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                     help="a config key, e.g. calibration_parameters.bias_correction=false (repeatable)")
     ap.add_argument("--time-limit", default="30m", help="--auto's time limit (hbtool debug --time-limit)")
+    ap.add_argument("--workers", type=int, nargs="+", default=[1],
+                    help="hbtool debug --workers; several (e.g. 1 2): the first runs the whole debug, each other one the --auto "
+                         "search again on the same session and ranking, timed beside it and checked for the identical result")
+    ap.add_argument("--cluster", default=None, help="hbtool debug --cluster (a Ray address, or local) for every run")
     ap.add_argument("--check-samples", type=int, default=0,
                     help="a second held-out set (offset 200): PTQ and the --auto result measured on lines the greedy never saw")
     args = ap.parse_args()
@@ -128,11 +171,12 @@ def main() -> None:
         r = run_debug(load_config(path), auto=not args.no_auto, samples=args.samples, max_fps_loss=args.max_fps_loss,
                       sensitivity_samples=args.sensitivity_samples, candidates=args.candidates, weight_samples=args.weight_samples,
                       weight_candidates=args.weight_candidates, progress=_printer(),
-                      time_limit=parse_time_limit(args.time_limit))
+                      time_limit=parse_time_limit(args.time_limit), workers=args.workers[0], cluster=args.cluster)
+        cpu = time.process_time() - c1 + _children_cpu()
         write_debug(r, case / "debug")
         row = {"model": spec.name, "quantized_nodes": len(r.model.nodes), "seconds": r.seconds, "data_seconds": t1 - t0,
-               # CPU seconds of the process (all threads): on a shared machine, wall time / load is no measure
-               "cpu_seconds": time.process_time() - c1,
+               # CPU seconds of the process and its workers (all threads): on a shared machine, wall time / load is no measure
+               "cpu_seconds": cpu, "workers": args.workers[0], "load_average": os.getloadavg(),
                "ptq_cosine": min(m["cosine"] for m in r.data["outputs"].values())}   # measured once, by write_debug
         if r.auto is not None:
             a = r.auto
@@ -143,6 +187,8 @@ def main() -> None:
             if args.check_samples:
                 row.update(check_on_unseen(r, dirs["check"], args.check_samples))
         print(json.dumps(row, default=str), flush=True)
+        for workers in args.workers[1:] if r.auto is not None else []:
+            print(json.dumps(search_again(r, args, workers), default=str), flush=True)
 
 
 if __name__ == "__main__":
