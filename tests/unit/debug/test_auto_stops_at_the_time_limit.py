@@ -69,7 +69,8 @@ def test_stops_at_the_limit_and_keeps_the_best(transformer_cfg, monkeypatch):
     result = run_debug(load_config(cfg_path), auto=True, target_cosine=0.99, max_fps_loss=0.10, samples=8, time_limit=60.0)
     a = result.auto
     assert a.tries == 3 and "time limit" in a.stopped
-    assert not a.reached
+    # the third try (int16 on a group of outputs) may already reach the target: the limit then stops the bisection
+    assert a.reached == (a.final.cosine >= 0.99)
     assert len(a.steps) == 1 + 3                       # PTQ and the three tries
     ptq = a.steps[0]
     assert a.final.cosine >= ptq.cosine                # the best found so far, never worse than PTQ
