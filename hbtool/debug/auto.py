@@ -92,6 +92,9 @@ GROUP_REMEDIES = [("group_bias_correction", {"Weight": "bias_correction"}), ("gr
 BISECT_SPLIT = 3
 #: rounds of the block-removal step after the prefix search (each round: the subset cut into 2, 3, 4, ... blocks)
 PRUNE_ROUNDS = 8
+#: tries the block-removal step may spend in all (its rounds grow to one try per node of the subset: on a 40-node
+#: group that fails everywhere, 2 + 4 + 8 + 16 + 32 + 40)
+PRUNE_TRIES = 16
 #: the least FPS price of a candidate node when ordering by expected gain per FPS lost (1 % of the MACs): a remedy
 #: that costs no FPS is not infinitely good, and the node's own gain still orders those
 PRICE_FLOOR = 0.01
@@ -468,9 +471,11 @@ class _AutoSearch:
             else:
                 lo = max([k for k in probes if k < hi], default=lo)
         subset = names[:hi]
-        blocks, rounds = 2, 0
-        while len(subset) > 1 and blocks <= len(subset) and rounds < PRUNE_ROUNDS and not self.out_of_time():
+        blocks, rounds, spent = 2, 0, 0
+        while (len(subset) > 1 and blocks <= len(subset) and rounds < PRUNE_ROUNDS and spent + blocks <= PRUNE_TRIES
+               and not self.out_of_time()):
             rounds += 1
+            spent += blocks
             bounds = [len(subset) * j // blocks for j in range(blocks + 1)]
             tries = []
             for j in range(blocks):
