@@ -10,12 +10,15 @@ Prints PTQ and final cosine / metric, nodes changed, estimated FPS before/after 
     python -m benchmarks.debug_auto --models ppocrv5_rec --set calibration_parameters.bias_correction=false \
         --time-limit 20m --check-samples 100                                                   # the recogniser bar
     python -m benchmarks.debug_auto --models ppocrv4_seal_det --metric debug_metrics:seal_detection_f1
+    python -m benchmarks.debug_auto --models ppocrv5_rec --set calibration_parameters.auto_int16=false --metric cosine \
+        --time-limit 0 --workers 2 1                            # issue 34: the all-int8 recogniser, --workers 2 beside 1
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -61,11 +64,77 @@ def check_on_unseen(r, folders: list[Path], count: int) -> dict:
             "check_ptq_cosine": ptq.cosine, "check_final_cosine": final.cosine}
 
 
-def main() -> None:
-    from benchmarks.zoo.corpus import select
+def prepare_case(spec, args) -> tuple[Path, Path, dict[str, list[Path]]]:
+    """The case folder, its config (the zoo's plus ``--set`` and ``debug_parameters``) and the sample folders."""
     from benchmarks.zoo.data import samples
     from benchmarks.zoo.trained import set_keys
 
+    case = args.out / spec.name
+    case.mkdir(parents=True, exist_ok=True)
+    dirs = {}
+    sets = [("cal", args.cal_samples, 0), ("debug", args.samples, 100)] + ([("check", args.check_samples, 200)] if args.check_samples else [])
+    for tag, count, offset in sets:
+        done = case / tag / f".{count}_samples"
+        feeds = None if done.exists() else samples(spec, count, offset)   # rendering is slow: kept between runs
+        names = sorted(p.name for p in (case / tag).iterdir() if p.is_dir()) if feeds is None else [re.sub(r"[^A-Za-z0-9_.-]", "_", n) for n in feeds[0]]
+        for k_name, name in enumerate(names):
+            d = case / tag / name
+            d.mkdir(parents=True, exist_ok=True)
+            if feeds is not None:
+                key = list(feeds[0])[k_name]
+                for k, s in enumerate(feeds):
+                    np.save(d / f"{tag}_{k:02d}.npy", s[key])
+            dirs.setdefault(tag, []).append(d)
+        done.touch()
+    cfg = corpus_config(spec, case, dirs["cal"], "default", args.cal_samples)
+    recogniser = spec.metric == "ctc"
+    set_keys(cfg, args.set)
+    metric = args.metric or ("debug_metrics:transcription_agreement" if recogniser else "cosine")
+    cfg["debug_parameters"] = {"metric": metric,
+                               "data_dir": str(dirs["debug"][0] if len(dirs["debug"]) == 1 else dirs["debug"][0].parent)}
+    path = write_config(case / "config.yaml", cfg)
+    (case / "debug_metrics.py").write_text((HERE / "debug_metrics.py").read_text())
+    return case, path, dirs
+
+
+def _children_cpu() -> float:
+    """CPU seconds of the finished worker processes (``--workers``): the search's CPU is theirs."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _decisions(a) -> tuple:
+    """What an ``--auto`` search did and found (every step, the node_info, the final numbers): equal means identical."""
+    steps = [(s.remedy, s.node, s.cosine, s.metric, s.fps, s.kept) for s in a.steps]
+    return steps, a.node_info, a.tries, a.final.outputs, a.final.metric, a.final.fps
+
+
+def search_again(r, args, workers: int) -> dict:
+    """The ``--auto`` search of ``r`` again with ``workers``, on the same session and ranking (the analysis is not
+    redone); its wall time beside the first run's and whether it decided exactly the same."""
+    from hbtool.debug.auto import WEIGHT_CANDIDATES, run_auto
+    from hbtool.debug.run import parse_time_limit
+
+    s = r.session
+    limit = parse_time_limit(args.time_limit)
+    t, c = time.perf_counter(), time.process_time() + _children_cpu()
+    again = run_auto(s, r.ranking, 0.99, args.max_fps_loss, s.metric.value(s.float_outputs, s.float_outputs), args.candidates,
+                     weight_ranking=r.weight_ranking, weight_share=r.weight_share, workers=workers, cluster=args.cluster,
+                     weight_candidates=WEIGHT_CANDIDATES if args.weight_candidates is None else args.weight_candidates,
+                     deadline=time.monotonic() + limit if limit else None)
+    wall = time.perf_counter() - t
+    first = r.seconds.get("auto", float("nan"))
+    return {"model": r.session.cfg.model.output_model_file_prefix, "workers": workers, "first_workers": args.workers[0],
+            "auto_seconds": wall, "first_auto_seconds": first, "speedup": first / wall if wall else None,
+            "cpu_seconds": time.process_time() + _children_cpu() - c, "identical": _decisions(again) == _decisions(r.auto),
+            "tries": again.tries, "reached": again.reached, "final_cosine": again.final.cosine, "stopped": again.stopped,
+            "load_average": os.getloadavg()}
+
+
+def main() -> None:
+    from benchmarks.zoo.corpus import select
     from hbtool.config import load_config
     from hbtool.debug.run import parse_time_limit, run_debug, write_debug
 
@@ -84,6 +153,10 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                     help="a config key, e.g. calibration_parameters.bias_correction=false (repeatable)")
     ap.add_argument("--time-limit", default="30m", help="--auto's time limit (hbtool debug --time-limit)")
+    ap.add_argument("--workers", type=int, nargs="+", default=[1],
+                    help="hbtool debug --workers; several (e.g. 1 2): the first runs the whole debug, each other one the --auto "
+                         "search again on the same session and ranking, timed beside it and checked for the identical result")
+    ap.add_argument("--cluster", default=None, help="hbtool debug --cluster (a Ray address, or local) for every run")
     ap.add_argument("--check-samples", type=int, default=0,
                     help="a second held-out set (offset 200): PTQ and the --auto result measured on lines the greedy never saw")
     args = ap.parse_args()
@@ -92,41 +165,18 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="  %(message)s")
     logging.getLogger("hbtool.debug.auto").setLevel(logging.INFO)   # every --auto try, as it is measured
     for spec in select(args.models):
-        case = args.out / spec.name
-        case.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
-        dirs = {}
-        sets = [("cal", args.cal_samples, 0), ("debug", args.samples, 100)] + ([("check", args.check_samples, 200)] if args.check_samples else [])
-        for tag, count, offset in sets:
-            done = case / tag / f".{count}_samples"
-            feeds = None if done.exists() else samples(spec, count, offset)   # rendering is slow: kept between runs
-            names = sorted(p.name for p in (case / tag).iterdir() if p.is_dir()) if feeds is None else [re.sub(r"[^A-Za-z0-9_.-]", "_", n) for n in feeds[0]]
-            for k_name, name in enumerate(names):
-                d = case / tag / name
-                d.mkdir(parents=True, exist_ok=True)
-                if feeds is not None:
-                    key = list(feeds[0])[k_name]
-                    for k, s in enumerate(feeds):
-                        np.save(d / f"{tag}_{k:02d}.npy", s[key])
-                dirs.setdefault(tag, []).append(d)
-            done.touch()
-        cfg = corpus_config(spec, case, dirs["cal"], "default", args.cal_samples)
-        recogniser = spec.metric == "ctc"
-        set_keys(cfg, args.set)
-        metric = args.metric or ("debug_metrics:transcription_agreement" if recogniser else "cosine")
-        cfg["debug_parameters"] = {"metric": metric,
-                                   "data_dir": str(dirs["debug"][0] if len(dirs["debug"]) == 1 else dirs["debug"][0].parent)}
-        path = write_config(case / "config.yaml", cfg)
-        (case / "debug_metrics.py").write_text((HERE / "debug_metrics.py").read_text())
+        case, path, dirs = prepare_case(spec, args)
         t1, c1 = time.perf_counter(), time.process_time()
         r = run_debug(load_config(path), auto=not args.no_auto, samples=args.samples, max_fps_loss=args.max_fps_loss,
                       sensitivity_samples=args.sensitivity_samples, candidates=args.candidates, weight_samples=args.weight_samples,
                       weight_candidates=args.weight_candidates, progress=_printer(),
-                      time_limit=parse_time_limit(args.time_limit))
+                      time_limit=parse_time_limit(args.time_limit), workers=args.workers[0], cluster=args.cluster)
+        cpu = time.process_time() - c1 + _children_cpu()
         write_debug(r, case / "debug")
         row = {"model": spec.name, "quantized_nodes": len(r.model.nodes), "seconds": r.seconds, "data_seconds": t1 - t0,
-               # CPU seconds of the process (all threads): on a shared machine, wall time / load is no measure
-               "cpu_seconds": time.process_time() - c1,
+               # CPU seconds of the process and its workers (all threads): on a shared machine, wall time / load is no measure
+               "cpu_seconds": cpu, "workers": args.workers[0], "load_average": os.getloadavg(),
                "ptq_cosine": min(m["cosine"] for m in r.data["outputs"].values())}   # measured once, by write_debug
         if r.auto is not None:
             a = r.auto
@@ -137,6 +187,8 @@ def main() -> None:
             if args.check_samples:
                 row.update(check_on_unseen(r, dirs["check"], args.check_samples))
         print(json.dumps(row, default=str), flush=True)
+        for workers in args.workers[1:] if r.auto is not None else []:
+            print(json.dumps(search_again(r, args, workers), default=str), flush=True)
 
 
 if __name__ == "__main__":

@@ -361,17 +361,19 @@ class DebugReport:
 
 def debug(cfg: HbConfig, *, auto: bool = False, target_cosine: float = 0.99, max_fps_loss: float | str = 0.10,
           samples: int | None = None, time_limit: float | str | None = "30m", output_dir: str | Path | None = None,
-          progress: Progress | None = None) -> DebugReport:
+          progress: Progress | None = None, workers: int | None = None, cluster: str | None = None) -> DebugReport:
     """Find the nodes that lose accuracy and, with ``auto``, fix them at a measured FPS cost (``hbtool debug``).
 
     ``max_fps_loss``: a fraction or a text like ``"10%"``; ``time_limit``: seconds or ``"30m"``/``"90s"``
-    (None or 0: no limit); ``output_dir`` defaults to ``debug_parameters.report_dir``.
+    (None or 0: no limit); ``output_dir`` defaults to ``debug_parameters.report_dir``; ``workers`` (None:
+    the machine's cores) and ``cluster`` (a Ray address, or ``"local"``): where ``auto`` runs its tries,
+    the same result on any of them.
     """
     from hbtool.debug.run import parse_fps_loss, parse_time_limit, run_debug, write_debug
 
     if samples is not None and samples < 1:
         raise InputError(f"--samples {samples}: must be at least 1", "pass --samples 8, say")
     result = run_debug(cfg, auto, target_cosine, parse_fps_loss(max_fps_loss), samples, progress=progress,
-                       time_limit=parse_time_limit(time_limit))
+                       time_limit=parse_time_limit(time_limit), workers=workers, cluster=cluster)
     files = write_debug(result, Path(output_dir) if output_dir is not None else cfg.debug.report_dir)
     return DebugReport(files, result)

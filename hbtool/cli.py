@@ -379,8 +379,12 @@ def perf(artifact: Path | None, config_path: Path | None, model: Path | None, fa
 @click.option("--samples", type=int, default=None, help="Samples analysed (default: debug_parameters.num_samples).")
 @click.option("--time-limit", default="30m", show_default=True,
               help="--auto starts no new try after this (30m, 90s, 1h; 0 for none) and keeps the best found so far.")
+@click.option("--workers", type=int, default=None,
+              help="--auto runs the tries of a round on this many worker processes (default: the machine's cores; 1: here). Same result.")
+@click.option("--cluster", default=None, metavar="ADDRESS",
+              help="--auto runs its tries on this Ray cluster (ray://HOST:10001, auto, or local); needs hbtool[cluster]. Same result.")
 def debug(config_path: Path, output_dir: Path | None, auto: bool, target_cosine: float, max_fps_loss: str, samples: int | None,
-          time_limit: str) -> None:
+          time_limit: str, workers: int | None, cluster: str | None) -> None:
     """Find the nodes that lose accuracy (op, model and accuracy error) and, with --auto, fix them at a measured FPS cost."""
     from rich.console import Console
 
@@ -390,7 +394,8 @@ def debug(config_path: Path, output_dir: Path | None, auto: bool, target_cosine:
     cfg = api.load_config(config_path)
     with _progress_bar() as progress:
         report = api.debug(cfg, auto=auto, target_cosine=target_cosine, max_fps_loss=max_fps_loss, samples=samples,
-                           time_limit=time_limit, output_dir=output_dir, progress=_progress_callback(progress))
+                           time_limit=time_limit, output_dir=output_dir, progress=_progress_callback(progress),
+                           workers=workers, cluster=cluster)
     print_debug(report.details.data, Console(), top=cfg.debug.top_k)
     for path in report.files:
         click.echo(f"wrote {path}")

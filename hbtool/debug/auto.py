@@ -48,12 +48,13 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from hbtool.debug.sensitivity import Sensitivity, WeightGain
 from hbtool.debug.session import DebugSession, Measured
+from hbtool.debug.trials import Failed, Trial, TrialRunner
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,19 @@ GROUP_MIN_WEIGHT_SHARE = 0.25
 #: cheapest to compute first: a correction from the cached channel means, a search per layer, then learned rounding
 GROUP_REMEDIES = [("group_bias_correction", {"Weight": "bias_correction"}), ("group_mse", {"Weight": "mse"}),
                   ("group_adaround", {"Weight": "adaround"})]
+
+
+#: the prefix search of :meth:`_AutoSearch._bisect` cuts the interval into this many parts per round (its probes:
+#: one fewer); fixed, so the tries of a round, and the result, never depend on the worker count
+BISECT_SPLIT = 3
+#: rounds of the block-removal step after the prefix search (each round: the subset cut into 2, 3, 4, ... blocks)
+PRUNE_ROUNDS = 8
+#: tries the block-removal step may spend in all (its rounds grow to one try per node of the subset: on a 40-node
+#: group that fails everywhere, 2 + 4 + 8 + 16 + 32 + 40)
+PRUNE_TRIES = 16
+#: the least FPS price of a candidate node when ordering by expected gain per FPS lost (1 % of the MACs): a remedy
+#: that costs no FPS is not infinitely good, and the node's own gain still orders those
+PRICE_FLOOR = 0.01
 
 
 #: a task-metric difference under this many standard errors (over the folds of the debug samples) is a tie
@@ -255,25 +269,41 @@ def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: f
              ideal_metric: float, candidates: int | None = None,
              progress: Callable[[str, int, int], None] | None = None,
              weight_ranking: list[WeightGain] | None = None, weight_candidates: int = WEIGHT_CANDIDATES,
-             deadline: float | None = None, weight_share: float | None = None) -> AutoResult:
+             deadline: float | None = None, weight_share: float | None = None,
+             workers: int | None = 1, cluster: str | None = None) -> AutoResult:
     """Greedy remedies (see the module docstring); ``max_fps_loss`` is a fraction (0.1 = 10 %);
     ``deadline``: a :func:`time.monotonic` value after which no new try starts; ``weight_share``:
     the weights' share of the loss (:func:`hbtool.debug.sensitivity.weight_share`): below
-    :data:`GROUP_MIN_WEIGHT_SHARE` the group phase (weight remedies only) is skipped."""
-    search = _AutoSearch(session, target_cosine, max_fps_loss, ideal_metric, progress, deadline, len(ranking))
-    weight_ranking = weight_ranking or []
-    search.weight_groups_phase(weight_ranking, weight_share)
-    search.int16_groups_phase(ranking)
-    search.nodes_phase(ranking, weight_ranking, candidates, weight_candidates)
-    return search.result()
+    :data:`GROUP_MIN_WEIGHT_SHARE` the group phase (weight remedies only) is skipped.
+    ``workers`` / ``cluster``: where the tries of a round run (:mod:`hbtool.debug.trials`); the result is
+    the same for any of them."""
+    with TrialRunner(session, workers, cluster, deadline) as runner:
+        search = _AutoSearch(session, runner, target_cosine, max_fps_loss, ideal_metric, progress, deadline, len(ranking))
+        weight_ranking = weight_ranking or []
+        search.weight_groups_phase(weight_ranking, weight_share)
+        search.int16_groups_phase(ranking)
+        search.nodes_phase(ranking, weight_ranking, candidates, weight_candidates)
+        return search.result()
+
+
+@dataclass
+class _Try:
+    """A try of a round as the search reads it back: what it was, and its measurement (``None``: not applicable)."""
+
+    remedy: str
+    label: str | None
+    trial: Trial
+    names: list[str]
+    measured: Measured | None = None
 
 
 class _AutoSearch:
     """The state the phases of :func:`run_auto` share: the model kept so far (``cur``), the budget, the result."""
 
-    def __init__(self, session: DebugSession, target_cosine: float, max_fps_loss: float, ideal_metric: float,
-                 progress: Callable[[str, int, int], None] | None, deadline: float | None, quantized_nodes: int):
-        self.session, self.target_cosine, self.ideal_metric = session, target_cosine, ideal_metric
+    def __init__(self, session: DebugSession, runner: TrialRunner, target_cosine: float, max_fps_loss: float,
+                 ideal_metric: float, progress: Callable[[str, int, int], None] | None, deadline: float | None,
+                 quantized_nodes: int):
+        self.session, self.runner, self.target_cosine, self.ideal_metric = session, runner, target_cosine, ideal_metric
         self.progress, self.deadline = progress, deadline
         base_info = copy.deepcopy(session.cfg.model.node_info or {})
         self.cur = session.measure(session.base, base_info)
@@ -315,14 +345,44 @@ class _AutoSearch:
             return abs(a.metric - b.metric) <= noise and a.cosine > b.cosine + max(MIN_GAIN, RELATIVE_GAIN * (1.0 - b.cosine))
         return cosine_gain
 
+    def as_good(self, m: Measured, best: Measured) -> bool:
+        """``m`` (a subset of ``best``'s remedy) does what ``best`` does: reaches the target where ``best`` does,
+        else ``best`` is no step worth a node better than ``m``; within the FPS budget, and better than the model kept."""
+        if m.fps is not None and m.fps < self.floor_fps:
+            return False
+        if self.done(best):
+            return self.done(m)
+        return self.better(m, self.cur) and not self.better(best, m)
+
     def _tick(self, phase: str, k: int, total: int) -> None:
         if self.progress:
             self.progress(phase, k, total)
 
-    def _not_applicable(self, remedy: str, node: str, exc: Exception) -> None:
-        """A remedy that cannot be built is skipped, and said so."""
-        self.res.steps.append(Step(remedy, node, float("nan"), {}, float("nan"), None, False,
-                                   f"not applicable: {type(exc).__name__}: {str(exc)[:120]}"))
+    def _tries(self, tries: list[_Try], phase: str) -> Iterator[_Try]:
+        """The round's tries with their measurements, in order (run by the :class:`TrialRunner`); a try that
+        cannot be built is reported as not applicable and not yielded. Ends early at the deadline."""
+        results = self.runner.run([t.trial for t in tries])
+        for k, (t, m) in enumerate(zip(tries, results)):
+            self.res.tries += 1
+            self._tick(phase, k + 1, len(tries))
+            if isinstance(m, Failed):
+                self.res.steps.append(Step(t.remedy, t.label, float("nan"), {}, float("nan"), None, False, f"not applicable: {m.error}"))
+                continue
+            if m.fps is None:
+                m.fps = self.cur.fps      # a remedy that keeps the program's shape keeps its FPS
+            t.measured = m
+            yield t
+        self.out_of_time()
+
+    def _record(self, t: _Try, note: str = "") -> bool:
+        """The try's step; True when it is within the FPS budget."""
+        m = t.measured
+        ok = m.fps is None or m.fps >= self.floor_fps
+        if not ok:
+            note = f"over the FPS budget ({m.fps:.1f} < {self.floor_fps:.1f})" + (f": {note}" if note else "")
+        self.res.steps.append(Step(t.remedy, t.label, m.cosine, _cosines(m), m.metric, m.fps, False, note, paired_noise(m, self.cur)))
+        log.info("auto: %s on %s: worst cosine %.5f, metric %.5g, FPS %s %s", t.remedy, t.label, m.cosine, m.metric, m.fps, note)
+        return ok
 
     def _keep(self, remedy: str, label: str, m: Measured, nodes: list[str]) -> None:
         mark_kept(self.res.steps, remedy, label)
@@ -342,70 +402,107 @@ class _AutoSearch:
         if not groups:
             return
         group_remedies = [r for r in GROUP_REMEDIES if not (self.corrected and r[1]["Weight"] == "bias_correction")]
-        total, tick = len(groups) * len(group_remedies), 0
-        best: tuple[str, list[str], Measured] | None = None
+        best: _Try | None = None
         for name, entry in group_remedies:
-            for names in groups:
-                tick += 1
-                self._tick("auto groups", tick, total)
-                if self.out_of_time():
-                    break
-                res.tries += 1
-                info = with_group(self.cur.node_info, names, entry)
-                label = f"top {len(names)} of the weight ranking"
-                try:
-                    m = self.session.measure(self.session.calibrate(info), info)
-                except Exception as exc:  # as for a single node: said, and skipped
-                    self._not_applicable(name, label, exc)
-                    continue
-                m.fps = self.cur.fps
-                res.steps.append(Step(name, label, m.cosine, _cosines(m), m.metric, m.fps, False, ", ".join(names), paired_noise(m, self.cur)))
-                log.info("auto: %s on %s: worst cosine %.5f, metric %.5g", name, label, m.cosine, m.metric)
-                if self.better(m, self.cur) and (best is None or self.better(m, best[2])):
-                    best = (name, names, m)
-                if best is not None and self.done(best[2]):
-                    break
-            if (best is not None and self.done(best[2])) or res.stopped:
-                break
-        if best is not None:
-            self._keep(best[0], f"top {len(best[1])} of the weight ranking", best[2], best[1])
-
-    def int16_groups_phase(self, ranking: list[Sensitivity]) -> None:
-        """2b.: int16 on the k worst-SQNR outputs, priced in FPS, the best within the budget kept."""
-        res = self.res
-        act_groups = int16_groups(self.session, ranking) if self.hook and not self.done(self.cur) else []
-        best: tuple[list[str], Measured] | None = None
-        for k, names in enumerate(act_groups):
-            self._tick("auto int16 groups", k + 1, len(act_groups))
             if self.out_of_time():
                 break
-            res.tries += 1
-            info = with_group(self.cur.node_info, names, INT16_OUT[1])
-            label = f"{len(names)} outputs of the lowest int8 SQNR"
-            try:
-                m = self.session.measure(self.session.calibrate(info), info)
-                m.fps = estimate_fps(self.session, m)
-            except Exception as exc:
-                self._not_applicable("group_int16_output", label, exc)
-                continue
-            ok = m.fps >= self.floor_fps
-            note = ", ".join(names) if ok else f"over the FPS budget ({m.fps:.1f} < {self.floor_fps:.1f}): " + ", ".join(names)
-            res.steps.append(Step("group_int16_output", label, m.cosine, _cosines(m), m.metric, m.fps, False, note, paired_noise(m, self.cur)))
-            log.info("auto: group_int16_output on %s: worst cosine %.5f, metric %.5g, FPS %.1f", label, m.cosine, m.metric, m.fps)
-            if ok and self.better(m, self.cur) and (best is None or self.better(m, best[1])):
-                best = (names, m)
-            if best is not None and self.done(best[1]):
+            tries = [_Try(name, f"top {len(names)} of the weight ranking", Trial(with_group(self.cur.node_info, names, entry)), names)
+                     for names in groups]
+            for t in self._tries(tries, "auto groups"):
+                self._record(t, ", ".join(t.names))
+                if self.better(t.measured, self.cur) and (best is None or self.better(t.measured, best.measured)):
+                    best = t
+                if best is not None and self.done(best.measured):
+                    break
+            if (best is not None and self.done(best.measured)) or res.stopped:
+                break
+        if best is not None:
+            self._keep(best.remedy, best.label, best.measured, best.names)
+
+    def int16_groups_phase(self, ranking: list[Sensitivity]) -> None:
+        """2b.: int16 on the k worst-SQNR outputs, priced in FPS, the best within the budget kept; then the
+        fewest of its nodes that do what it does (:meth:`_bisect`)."""
+        if self.done(self.cur) or self.out_of_time():
+            return
+        groups = int16_groups(self.session, ranking)
+        tries = [_Try("group_int16_output", f"{len(names)} outputs of the lowest int8 SQNR",
+                      Trial(with_group(self.cur.node_info, names, INT16_OUT[1]), priced=True), names) for names in groups]
+        best: _Try | None = None
+        seen: list[_Try] = []
+        for t in self._tries(tries, "auto int16 groups"):
+            ok = self._record(t, ", ".join(t.names))
+            seen.append(t)
+            if ok and self.better(t.measured, self.cur) and (best is None or self.better(t.measured, best.measured)):
+                best = t
+            if best is not None and self.done(best.measured):
                 break
             if not ok:     # larger groups cost more: none of them fits the budget either
                 break
-        if best is not None:
-            self._keep("group_int16_output", f"{len(best[0])} outputs of the lowest int8 SQNR", best[1], best[0])
+        if best is None:
+            return
+        misses = [len(t.names) for t in seen if len(t.names) < len(best.names) and not self.as_good(t.measured, best.measured)]
+        names, m = self._bisect(best.names, best.measured, max(misses, default=0))
+        label = best.label if len(names) == len(best.names) else f"{len(names)} of the {len(best.names)} outputs of the lowest int8 SQNR"
+        self._keep(best.remedy if len(names) == len(best.names) else "bisect_int16_output", label, m, names)
+
+    def _bisect(self, names: list[str], best: Measured, lo: int) -> tuple[list[str], Measured]:
+        """The fewest of ``names`` (worst SQNR first) whose int16 does what all of them do (:meth:`as_good`).
+
+        Two steps, each a few rounds of real tries: the shortest prefix (a search that thirds the interval
+        ``(lo, len(names)]`` per round: ``lo`` is a prefix known to fall short), then, on that prefix, whole
+        blocks left out (delta debugging: halves, quarters, ... of it; the first block whose removal still
+        does it goes). The probes of a round never depend on the worker count, so neither does the result."""
+        hi, keep = len(names), best
+        remedy = "bisect_int16_output"
+        while hi - lo > 1 and not self.out_of_time():
+            probes = sorted({lo + (hi - lo) * j // BISECT_SPLIT for j in range(1, BISECT_SPLIT)} - {lo, hi})
+            tries = [_Try(remedy, f"{k} of the {len(names)} outputs of the lowest int8 SQNR",
+                          Trial(with_group(self.cur.node_info, names[:k], INT16_OUT[1]), priced=True), names[:k]) for k in probes]
+            found = False
+            for t in self._tries(tries, "auto bisect"):
+                self._record(t, ", ".join(t.names))
+                if self.as_good(t.measured, best):
+                    hi, keep, found = len(t.names), t.measured, True
+                    break
+            if not found:
+                if self.res.stopped:
+                    break
+                lo = probes[-1]      # every probe fell short (or could not be built)
+            else:
+                lo = max([k for k in probes if k < hi], default=lo)
+        subset = names[:hi]
+        blocks, rounds, spent = 2, 0, 0
+        while (len(subset) > 1 and blocks <= len(subset) and rounds < PRUNE_ROUNDS and spent + blocks <= PRUNE_TRIES
+               and not self.out_of_time()):
+            rounds += 1
+            spent += blocks
+            bounds = [len(subset) * j // blocks for j in range(blocks + 1)]
+            tries = []
+            for j in range(blocks):
+                rest = subset[:bounds[j]] + subset[bounds[j + 1]:]
+                tries.append(_Try(remedy, f"{len(rest)} of the {len(names)} outputs of the lowest int8 SQNR",
+                                  Trial(with_group(self.cur.node_info, rest, INT16_OUT[1]), priced=True), rest))
+            found = False
+            for t in self._tries(tries, "auto bisect"):
+                self._record(t, ", ".join(t.names))
+                if self.as_good(t.measured, best):
+                    subset, keep, found = t.names, t.measured, True
+                    break
+            if found:
+                blocks = max(blocks - 1, 2)
+            elif blocks >= len(subset):
+                break
+            else:
+                blocks = min(2 * blocks, len(subset))
+        return subset, keep
 
     def nodes_phase(self, ranking: list[Sensitivity], weight_ranking: list[WeightGain], candidates: int | None,
                     weight_candidates: int) -> None:
-        """0.-3.: node by node in rank order, the cheap remedies over every candidate first, then CPU placement."""
+        """0.-3.: node by node, the cheap remedies over every candidate first, then CPU placement; the candidates
+        (the top of the ranking) in the order of their expected gain per FPS lost (:func:`gain_per_fps_order`)."""
         four_bit = set(((self.session.base.options or {}).get("int4") or {}).get("applied") or {})
-        pool = [(s.name, remedies_for(s, four_bit, self.corrected)) for s in ranking if max(s.order) > 0][: candidates or max(5, len(ranking) // 4)]
+        top = [s for s in ranking if max(s.order) > 0][: candidates or max(5, len(ranking) // 4)]
+        pool = [(s.name, remedies_for(s, four_bit, self.corrected)) for s in gain_per_fps_order(self.session, top, four_bit, self.corrected)]
         pool += weight_pool(weight_ranking, {name for name, _ in pool}, weight_candidates)
         total, tick = len(pool) * 2, 0
         for phase in ("cheap", "cpu"):
@@ -423,36 +520,50 @@ class _AutoSearch:
                 break
 
     def _try_node(self, node: str, remedies: list[tuple[str, dict[str, str]]]) -> None:
-        """Each remedy on one node; the best that improves within the FPS budget is kept."""
-        res = self.res
-        best: tuple[str, Measured] | None = None
-        for name, entry in remedies:
-            if self.out_of_time():
-                break
-            res.tries += 1
-            info = merge(self.cur.node_info, node, entry)
-            try:
-                m = self.session.measure(self.session.calibrate(info), info)
-            except Exception as exc:  # a remedy that cannot be built is skipped, and said so
-                self._not_applicable(name, node, exc)
-                continue
-            m.fps = estimate_fps(self.session, m) if name in STRUCTURAL else self.cur.fps
-            kept_ok = m.fps is None or m.fps >= self.floor_fps
-            note = "" if kept_ok else f"over the FPS budget ({m.fps:.1f} < {self.floor_fps:.1f})"
-            if kept_ok and self.better(m, self.cur) and (best is None or self.better(m, best[1])):
-                best = (name, m)
-            res.steps.append(Step(name, node, m.cosine, _cosines(m), m.metric, m.fps, False, note, paired_noise(m, self.cur)))
-            log.info("auto: %s on %s: worst cosine %.5f, metric %.5g, FPS %s %s", name, node, m.cosine, m.metric, m.fps, note)
-            if best is not None and self.done(best[1]):
+        """Each remedy on one node (one round); the best that improves within the FPS budget is kept."""
+        tries = [_Try(name, node, Trial(merge(self.cur.node_info, node, entry), priced=name in STRUCTURAL), [node])
+                 for name, entry in remedies]
+        best: _Try | None = None
+        for t in self._tries(tries, "auto node"):
+            ok = self._record(t)
+            if ok and self.better(t.measured, self.cur) and (best is None or self.better(t.measured, best.measured)):
+                best = t
+            if best is not None and self.done(best.measured):
                 break
         if best is not None:
-            self._keep(best[0], node, best[1], [node])
+            self._keep(best.remedy, node, best.measured, [node])
 
     def result(self) -> AutoResult:
-        self.res.node_info = self.cur.node_info
-        self.res.final = self.cur
-        self.res.reached = self.done(self.cur)
+        """The model kept, calibrated here where a worker measured it, and measured with its outputs' worst channels."""
+        final = self.runner.materialize(self.cur)
+        full = self.session.measure(final.result, final.node_info)
+        full.fps = final.fps
+        self.res.node_info = full.node_info
+        self.res.final = full
+        self.res.reached = self.done(full)
         return self.res
+
+
+def gain_per_fps_order(session: DebugSession, top: list[Sensitivity], four_bit: set[str], corrected: bool) -> list[Sensitivity]:
+    """``top`` by expected gain per FPS lost: the node's effect in the ranking (the task metric's, else cosine's)
+    over the share of the model's multiply-accumulates its structural remedies (int16, int8 from int4) slow
+    down, at least :data:`PRICE_FLOOR`; a node with weight remedies only costs no FPS (the floor). Ties keep
+    the rank order."""
+    from hbtool.ir.macs import node_macs
+
+    if not top:
+        return []
+    graph = session.base.graph
+    macs = {n.name: float(node_macs(n, graph)) for n in graph.nodes}
+    total = max(sum(macs.values()), 1.0)
+    col = 0 if any(s.order[0] > 0 for s in top) else 1
+
+    def key(s: Sensitivity) -> float:
+        structural = any(name in STRUCTURAL for name, _ in remedies_for(s, four_bit, corrected))
+        price = macs.get(s.name, 0.0) / total if structural else 0.0
+        return -s.order[col] / max(price, PRICE_FLOOR)
+
+    return sorted(top, key=key)
 
 
 def _cosines(m: Measured) -> dict[str, float]:

@@ -46,12 +46,15 @@ def errors(ref: np.ndarray, got: np.ndarray) -> dict[str, float]:
     return acc.result()
 
 
-def per_output(float_out: Mapping[str, np.ndarray], quant_out: Mapping[str, np.ndarray]) -> dict[str, dict[str, float]]:
-    """``{output: metrics}`` of outputs stacked over the samples, with the worst channel's beside them."""
+def per_output(float_out: Mapping[str, np.ndarray], quant_out: Mapping[str, np.ndarray],
+               channels: bool = True) -> dict[str, dict[str, float]]:
+    """``{output: metrics}`` of outputs stacked over the samples, with the worst channel's beside them
+    (``channels=False``: without, for a caller that judges by the whole outputs)."""
     out = {}
     for name in float_out:
         out[name] = errors(float_out[name], quant_out[name])
-        out[name].update(worst_channel(float_out[name], quant_out[name]))
+        if channels:
+            out[name].update(worst_channel(float_out[name], quant_out[name]))
     return out
 
 

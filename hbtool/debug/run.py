@@ -26,7 +26,9 @@ from hbtool.debug.metrics import DIRECTION
 from hbtool.debug.metrics_hook import resolve_metric
 from hbtool.debug.sensitivity import Sensitivity, WeightGain, rank, rank_weights, weight_share
 from hbtool.debug.session import DebugSession, open_session
+from hbtool.debug.trials import probe_cluster
 from hbtool.errors import InputError
+from hbtool.utils.workers import check_workers
 
 Progress = Callable[[str, int, int], None]
 
@@ -89,13 +91,19 @@ def parse_time_limit(text: str | float | None) -> float | None:
 def run_debug(cfg: HbConfig, auto: bool = False, target_cosine: float = 0.99, max_fps_loss: float = 0.10,
               samples: int | None = None, progress: Progress | None = None, sensitivity_samples: int | None = None,
               candidates: int | None = None, weight_samples: int | None = None, weight_candidates: int | None = None,
-              sensitivity_budget: float | None = None, time_limit: float | None = None) -> DebugResult:
+              sensitivity_budget: float | None = None, time_limit: float | None = None,
+              workers: int | None = 1, cluster: str | None = None) -> DebugResult:
     """Analyse (and with ``auto`` fix) the config's quantized model; writes nothing (see :func:`write_debug`).
 
     ``time_limit`` (seconds, from the start of the run): ``--auto`` starts no new try after it and
-    keeps the best found so far (the analysis before it is bounded by its own MAC budget)."""
+    keeps the best found so far (the analysis before it is bounded by its own MAC budget).
+    ``workers`` (None: the machine's cores) / ``cluster`` (a Ray address, or ``local``): where ``--auto``
+    runs the tries of a round (:mod:`hbtool.debug.trials`); the result does not depend on them."""
     if not 0 < target_cosine <= 1:
         raise InputError(f"--target-cosine {target_cosine}: must be in (0, 1]", "write it like 0.99")
+    workers = check_workers(workers)
+    if auto:
+        probe_cluster(cluster)
     base_dir = cfg.source.parent if cfg.source is not None else cfg.base_dir
     metric = resolve_metric(cfg.debug.metric, base_dir)
     n = int(samples or cfg.debug.num_samples)
@@ -137,7 +145,7 @@ def run_debug(cfg: HbConfig, auto: bool = False, target_cosine: float = 0.99, ma
         result.auto = run_auto(session, ranking, target_cosine, max_fps_loss, ideal, candidates, progress=progress,
                                weight_ranking=result.weight_ranking,
                                weight_candidates=WEIGHT_CANDIDATES if weight_candidates is None else weight_candidates,
-                               deadline=deadline, weight_share=result.weight_share)
+                               deadline=deadline, weight_share=result.weight_share, workers=workers, cluster=cluster)
         t["auto"] = time.perf_counter()
     keys = list(t)
     result.seconds = {b: t[b] - t[a] for a, b in zip(keys, keys[1:])}

@@ -52,10 +52,15 @@ class DebugSession:
     float_outputs: dict[str, np.ndarray]      # output name -> stacked over the samples
     metric: Metric
     stats_cache: dict[str, Any] = field(default_factory=dict)
+    #: onnxruntime threads of the debug runs (0: onnxruntime's default, every core); a worker process of
+    #: ``--workers N`` runs on one, so N tries share the cores instead of fighting over them
+    threads: int = 0
 
     @property
     def output_names(self) -> list[str]:
-        return list(self.base.graph.outputs)
+        """The model's outputs, in the graph's order (the float references are stacked in it; a worker's
+        session has no base calibration to read them from)."""
+        return list(self.float_outputs)
 
     def config_with(self, node_info: dict[str, dict[str, Any]]) -> HbConfig:
         cfg = copy.copy(self.cfg)
@@ -68,22 +73,24 @@ class DebugSession:
         evaluation skipped: :meth:`measure` does the debugger's)."""
         return run_calibration(self.config_with(node_info), stats_cache=self.stats_cache, evaluate=False)
 
-    def measure(self, result: CalibrationResult, node_info: dict[str, dict[str, Any]]) -> Measured:
+    def measure(self, result: CalibrationResult, node_info: dict[str, dict[str, Any]], channels: bool = True) -> Measured:
+        """The variant on the debug samples; ``channels=False`` leaves out each output's worst channel (an
+        ``--auto`` try judges by the whole outputs; the channel scan is a third of a recogniser's measure)."""
         from hbtool.quant.calibrate import runtime_feeds
 
         # the quantized model takes the chip's buffer (nv12, ...) where the config says so: feed it
         # the samples converted as the camera would, as calibrate's own evaluation does
         convert = runtime_feeds(self.cfg, list(result.quantized.inputs))
         samples = [convert(s) for s in self.samples] if convert else self.samples
-        quant = run_outputs(result.quantized, samples, self.output_names)
-        outs = per_output(self.float_outputs, quant)
+        quant = run_outputs(result.quantized, samples, self.output_names, self.threads)
+        outs = per_output(self.float_outputs, quant, channels=channels)
         folds = self.metric.fold_values(quant, self.float_outputs, len(samples), METRIC_FOLDS)
         return Measured(node_info, outs, self.metric.value(quant, self.float_outputs), result, folds=folds)
 
 
-def run_outputs(graph, samples: list[dict[str, np.ndarray]], names: list[str]) -> dict[str, np.ndarray]:
+def run_outputs(graph, samples: list[dict[str, np.ndarray]], names: list[str], threads: int = 0) -> dict[str, np.ndarray]:
     """``{output: values stacked over the samples}`` of an IR graph run in onnxruntime."""
-    sess = float_session(graph, basic=True)
+    sess = float_session(graph, threads=threads, basic=True)
     rows = [sess.run(names, s) for s in samples]
     return {n: np.concatenate([np.asarray(r[k]) for r in rows]) for k, n in enumerate(names)}
 

@@ -59,22 +59,22 @@ def test_stops_at_the_limit_and_keeps_the_best(transformer_cfg, monkeypatch):
     measure = session_mod.DebugSession.measure
     calls = {"n": 0}
 
-    def counted(self, result, node_info):
+    def counted(self, result, node_info, **kw):
         calls["n"] += 1
         if calls["n"] == 4:          # the PTQ measure, then 3 tries: after them the clock passes the limit
             clock.now += 61.0
-        return measure(self, result, node_info)
+        return measure(self, result, node_info, **kw)
 
     monkeypatch.setattr(session_mod.DebugSession, "measure", counted)
     result = run_debug(load_config(cfg_path), auto=True, target_cosine=0.99, max_fps_loss=0.10, samples=8, time_limit=60.0)
     a = result.auto
     assert a.tries == 3 and "time limit" in a.stopped
-    assert not a.reached
+    # the third try (int16 on a group of outputs) may already reach the target: the limit then stops the bisection
+    assert a.reached == (a.final.cosine >= 0.99)
     assert len(a.steps) == 1 + 3                       # PTQ and the three tries
     ptq = a.steps[0]
     assert a.final.cosine >= ptq.cosine                # the best found so far, never worse than PTQ
-    kept = [s for s in a.steps[1:] if s.kept]
-    assert sorted(a.node_info) == sorted({s.node for s in kept})
+    assert sorted(a.node_info) == sorted(a.changed)     # what the kept steps changed (a group's nodes, or a node)
     out = tmp / "out"
     write_debug(result, out)
     data = json.loads((out / "debug.json").read_text())
@@ -120,6 +120,7 @@ def test_group_weight_remedies_skipped_when_the_loss_is_in_the_activations(tmp_p
     sizes = [int(s.node.split()[0]) for s in int16]
     assert sizes == sorted(sizes) and len(set(sizes)) == len(sizes)      # distinct groups, smallest first
     # a kept group raised the metric (the PTQ model, steps[0], is the bar), within the FPS budget
-    kept = [s for s in int16 if s.kept]
+    # (the group itself, or the fewest of its outputs that do what it does: the bisection's step)
+    kept = [s for s in result.auto.steps if s.kept and s.remedy in ("group_int16_output", "bisect_int16_output")]
     assert len(kept) == 1 and kept[0].metric > result.auto.steps[0].metric and kept[0].fps >= 0.9 * result.auto.base_fps
     assert result.auto.final.metric == kept[0].metric

@@ -1,0 +1,153 @@
+"""The ``--auto`` tries of one round, here or on worker processes / a Ray cluster, results in order.
+
+A try is a real calibration with one ``node_info`` (the session's statistics reused), its quantized
+model run on the debug samples, and for a remedy that changes the integer program the cost model's
+FPS. Tries of one round are independent, so ``hbtool debug --workers N`` runs them on N worker
+processes and ``--cluster ADDRESS`` on Ray, both through :class:`hbtool.utils.workers.TaskPool`.
+
+Why the result cannot depend on where a try ran: a round's tries are submitted in a fixed order
+(which never depends on the worker count), their results come back in that order, and the search
+reads them in that order with the same acceptance rule it applies with one worker. A round is
+submitted ``workers`` tries at a time, so a search that stops reading early (a try reached the
+target) wastes at most one slice; the tries it did not read are neither counted nor reported.
+
+A worker gets the session once (its initializer): the config, the statistics, the debug samples and
+the float outputs. It does not re-run the base calibration, and a task carries only its ``node_info``.
+The calibrated models stay in the worker: the search needs only the measurements, and the model it
+keeps is re-calibrated once at the end (:meth:`TrialRunner.materialize`; the same numbers).
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Iterator
+
+from hbtool.debug.session import DebugSession, Measured
+from hbtool.errors import InputError
+from hbtool.utils.workers import TaskPool, check_workers, worker_state
+
+
+#: seconds ``--cluster HOST:PORT`` has to accept a connection before the search starts
+CONNECT_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One try: the whole ``node_info`` to calibrate with; ``priced``: estimate its FPS (the program changes)."""
+
+    node_info: dict[str, dict[str, Any]]
+    priced: bool = False
+
+
+@dataclass
+class Failed:
+    """A try whose remedy could not be built (said in the report, skipped)."""
+
+    error: str
+
+
+def evaluate(session: DebugSession, trial: Trial, keep_result: bool = True) -> Measured | Failed:
+    """Calibrate with the trial's ``node_info`` and measure it (without the per-channel scan)."""
+    from hbtool.debug.auto import estimate_fps
+
+    try:
+        m = session.measure(session.calibrate(trial.node_info), trial.node_info, channels=False)
+        if trial.priced:
+            m.fps = estimate_fps(session, m)
+    except Exception as exc:  # a remedy that cannot be built is skipped, and said so
+        return Failed(f"{type(exc).__name__}: {str(exc)[:120]}")
+    if not keep_result:
+        m.result = None
+    return m
+
+
+def _init_worker(payload: dict[str, Any]) -> None:
+    """Per worker process: the session without its base calibration (a try needs only the statistics)."""
+    from hbtool.debug.metrics_hook import resolve_metric
+
+    metric = resolve_metric(payload["cfg"].debug.metric, payload["base_dir"])
+    worker_state()["session"] = DebugSession(payload["cfg"], None, payload["samples"], payload["float_outputs"], metric,
+                                             payload["stats_cache"], threads=1)
+
+
+def _run_trial(trial: Trial) -> Measured | Failed:
+    return evaluate(worker_state()["session"], trial, keep_result=False)
+
+
+def probe_cluster(cluster: str | None) -> None:
+    """A one-line usage error now, not after minutes of analysis, for a ``--cluster`` that cannot be used: Ray
+    missing, or a ``HOST:PORT`` that does not answer within :data:`CONNECT_TIMEOUT_S` (``ray.init`` itself
+    waits minutes on an address where nothing listens). ``local`` starts its own cluster later."""
+    if cluster is None:
+        return
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        with TaskPool(1, cluster):   # the pool's own one-line error: how to install it
+            pass
+    if cluster in ("local", "auto"):
+        return
+    hostport = cluster.split("://", 1)[-1]
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit():
+        raise InputError(f"--cluster {cluster}: not a Ray address", "give HOST:PORT, ray://HOST:10001, auto, or local")
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise InputError(f"cannot reach the Ray cluster at {cluster!r}: {exc}",
+                         "give the head's address (ray://HOST:10001 or auto), or --cluster local") from None
+
+
+class TrialRunner:
+    """``with TrialRunner(session, workers, cluster) as runner: for m in runner.run(trials): ...``"""
+
+    def __init__(self, session: DebugSession, workers: int | None = 1, cluster: str | None = None,
+                 deadline: float | None = None):
+        self.session = session
+        self.workers = check_workers(workers)
+        self.cluster = cluster
+        self.deadline = deadline
+        self._pool: TaskPool | None = None
+
+    @property
+    def parallel(self) -> bool:
+        return self.cluster is not None or self.workers > 1
+
+    def __enter__(self) -> "TrialRunner":
+        if self.parallel:
+            s = self.session
+            base_dir = s.cfg.source.parent if s.cfg.source is not None else s.cfg.base_dir
+            payload = {"cfg": s.cfg, "base_dir": Path(base_dir), "samples": s.samples, "float_outputs": s.float_outputs,
+                       "stats_cache": s.stats_cache}
+            self._pool = TaskPool(self.workers, self.cluster, initializer=_init_worker, initargs=(payload,)).__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._pool is not None:
+            self._pool.__exit__(*exc)
+            self._pool = None
+
+    def out_of_time(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def run(self, trials: list[Trial]) -> Iterator[Measured | Failed]:
+        """Each trial's measurement, in the trials' order; ``workers`` at a time, none started after the deadline
+        (the generator then ends early: the caller sees fewer results than trials)."""
+        step = self.workers if self._pool is not None else 1
+        for k in range(0, len(trials), step):
+            if self.out_of_time():
+                return
+            chunk = trials[k:k + step]
+            if self._pool is None:
+                yield from (evaluate(self.session, t) for t in chunk)
+            else:
+                yield from self._pool.map(_run_trial, chunk)
+
+    def materialize(self, m: Measured) -> Measured:
+        """``m`` with its calibration (a worker's try comes back without it): calibrated again here, the same numbers."""
+        if m.result is not None:
+            return m
+        return replace(m, result=self.session.calibrate(m.node_info))
