@@ -18,8 +18,9 @@ The venv is the timm one (``$HBTOOL_TIMM_PYTHON``, ``export_timm.py``) with two 
   ``torch.manual_seed(0)``; inputs ``x`` (nodes x features) and the int64 ``edge_index`` (2 x edges),
   fixed sizes, output ``out`` (nodes x 8). GCN and GAT add self-loops by default, which
   torch_geometric does with ``NonZero`` (a size that depends on the graph: hbtool refuses it);
-  ``pyg_gcn_no_self_loops`` / ``pyg_gat_no_self_loops`` are the same layers with ``add_self_loops=False``
-  (the self-loops, where wanted, given in ``edge_index``).
+  ``pyg_gcn_no_self_loops`` is the same GCN with ``add_self_loops=False`` (the self-loops, where
+  wanted, given in ``edge_index``). (GAT with ``add_self_loops=False`` exports a model that onnxruntime
+  cannot load: ``/a/Sub`` incompatible dimensions; hbtool says so, exit 2.)
 """
 
 from __future__ import annotations
