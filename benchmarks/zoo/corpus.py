@@ -237,6 +237,8 @@ CORPUS: list[ModelSpec] = [
     _torch("pyg_gcn", 17, **_GRAPH),
     _torch("pyg_graphsage", 17, **_GRAPH),
     _torch("pyg_gat", 17, **_GRAPH),
+    # add_self_loops=False: no NonZero, static shapes (GAT's export with it does not load in onnxruntime: not a row)
+    _torch("pyg_gcn_no_self_loops", 17, **_GRAPH),
     # --- timm (separate export venv) --------------------------------------------------------
     _timm("timm_resnet50", 17),
     _timm("timm_resnet50_zero_init_last", 17, extra={"zero_init_last": True}),
@@ -289,7 +291,7 @@ CORPUS: list[ModelSpec] = [
 # the end of the trained PyTorch/ONNX block: trained corpus models already quantized by onnxruntime (QDQ int8 per
 # channel, QDQ uint8 with onnxruntime's defaults, QOperator), each fed and scored as its base model
 _BASES = {m.name: m for m in CORPUS}
-_END_OF_TRAINED_TORCH = next(i for i, m in enumerate(CORPUS) if m.name == "pyg_gat") + 1
+_END_OF_TRAINED_TORCH = next(i for i, m in enumerate(CORPUS) if m.name == "pyg_gcn_no_self_loops") + 1
 CORPUS[_END_OF_TRAINED_TORCH:_END_OF_TRAINED_TORCH] = [
     _qdq(_BASES["ppocrv6_tiny_rec"], "qdq-s8-pc"),
     _qdq(_BASES["pplcnet_orientation"], "qdq-u8-pt"),

@@ -16,7 +16,11 @@ The venv is the timm one (``$HBTOOL_TIMM_PYTHON``, ``export_timm.py``) with two 
 * ``pyg_gcn`` / ``pyg_graphsage`` / ``pyg_gat``: two torch_geometric message-passing layers
   (``GCNConv``, ``SAGEConv``, ``GATConv`` with 4 heads) with a ReLU/ELU between, random weights under
   ``torch.manual_seed(0)``; inputs ``x`` (nodes x features) and the int64 ``edge_index`` (2 x edges),
-  fixed sizes, output ``out`` (nodes x 8).
+  fixed sizes, output ``out`` (nodes x 8). GCN and GAT add self-loops by default, which
+  torch_geometric does with ``NonZero`` (a size that depends on the graph: hbtool refuses it);
+  ``pyg_gcn_no_self_loops`` is the same GCN with ``add_self_loops=False`` (the self-loops, where
+  wanted, given in ``edge_index``). (GAT with ``add_self_loops=False`` exports a model that onnxruntime
+  cannot load: ``/a/Sub`` incompatible dimensions; hbtool says so, exit 2.)
 """
 
 from __future__ import annotations
@@ -53,13 +57,16 @@ class TwoLayers(torch.nn.Module):
         super().__init__()
         from torch_geometric import nn as gnn
 
+        loops = not kind.endswith("_no_self_loops")     # the default adds self-loops (NonZero: a data-dependent size)
+        kind = kind.removesuffix("_no_self_loops")
         if kind == "pyg_gcn":
-            self.a, self.b, self.act = gnn.GCNConv(features, hidden), gnn.GCNConv(hidden, out), torch.relu
+            self.a, self.b = gnn.GCNConv(features, hidden, add_self_loops=loops), gnn.GCNConv(hidden, out, add_self_loops=loops)
+            self.act = torch.relu
         elif kind == "pyg_graphsage":
             self.a, self.b, self.act = gnn.SAGEConv(features, hidden), gnn.SAGEConv(hidden, out), torch.relu
         elif kind == "pyg_gat":
-            self.a = gnn.GATConv(features, hidden // 4, heads=4)
-            self.b, self.act = gnn.GATConv(hidden, out, heads=1), torch.nn.functional.elu
+            self.a = gnn.GATConv(features, hidden // 4, heads=4, add_self_loops=loops)
+            self.b, self.act = gnn.GATConv(hidden, out, heads=1, add_self_loops=loops), torch.nn.functional.elu
         else:
             raise ValueError(kind)
 

@@ -241,7 +241,7 @@ def _rc(row: dict, stage: str) -> str:
     if s is None:
         return "-"
     rc = s["rc"]
-    if rc == 3 or s.get("traceback"):
+    if _internal(s):
         return f"**{rc}!**"
     return str(rc)
 
@@ -276,8 +276,14 @@ def clean(row: dict) -> bool:
     return all(st.get(s, {}).get("rc") == 0 for s in STAGES) and row.get("float_fallbacks") == 0
 
 
+def _internal(stage: dict) -> bool:
+    """An internal error: exit 3, or a traceback with any exit but hbtool's own 1 and 2 (the stages run with
+    ``-v``, which prints the traceback of a one-line exit-1/2 error too: a model refused is no internal error)."""
+    return stage.get("rc") == 3 or bool(stage.get("traceback")) and stage.get("rc") not in (1, 2)
+
+
 def exit3(row: dict) -> bool:
-    return any(s.get("rc") == 3 or s.get("traceback") for s in row.get("stages", {}).values())
+    return any(_internal(s) for s in row.get("stages", {}).values())
 
 
 def _fmt(v, spec: str = ".4f") -> str:
@@ -327,7 +333,7 @@ def causes(rows: list[dict]) -> str:
     for r in rows:
         for stage, s in r.get("stages", {}).items():
             if s["rc"] != 0:
-                kind = "exit 3 / traceback" if (s["rc"] == 3 or s.get("traceback")) else "other non-zero exit"
+                kind = "exit 3 / traceback" if _internal(s) else "other non-zero exit"
                 msg = re.sub(r"/[^\s;:']+/", "<path>/", s.get("error") or f"rc {s['rc']}")
                 where = _where(r["model"], stage) if kind.startswith("exit 3") else ""
                 groups[kind][f"{stage}: {msg[:300]}{where}"].append(r["model"])

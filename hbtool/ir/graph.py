@@ -235,6 +235,7 @@ class Graph:
             used = set(self.outputs)
             for n in self.nodes:
                 used.update(i for i in n.inputs if i)
+                used.update(outer_reads(n))
             keep = []
             for n in self.nodes:
                 if any(o in used for o in n.outputs if o):
@@ -245,6 +246,7 @@ class Graph:
         referenced = set(self.inputs) | set(self.outputs)
         for n in self.nodes:
             referenced.update(n.inputs)
+            referenced.update(outer_reads(n))
             referenced.update(n.outputs)
         self.values = {k: v for k, v in self.values.items() if k in referenced}
 
@@ -258,7 +260,7 @@ class Graph:
             progressed = False
             rest = []
             for n in pending:
-                if all(i in available or i not in producers for i in n.inputs):
+                if all(i in available or i not in producers for i in (*n.inputs, *outer_reads(n))):
                     ordered.append(n)
                     available.update(n.outputs)
                     progressed = True
@@ -330,3 +332,29 @@ class Graph:
         for n in self.nodes:
             out[n.op_type] = out.get(n.op_type, 0) + 1
         return out
+
+
+def outer_reads(node: Node) -> set[str]:
+    """The tensors a node's subgraph attributes (If branches, Loop and Scan bodies) read from the graph around it.
+
+    They are inputs of the node that ONNX does not list: a torch_geometric GAT's ``If`` branches read
+    a ScatterElements output this way, and a reordering that saw only the listed inputs put the If
+    before that ScatterElements (onnxruntime: "nodes must be topologically sorted", exit 3)."""
+    reads: set[str] = set()
+    for value in node.attrs.values():
+        for sub in value if isinstance(value, list) else [value]:
+            if hasattr(sub, "node") and hasattr(sub, "initializer"):   # an onnx.GraphProto
+                reads |= _graph_proto_reads(sub)
+    return reads
+
+
+def _graph_proto_reads(graph: Any) -> set[str]:
+    local = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    reads: set[str] = set()
+    for n in graph.node:
+        reads.update(name for name in n.input if name and name not in local)
+        for a in n.attribute:
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                reads |= _graph_proto_reads(sub) - local
+        local.update(n.output)
+    return reads
