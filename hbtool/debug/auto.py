@@ -280,6 +280,7 @@ def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: f
     with TrialRunner(session, workers, cluster, deadline) as runner:
         search = _AutoSearch(session, runner, target_cosine, max_fps_loss, ideal_metric, progress, deadline, len(ranking))
         weight_ranking = weight_ranking or []
+        search.int8_back_phase(ranking, candidates)
         search.weight_groups_phase(weight_ranking, weight_share)
         search.int16_groups_phase(ranking)
         search.nodes_phase(ranking, weight_ranking, candidates, weight_candidates)
@@ -495,6 +496,18 @@ class _AutoSearch:
             else:
                 blocks = min(2 * blocks, len(subset))
         return subset, keep
+
+    def int8_back_phase(self, ranking: list[Sensitivity], candidates: int | None) -> None:
+        """0.: on a model with a 4-bit path, its ranked 4-bit nodes back to int8 first, one by one: the cheapest step
+        up (the node keeps the int8 rate and its place), before any int16 group is priced."""
+        four_bit = set(((self.session.base.options or {}).get("int4") or {}).get("applied") or {})
+        if not four_bit:
+            return
+        top = [s for s in ranking if max(s.order) > 0 and s.name in four_bit][: candidates or max(5, len(ranking) // 4)]
+        for s in gain_per_fps_order(self.session, top, four_bit, self.corrected):
+            if self.done(self.cur) or self.out_of_time():
+                return
+            self._try_node(s.name, [INT8])
 
     def nodes_phase(self, ranking: list[Sensitivity], weight_ranking: list[WeightGain], candidates: int | None,
                     weight_candidates: int) -> None:
