@@ -378,8 +378,7 @@ def conv_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.n
         def run_integer16(x: np.ndarray) -> np.ndarray:
             x = as_stored(x)
             n = x.shape[0]
-            digits = np.empty((2,) + x.shape, np.uint8)
-            fused.digits_u8(x.reshape(-1, x.shape[-1]), digits.reshape(2, -1, x.shape[-1]))
+            digits = _base256_digits(x)
             y = integer.run(None, {"x": digits.reshape((2 * n,) + x.shape[1:])})[0]
             rows = n * C
             return rq.apply((y[:n].reshape(rows, -1), y[n:].reshape(rows, -1)), factors16, bias_lo, False).reshape((n,) + y.shape[1:])
@@ -391,6 +390,14 @@ def conv_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.n
         return None
     session, factors = _weight_digit_session("Conv", w, sw, sx, np.dtype(np.float32), attrs, threads)
     return _float_conv_runner(session, factors, sx, C, rq, bias)
+
+
+def _base256_digits(x: np.ndarray) -> np.ndarray:
+    """int16 codes as two uint8 planes stacked on a new first axis, ``(x >> 8) + 128`` and ``x & 255``
+    (``fused.digits_u8``): the base-256 digits both int16 GEMM routes feed onnxruntime."""
+    digits = np.empty((2,) + x.shape, np.uint8)
+    fused.digits_u8(x.reshape(-1, x.shape[-1]), digits.reshape(2, -1, x.shape[-1]))
+    return digits
 
 
 def _pointwise_gemm_runner(gemm, in_bits: int, w: np.ndarray, rq: "RequantParams", bias: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
@@ -412,8 +419,7 @@ def _pointwise_gemm_runner(gemm, in_bits: int, w: np.ndarray, rq: "RequantParams
     def run16(x: np.ndarray) -> np.ndarray:
         x = as_stored(x)
         n = x.shape[0]
-        digits = np.empty((2,) + x.shape, np.uint8)
-        fused.digits_u8(x.reshape(-1, x.shape[-1]), digits.reshape(2, -1, x.shape[-1]))
+        digits = _base256_digits(x)
         np.bitwise_xor(digits, np.uint8(128), out=digits)  # as int8: hi, and lo - 128
         y = gemm.run(None, {"x": digits.view(np.int8).reshape(2 * n, x.shape[1], -1)})[0]
         rows = n * C
