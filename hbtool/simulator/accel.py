@@ -93,6 +93,10 @@ class RequantParams:
     def apply(self, parts: tuple, factors, bias: np.ndarray, per_col: bool) -> np.ndarray:
         """Requantized ``bias + sum(factors * parts)`` over 2-D parts ``(R, Q)``; channels per column or per row."""
         out = np.empty(parts[0].shape, self.dtype)
+        if self.simple and len(parts) == 1 and int(factors[0]) == 1:
+            loop = fused.requantize_cols_one if per_col and self.channels > 1 else fused.requantize_rows_one
+            loop(parts[0], bias, self.M, self.n, self.half, self.lo, self.hi, out)
+            return out
         if self.simple and len(parts) <= 2 and parts[0].dtype == parts[-1].dtype:
             y1, f1 = (parts[1], np.int64(factors[1])) if len(parts) == 2 else (parts[0], np.int64(0))
             loop = fused.requantize_cols if per_col and self.channels > 1 else fused.requantize_rows

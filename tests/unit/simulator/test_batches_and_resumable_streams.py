@@ -62,6 +62,37 @@ def test_a_batch_equals_one_sample_at_a_time_and_the_quantized_model(compiled):
         assert not [s.node.name for s in ex.steps if s.run.__qualname__.startswith("per_sample")]
 
 
+def test_oversized_steps_run_in_sub_chunks_with_the_same_bits(compiled, monkeypatch):
+    """Steps running 1, 2 or 3 samples per call inside passes of 5 (as oversized steps do): the same
+    bits as one sample at a time."""
+    from hbtool.simulator import executor as executor_module
+
+    name, wd = compiled
+    art = read_artifact(wd / f"{name}.bin")
+    plain = Executor(art)
+    monkeypatch.setattr(executor_module, "_chunk_sizes", lambda program, nodes: (5, [(None, 1, 2, 3)[k % 4] for k in range(len(nodes))]))
+    ex = Executor(art)
+    assert ex.micro_batch == 5 and sum(s.chunk is not None for s in ex.steps) >= len(ex.steps) // 2
+    x = _images(7)
+    batched = ex.run({"input": x})
+    for o in ex.output_names:
+        singles = np.concatenate([plain.run({"input": x[i:i + 1]})[o] for i in range(len(x))])
+        assert np.array_equal(batched[o], singles), o
+
+
+def test_the_pass_is_sized_by_the_bulk_of_the_steps_and_the_few_larger_ones_sub_chunked(monkeypatch):
+    """A recogniser's shape: 40 steps of 100k elements, 2 of 700k logits. The pass takes 10 samples
+    (not the one the logits alone would allow); the logits steps run one sample per call."""
+    from hbtool.simulator import executor as executor_module
+
+    sizes = [100_000] * 40 + [700_000] * 2
+    monkeypatch.setattr(executor_module, "_step_size", lambda program, node: node)
+    per_pass, chunks = executor_module._chunk_sizes(None, sizes)
+    assert per_pass == executor_module.MICRO_BATCH_ELEMENTS // 100_000 == 10
+    assert chunks == [None] * 40 + [1, 1]
+    assert executor_module._chunk_sizes(None, [2_000_000] * 5) == (1, [None] * 5)  # one sample per pass: nothing to split
+
+
 def _movement_model(tmp: Path) -> Path:
     """x (1, 4, 6, 6) int-valued float -> Pad (reflect), Expand, Concat with a constant, Roll-like Slice+Concat, Tile."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])

@@ -270,6 +270,32 @@ def test_fused_requantize_equals_numpy_form(rounding, per_col):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.float32, np.float64])
+@pytest.mark.parametrize("rounding", ["floor", "half_up"])
+@pytest.mark.parametrize("per_col", [True, False])
+def test_one_part_requantize_loop_equals_numpy_form(monkeypatch, dtype, rounding, per_col):
+    """The one-part loops (an int8 GEMM's int32, an unsplit float product) on ties, saturation both ways and
+    negative accumulators, per column and per row, at the dtypes the product routes return."""
+    ratios = np.array([1e-4, 3.7e-3, 0.5, 0.013, 2.0])
+    rq = Requantize.build(ratios, 8, axis=-1 if per_col else -2, acc_bound=2**24, rounding=rounding)
+    params = accel.RequantParams(rq, 5)
+    acc = RNG.integers(-2**24 + 2000, 2**24 - 2000, size=(60, 5) if per_col else (60, 7))
+    acc[:4] = _ties(rq.n, acc[:4].shape) if per_col else _ties(rq.n[:1], acc[:4].shape)
+    acc[4:8] = RNG.integers(-300, 300, acc[4:8].shape)  # around zero: both signs, unsaturated for the large ratios
+    bias = RNG.integers(-1000, 1000, 5)
+    used = []
+    for name in ("requantize_cols_one", "requantize_rows_one", "requantize_cols", "requantize_rows", "requantize_parts"):
+        monkeypatch.setattr(accel.fused, name, lambda *a, _f=getattr(accel.fused, name), _n=name: (used.append(_n), _f(*a))[1])
+    if per_col:
+        want = rq.apply_trusted(acc + bias)
+    else:  # channel of row r is r % 5
+        want = rq.apply_trusted((acc + np.tile(bias, 12)[:, None]).reshape(12, 5, 7)).reshape(60, 7)
+    got = params.apply((acc.astype(dtype),), np.ones(1, np.int64), bias, per_col)
+    assert used == ["requantize_cols_one" if per_col else "requantize_rows_one"]
+    assert got.dtype == np.int16 and {-128, 127} <= set(np.unique(got).tolist())
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("rounding", ROUNDINGS)
 def test_fused_requantize_with_accumulator_clamp_and_pre_shift(rounding):
     rq = Requantize.build(1e-9, 16, acc_bound=2**51, rounding=rounding)
