@@ -66,6 +66,33 @@ def as_stored(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=np.int16)
 
 
+def _marked(run: Callable, requant: "RequantParams | None" = None, reads: dict | None = None) -> Callable:
+    """``run`` with the facts :func:`reader_dtype` and :func:`writes_through` read: the requantizer
+    writing its result, and the dtype each input is converted to first (by input position)."""
+    run.requant = requant
+    run.reads = {k: np.dtype(d) for k, d in (reads or {}).items()}
+    return run
+
+
+def reader_dtype(fast: Callable | None, index: int) -> np.dtype | None:
+    """The dtype ``fast`` converts its input ``index`` to before anything else, or None (it reads any)."""
+    return getattr(fast, "reads", {}).get(index)
+
+
+def writes_through(fast: Callable | None) -> "RequantParams | None":
+    """The requantizer whose loop writes ``fast``'s result (its ``out_dtype`` may be changed), or None."""
+    return getattr(fast, "requant", None)
+
+
+def narrowable(rq: "RequantParams", dtype: np.dtype) -> bool:
+    """Whether ``rq``'s results, stored as int16, are held exactly by ``dtype`` (float32: any int16; int8: an 8-bit clamp)."""
+    if rq.dtype != np.int16:
+        return False
+    if dtype == np.float32:
+        return True
+    return dtype == np.int8 and -128 <= int(rq.lo) and int(rq.hi) <= 127
+
+
 # ------------------------------------------------------------------------------ requantize
 class RequantParams:
     """A :class:`~hbtool.kernels.requantize.Requantize` as flat ``[C]`` int64 arrays for :mod:`.fused`."""
@@ -84,6 +111,10 @@ class RequantParams:
         self.lo, self.hi = np.int64(rq.lo), np.int64(rq.hi)
         self.mode = fused.MODE_CODES[rq.rounding]
         self.dtype = storage_dtype(int(rq.lo), int(rq.hi))
+        # what the result is written as: the storage dtype, unless every reader converts it to one
+        # dtype first (a float32 product, an int8 GEMM) and the executor has the loop write that
+        # instead (see reader_dtype): one pass over the tensor fewer
+        self.out_dtype = self.dtype
         self.channels = channels
         # the vectorising loops cover floor / half_up without accumulator clamp or pre-shift
         self.simple = rq.rounding in ("floor", "half_up") and rq.clamp_acc is None and rq.pre_shift is None
@@ -92,7 +123,7 @@ class RequantParams:
 
     def apply(self, parts: tuple, factors, bias: np.ndarray, per_col: bool) -> np.ndarray:
         """Requantized ``bias + sum(factors * parts)`` over 2-D parts ``(R, Q)``; channels per column or per row."""
-        out = np.empty(parts[0].shape, self.dtype)
+        out = np.empty(parts[0].shape, self.out_dtype)
         if self.simple and len(parts) == 1 and int(factors[0]) == 1:
             loop = fused.requantize_cols_one if per_col and self.channels > 1 else fused.requantize_rows_one
             loop(parts[0], bias, self.M, self.n, self.half, self.lo, self.hi, out)
@@ -271,7 +302,7 @@ def linear_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np
                 y = integer.run(None, {"x": offset_u8(x.reshape(-1, K))})[0]
                 return rq.apply((y,), _ONE, bias, True).reshape(x.shape[:-1] + (N,))
 
-            return run_int8
+            return _marked(run_int8, rq)
         # x = 256 hi + lo: the GEMM sees hi and lo - 128, so 128 * colsum(W) goes back in with the bias
         bias_lo = bias + 128 * w.sum(axis=0)
         factors16 = [256, 1]
@@ -284,7 +315,7 @@ def linear_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np
             rows = x2.shape[0]
             return rq.apply((y[:rows], y[rows:]), factors16, bias_lo, True).reshape(x.shape[:-1] + (N,))
 
-        return run_int16
+        return _marked(run_int16, rq)
     try:
         sx, sw = plan_float_conv(w.T, kernel.in_bits)
         dt = np.dtype(np.float32)
@@ -306,7 +337,7 @@ def linear_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np
         parts = [p for y in ys for p in ((y[:rows], y[rows:]) if sx else (y,))]
         return rq.apply(tuple(parts), factors, bias, True).reshape(shape[:-1] + (N,))
 
-    return run
+    return _marked(run, rq, {} if sx or dt != np.float32 else {0: np.float32})
 
 
 def _pointwise_integer_conv(kernel, w: np.ndarray, attrs: dict, threads: int | None):
@@ -373,7 +404,7 @@ def conv_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.n
             y = integer.run(None, {"x": offset_u8(x)})[0]
             return rq.apply((y.reshape(y.shape[0] * C, -1),), _ONE, bias, False).reshape(y.shape)
 
-        return run_integer
+        return _marked(run_integer, rq)
     if integer is not None:
         # x = 256 hi + lo: the GEMM sees hi and lo - 128, so 128 * sum(W[c]) goes back in with the bias
         bias_lo = bias + 128 * w.reshape(C, -1).sum(axis=1)
@@ -387,7 +418,7 @@ def conv_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.n
             rows = n * C
             return rq.apply((y[:n].reshape(rows, -1), y[n:].reshape(rows, -1)), factors16, bias_lo, False).reshape((n,) + y.shape[1:])
 
-        return run_integer16
+        return _marked(run_integer16, rq)
     try:
         sx, sw = plan_float_conv(w, kernel.in_bits)
     except ValueError:
@@ -412,11 +443,11 @@ def _pointwise_gemm_runner(gemm, in_bits: int, w: np.ndarray, rq: "RequantParams
     if in_bits <= 8:
         def run8(x: np.ndarray) -> np.ndarray:
             n = x.shape[0]
-            codes = np.asarray(x).astype(np.int8, order="C").reshape(n, x.shape[1], -1)  # int8-range codes: the cast keeps them
+            codes = np.ascontiguousarray(x, dtype=np.int8).reshape(n, x.shape[1], -1)  # int8-range codes: the cast keeps them
             y = gemm.run(None, {"x": codes})[0]
             return rq.apply((y.reshape(n * C, -1),), _ONE, bias, False).reshape((n, C) + x.shape[2:])
 
-        return run8
+        return _marked(run8, rq, {0: np.int8})
     bias_lo = bias + 128 * w.reshape(C, -1).sum(axis=1)
     factors16 = [256, 1]
 
@@ -429,7 +460,7 @@ def _pointwise_gemm_runner(gemm, in_bits: int, w: np.ndarray, rq: "RequantParams
         rows = n * C
         return rq.apply((y[:n].reshape(rows, -1), y[n:].reshape(rows, -1)), factors16, bias_lo, False).reshape((n, C) + x.shape[2:])
 
-    return run16
+    return _marked(run16, rq)
 
 
 def conv_transpose_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.ndarray] | None:
@@ -467,7 +498,7 @@ def _float_conv_runner(session, factors, sx: bool, C: int, rq: "RequantParams", 
                 parts.append(y.reshape(rows, -1))
         return rq.apply(tuple(parts), factors, bias, False).reshape(out_shape)
 
-    return run
+    return _marked(run, rq, {} if sx else {0: np.float32})
 
 
 def matmul_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray, np.ndarray], np.ndarray] | None:
@@ -511,11 +542,12 @@ def matmul_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray, np.
         y = session.run(None, {"a": a_in, "b": b_in})[0]
         shape = y.shape[2:]
         if y.size == 0:
-            return np.zeros(shape, rq.dtype)
+            return np.zeros(shape, rq.out_dtype)
         parts = tuple(y[i, j].reshape(-1, shape[-1]) for i in range(len(fa)) for j in range(len(fb)))
         return rq.apply(parts, factors, zero, True).reshape(shape)
 
-    return run
+    reads = {} if dt != np.float32 else {k: np.float32 for k, split in enumerate((sa, sb)) if not split}
+    return _marked(run, rq, reads)
 
 
 def maxpool_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.ndarray]:
@@ -528,7 +560,7 @@ def maxpool_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], n
         y = session.run(None, {"x": np.ascontiguousarray(x, dtype=np.float32)})[0]
         return y.astype(np.int16)
 
-    return run
+    return _marked(run, None, {0: np.float32})
 
 
 def dequantize_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.ndarray]:

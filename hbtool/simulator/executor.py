@@ -27,7 +27,7 @@ from hbtool.errors import InputError
 from hbtool.ir.graph import Graph, Node
 from hbtool.ir.program_io import program_from_section
 from hbtool.kernels.movement import MOVEMENT
-from hbtool.simulator.accel import accelerate, numpy_until_compiled
+from hbtool.simulator.accel import accelerate, narrowable, numpy_until_compiled, reader_dtype, writes_through
 from hbtool.simulator.batching import mergeable, merged_kernel, movement_step, per_sample
 
 
@@ -58,16 +58,49 @@ class _Step:
     # samples per call inside a pass (None: the whole pass at once): set for steps whose tensors are
     # larger than the pass was sized for, see _chunk_sizes
     chunk: int | None = None
+    # the accelerated form of its kernel (None: a numpy form, a movement op or a CPU subgraph)
+    fast: Callable | None = None
 
 
-def _kernel_step(node: Node, program: Graph, fast: bool, threads: int | None) -> Callable:
-    """The kernel on a batch: merged into its first axis where :func:`.batching.mergeable`, else sample by sample."""
+def _kernel_step(node: Node, program: Graph, fast: bool, threads: int | None) -> tuple[Callable, Callable | None]:
+    """The kernel on a batch (merged into its first axis where :func:`.batching.mergeable`, else sample by
+    sample), and its accelerated form (None: the numpy form runs)."""
     kernel = node.meta["kernel"]
     accelerated = accelerate(kernel, threads) if fast else None
     apply = numpy_until_compiled(accelerated, kernel.apply_numpy) if accelerated is not None else kernel.apply_numpy
     if mergeable(node, program):
-        return merged_kernel(node, program, apply)
-    return per_sample(node, program, _one_sample_kernel(node, apply))
+        return merged_kernel(node, program, apply), accelerated
+    return per_sample(node, program, _one_sample_kernel(node, apply)), accelerated
+
+
+def _narrow_handoffs(steps: list["_Step"], program: Graph) -> set[str]:
+    """Have a requantizing loop write its result in the dtype every reader converts it to first.
+
+    A float32 product (a depthwise or full convolution, a float Linear or MatMul) converts its int16
+    input to float32, an int8 GEMM to int8: that is one more pass over the tensor after the loop that
+    wrote it. Where every reader of a tensor converts it to the same dtype, and that dtype holds the
+    requantizer's clamp range exactly, the loop writes that dtype instead (the same integers: float32
+    holds every int16, int8 every 8-bit clamp). Program outputs keep their int16. Returns the names
+    so written (:meth:`Executor.run` hands them back as int16 where they are asked for).
+    """
+    readers: dict[str, list[tuple[_Step, int]]] = {}
+    for step in steps:
+        for k, name in enumerate(step.inputs):
+            if name:
+                readers.setdefault(name, []).append((step, k))
+    narrowed = set()
+    for step in steps:
+        rq = writes_through(step.fast)
+        if rq is None or len(step.outputs) != 1 or step.outputs[0] in program.outputs or step.sampleless:
+            continue
+        name = step.outputs[0]
+        wants = {reader_dtype(reader.fast, k) for reader, k in readers.get(name, [])}
+        if len(wants) == 1:
+            dtype = wants.pop()
+            if dtype is not None and narrowable(rq, dtype):
+                rq.out_dtype = dtype
+                narrowed.add(name)
+    return narrowed
 
 
 def _one_sample_kernel(node: Node, apply: Callable) -> Callable:
@@ -188,15 +221,17 @@ class Executor:
         keep = set(self.program.outputs)
         self.steps: list[_Step] = []
         for k, n in enumerate(nodes):
+            accelerated = None
             if n.op_type == CPU_SUBGRAPH_OP:
                 run = per_sample(n, self.program, _cpu_step(n, subgraphs[int(n.attrs["index"])], threads))
             elif "kernel" in n.meta:
-                run = _kernel_step(n, self.program, fast, threads)
+                run, accelerated = _kernel_step(n, self.program, fast, threads)
             else:
                 run = _movement_step(n, self.program)
             free = [i for i in dict.fromkeys(n.inputs) if i and last_use.get(i) == k and i not in keep and not self.program.is_const(i)]
             sampleless = not any(i and not self.program.is_const(i) for i in n.inputs)
-            self.steps.append(_Step(n, run, list(n.inputs), list(n.outputs), free, sampleless))
+            self.steps.append(_Step(n, run, list(n.inputs), list(n.outputs), free, sampleless, fast=accelerated))
+        self.narrowed = _narrow_handoffs(self.steps, self.program)
         self.consts = {name: v.data for name, v in self.program.values.items() if v.data is not None}
         self.micro_batch, chunks = _chunk_sizes(self.program, [s.node for s in self.steps])
         for step, chunk in zip(self.steps, chunks):
@@ -284,5 +319,7 @@ class Executor:
         for name in list(self.program.outputs) + sorted(keep):
             if name in values:
                 y = values[name]
+                if name in self.narrowed:  # written as its reader's dtype: the int16 every other tensor is stored as
+                    y = y.astype(np.int16)
                 out[name] = y.reshape(()) if y.ndim == 1 and S == 1 else y.reshape((S * y.shape[1],) + y.shape[2:]) if y.ndim > 1 else y
         return out

@@ -93,6 +93,23 @@ def test_the_pass_is_sized_by_the_bulk_of_the_steps_and_the_few_larger_ones_sub_
     assert executor_module._chunk_sizes(None, [2_000_000] * 5) == (1, [None] * 5)  # one sample per pass: nothing to split
 
 
+def test_tensors_written_as_their_readers_dtype_are_the_numpy_forms_integers(compiled):
+    """Where a requantizing loop writes float32 / int8 for its readers, every tensor still equals the kernels'
+    numpy forms, the outputs the quantized model's, and a kept tensor comes back as int16."""
+    name, wd = compiled
+    art = read_artifact(wd / f"{name}.bin")
+    fast, slow = Executor(art), Executor(art, fast=False)
+    computed = {o for s in fast.steps for o in s.outputs if o}
+    x = _images(3)
+    got, want = fast.run({"input": x}, keep=computed), slow.run({"input": x}, keep=computed)
+    if name == "tiny_cnn":
+        assert fast.narrowed  # its convolutions hand float32 / int8 to the next product
+    for o in computed:
+        assert np.array_equal(got[o], want[o]), o
+        if o in fast.narrowed:
+            assert got[o].dtype == np.int16, o
+
+
 def _movement_model(tmp: Path) -> Path:
     """x (1, 4, 6, 6) int-valued float -> Pad (reflect), Expand, Concat with a constant, Roll-like Slice+Concat, Tile."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])

@@ -136,3 +136,41 @@ def test_wide_pointwise_convolutions_take_the_matmul_integer_route():
     assert (wide is not None) == accel._cpu_integer_gemm_never_saturates()
     assert accel._pointwise_integer_matmul(strided, np.asarray(strided.weight, np.int64), None) is None
     assert accel._pointwise_integer_matmul(expansion, np.asarray(expansion.weight, np.int64), None) is None
+
+
+@pytest.mark.parametrize("cout, cin, group, k, stride, pads, in_bits", CONVS)
+def test_a_conv_written_as_its_readers_dtype_holds_the_same_integers(cout, cin, group, k, stride, pads, in_bits):
+    """Every conv route's requantizing loop writing float32 (for a float product reading it) or int8 (for an
+    int8 GEMM, under an 8-bit clamp) instead of int16: the same integers, saturated codes included."""
+    rng = np.random.default_rng(7)
+    w = rng.integers(-128, 128, size=(cout, cin // group, k, k))
+    for out_bits in (8, 16):
+        kern = Conv.build(w, rng.integers(-2000, 2000, cout), 0.03, rng.uniform(0.001, 0.01, cout), 0.002 if out_bits == 8 else 0.05,
+                          strides=[stride, stride], pads=pads, group=group, in_bits=in_bits, out_bits=out_bits)
+        fast = accel.accelerate(kern)
+        x = _codes((2, cin, 9, 11), in_bits, 3)
+        want = kern.apply_numpy(x)
+        rq = accel.writes_through(fast)
+        assert rq is not None and rq.out_dtype == np.int16
+        for dtype in (np.float32, np.int8):
+            if not accel.narrowable(rq, np.dtype(dtype)):
+                assert dtype == np.int8 and out_bits == 16
+                continue
+            rq.out_dtype = np.dtype(dtype)
+            got = fast(x)
+            rq.out_dtype = rq.dtype
+            assert got.dtype == dtype
+            np.testing.assert_array_equal(got.astype(np.int64), want)
+        if out_bits == 8:
+            assert want.min() == -128 and want.max() == 127  # both clamps reached
+
+
+def test_the_readers_dtype_is_the_one_each_route_converts_to():
+    """float32 products read float32, the int8 GEMM reads int8; routes that re-encode (digits, uint8 offsets) read any."""
+    rng = np.random.default_rng(8)
+    depthwise = Conv.build(rng.integers(-128, 128, (16, 1, 3, 3)), None, 0.03, 0.01, 0.5, pads=[1, 1, 1, 1], group=16)
+    wide = Conv.build(rng.integers(-128, 128, (40, 32, 1, 1)), None, 0.03, 0.01, 0.5)
+    wide16 = Conv.build(rng.integers(-128, 128, (24, 48, 1, 1)), None, 0.03, 0.01, 0.5, in_bits=16)
+    assert accel.reader_dtype(accel.accelerate(depthwise), 0) == np.float32
+    assert accel.reader_dtype(accel.accelerate(wide), 0) == (np.int8 if accel._cpu_integer_gemm_never_saturates() else None)
+    assert accel.reader_dtype(accel.accelerate(wide16), 0) is None
