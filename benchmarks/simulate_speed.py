@@ -237,7 +237,9 @@ def cli_row(name: str, lines: int, threads: int, rounds: int, baseline: Path | N
         cmds["onnxruntime float32"] = ([sys.executable, "-c", _ORT_LINES, str(wd / f"{name}_original_float_model.onnx"), str(data),
                                         desc[0]["name"], str(threads)], dict(os.environ))
         for cmd, env in cmds.values():  # warm-up: the numba cache filled, files in the page cache
-            subprocess.run(cmd, env=env, check=True, capture_output=True)
+            # inline: the loops of a changed checkout compile in this run, not in a background process that a
+            # measured round could overtake (it then ran the numpy forms: the 23.2 s of 2026-12-06 06:50)
+            subprocess.run(cmd, env=dict(env, HBTOOL_SIM_COMPILE="inline"), check=True, capture_output=True)
         seconds = {label: 0.0 for label in cmds}
         for _ in range(rounds):
             for label, (cmd, env) in cmds.items():

@@ -79,8 +79,8 @@ def reader_dtype(fast: Callable | None, index: int) -> np.dtype | None:
     return getattr(fast, "reads", {}).get(index)
 
 
-def writes_through(fast: Callable | None) -> "RequantParams | None":
-    """The requantizer whose loop writes ``fast``'s result (its ``out_dtype`` may be changed), or None."""
+def writes_through(fast: Callable | None) -> "RequantParams | _TableWrite | None":
+    """The requantizer (or table) whose loop writes ``fast``'s result (its ``out_dtype`` may be changed), or None."""
     return getattr(fast, "requant", None)
 
 
@@ -165,16 +165,30 @@ def tabulate_unary(kernel, in_bits: int) -> Callable[[np.ndarray], np.ndarray]:
     lo = -(1 << (in_bits - 1))
     codes = np.arange(lo, -lo, dtype=np.int64)
     values = np.asarray(kernel.apply_numpy(codes), np.int64)
-    table = values.astype(storage_dtype(int(values.min()), int(values.max())))
+    writes = _TableWrite(int(values.min()), int(values.max()))
+    tables = {writes.dtype: values.astype(writes.dtype)}
     offset = np.int64(-lo)
 
     def apply(x: np.ndarray) -> np.ndarray:
         x = as_stored(x)
+        table = tables.get(writes.out_dtype)
+        if table is None:  # the executor chose the readers' dtype: the same values in it
+            table = tables[writes.out_dtype] = values.astype(writes.out_dtype)
         out = np.empty(x.shape, table.dtype)
         fused.lookup(x.reshape(-1), table, offset, out.reshape(-1))
         return out
 
-    return apply
+    return _marked(apply, writes)
+
+
+class _TableWrite:
+    """The output side of a table lookup, as :func:`narrowable` and the executor see a requantizer's:
+    the range of its values, their storage dtype, and the dtype the lookup writes."""
+
+    def __init__(self, lo: int, hi: int):
+        self.lo, self.hi = lo, hi
+        self.dtype = storage_dtype(lo, hi)
+        self.out_dtype = self.dtype
 
 
 # ------------------------------------------------------------------------------ products

@@ -240,6 +240,12 @@ def test_lut_table_is_bit_exact_on_every_code(bits):
     fast = accel.accelerate(kern)
     codes = np.arange(-(1 << (bits - 1)), 1 << (bits - 1)).reshape(-1, 8)
     np.testing.assert_array_equal(fast(codes), kern.apply_numpy(codes))
+    writes = accel.writes_through(fast)
+    if accel.narrowable(writes, np.dtype(np.float32)):  # written as float32 for a float product reading it
+        writes.out_dtype = np.dtype(np.float32)
+        got = fast(codes)
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got.astype(np.int64), kern.apply_numpy(codes))
 
 
 ROUNDINGS = ["half_up", "floor", "half_even", "half_away"]
