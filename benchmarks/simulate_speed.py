@@ -137,25 +137,32 @@ def run_model(name: str, rounds: int, threads: int) -> dict:
     executor.run(_slice(feeds, shapes, 0))
     executor.run(feeds)
     t_sim1 = t_ort1 = t_sim16 = t_ort16 = 0.0
+    # CPU seconds of this process beside the wall clock: on a loaded machine they move less (both sides
+    # run in this process; with --threads 1 nothing spins, so they are each side's own work)
+    c_sim1 = c_ort1 = c_sim16 = c_ort16 = 0.0
     sim1 = sim16 = None
     for _ in range(rounds):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         sim1 = [executor.run(_slice(feeds, shapes, k)) for k in range(BATCH)]
         t_sim1 += time.perf_counter() - t
-        t = time.perf_counter()
+        c_sim1 += time.process_time() - c
+        t, c = time.perf_counter(), time.process_time()
         for k in range(BATCH):
             float_sess.run(outs, _slice(feeds, shapes, k))
         t_ort1 += time.perf_counter() - t
-        t = time.perf_counter()
+        c_ort1 += time.process_time() - c
+        t, c = time.perf_counter(), time.process_time()
         sim16 = executor.run(feeds)
         t_sim16 += time.perf_counter() - t
-        t = time.perf_counter()
+        c_sim16 += time.process_time() - c
+        t, c = time.perf_counter(), time.process_time()
         if batched_f is not None:
             batched_f.run(outs, feeds)
         else:
             for k in range(BATCH):
                 float_sess.run(outs, _slice(feeds, shapes, k))
         t_ort16 += time.perf_counter() - t
+        c_ort16 += time.process_time() - c
 
     quant = _session(wd / f"{name}_quantized_model.onnx", threads)
     exact = True
@@ -175,6 +182,8 @@ def run_model(name: str, rounds: int, threads: int) -> dict:
     }
     row["ratio_b1"] = row["sim_b1_ms"] / row["ort_b1_ms"]
     row["ratio_b16"] = row["sim_b16_ms"] / row["ort_b16_ms"]
+    row["cpu_ratio_b1"] = c_sim1 / max(c_ort1, 1e-9)
+    row["cpu_ratio_b16"] = c_sim16 / max(c_ort16, 1e-9)
     return row
 
 
@@ -184,7 +193,9 @@ def table(rows: list[dict]) -> str:
     for r in rows:
         lines.append(f"| {r['model']} | {r['kind']} | {r['input']} | {r['sim_b1_ms']:.1f} | {r['ort_b1_ms']:.1f} | {r['ratio_b1']:.2f}x | "
                      f"{r['sim_b16_ms']:.1f} | {r['ort_b16_ms']:.1f} ({r['ort_b16_mode']}) | {r['ratio_b16']:.2f}x | {'yes' if r['bit_exact'] else 'NO'} |")
-    for key in ("ratio_b1", "ratio_b16"):
+    for key in ("ratio_b1", "ratio_b16", "cpu_ratio_b1", "cpu_ratio_b16"):
+        if not all(key in r for r in rows):
+            continue  # an older checkout's rows (--baseline) have no CPU ratios
         vals = [r[key] for r in rows]
         lines.append(f"\n{key}: median {statistics.median(vals):.2f}x, worst {max(vals):.2f}x "
                      f"({max(rows, key=lambda r: r[key])['model']})")
