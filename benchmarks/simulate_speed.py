@@ -298,9 +298,14 @@ def main() -> None:
     ap.add_argument("--cli-lines", type=int, default=0, help="samples of the command-line row (0: no CLI row)")
     ap.add_argument("--cli-model", default="ppocrv5_rec")
     ap.add_argument("--baseline", type=Path, default=None, help="another checkout (e.g. the old main) measured beside this one")
+    ap.add_argument("--parallel-passes", action="store_true",
+                    help="this checkout's simulate runs a batch's passes on all threads at once (HBTOOL_SIM_PARALLEL_PASSES=1)")
     args = ap.parse_args()
     ZOO_OUT = args.zoo_out
     import os
+
+    if args.parallel_passes:  # read by every Executor of this process and of the CLI row's hbtool
+        os.environ["HBTOOL_SIM_PARALLEL_PASSES"] = "1"
 
     threads = args.threads or len(os.sched_getaffinity(0))
     rows, old_rows, cli = [], [], None

@@ -203,12 +203,22 @@ def _chunk_sizes(program: Graph, nodes: list[Node]) -> tuple[int, list[int | Non
 class Executor:
     """Runs one artifact's program on batches of samples."""
 
-    def __init__(self, artifact: Artifact, threads: int | None = None, fast: bool = True):
-        """``threads``: cores for onnxruntime and the integer loops (None: all); the loops' count is process-wide."""
+    def __init__(self, artifact: Artifact, threads: int | None = None, fast: bool = True,
+                 parallel_passes: bool | None = None):
+        """``threads``: cores for onnxruntime and the integer loops (None: all); the loops' count is process-wide.
+
+        ``parallel_passes``: run the passes of a batch on ``threads`` threads at once (None: the
+        ``HBTOOL_SIM_PARALLEL_PASSES=1`` environment switch; off by default, see :meth:`run`)."""
+        import os
+
         from hbtool.simulator.accel import fused
 
         if fused is not None:
             fused.set_threads(threads)
+        if parallel_passes is None:
+            parallel_passes = os.environ.get("HBTOOL_SIM_PARALLEL_PASSES", "") == "1"
+        cores = threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+        self.pass_workers = max(1, int(cores)) if parallel_passes else 1
         self.header = artifact.header
         self.program = program_from_section(artifact.header["program"])
         subgraphs = artifact.header.get("cpu_subgraphs", [])
@@ -269,12 +279,29 @@ class Executor:
         :mod:`.batching`). ``keep`` also returns these tensors.
         """
         S = self.samples_in(feeds)
-        if S > self.micro_batch:
-            parts = []
-            for start in range(0, S, self.micro_batch):
-                stop = min(start + self.micro_batch, S)
+        per_pass = self.micro_batch
+        workers = min(self.pass_workers, S)
+        if workers > 1:  # passes in a multiple of the workers, as even as the cap allows
+            passes = -(-S // per_pass)
+            passes = -(-passes // workers) * workers
+            per_pass = -(-S // passes)
+        if S > per_pass:
+            bounds = [(start, min(start + per_pass, S)) for start in range(0, S, per_pass)]
+
+            def one_pass(bound: tuple[int, int]) -> dict[str, np.ndarray]:
+                start, stop = bound
                 chunk = {name: x[start * (x.shape[0] // S): stop * (x.shape[0] // S)] for name, x in feeds.items()}
-                parts.append(self._run(chunk, stop - start, keep))
+                return self._run(chunk, stop - start, keep)
+
+            if workers > 1:
+                # the samples of different passes never meet, so passes may run at once, each on its own
+                # thread (onnxruntime and the numba loops release the GIL); results stay in pass order
+                from concurrent.futures import ThreadPoolExecutor
+
+                with ThreadPoolExecutor(workers, thread_name_prefix="hbtool-pass") as pool:
+                    parts = list(pool.map(one_pass, bounds))
+            else:
+                parts = [one_pass(b) for b in bounds]
             return {name: np.concatenate([p[name] for p in parts]) if parts[0][name].ndim else parts[0][name]
                     for name in parts[0]}
         return self._run(feeds, S, keep)

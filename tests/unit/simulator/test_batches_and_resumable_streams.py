@@ -110,6 +110,22 @@ def test_tensors_written_as_their_readers_dtype_are_the_numpy_forms_integers(com
             assert got[o].dtype == np.int16, o
 
 
+def test_passes_run_on_two_threads_at_once_give_the_same_bits(compiled):
+    """``parallel_passes``: a batch's passes on two threads at once, with the pass cap shrunk so there are
+    several: the same bits as one sample at a time, in sample order."""
+    name, wd = compiled
+    art = read_artifact(wd / f"{name}.bin")
+    plain = Executor(art)
+    ex = Executor(art, threads=2, parallel_passes=True)
+    ex.micro_batch = 2
+    assert ex.pass_workers == 2 and Executor(art, threads=2).pass_workers == 1
+    x = _images(7)
+    batched = ex.run({"input": x})
+    for o in ex.output_names:
+        singles = np.concatenate([plain.run({"input": x[i:i + 1]})[o] for i in range(len(x))])
+        assert np.array_equal(batched[o], singles), o
+
+
 def _movement_model(tmp: Path) -> Path:
     """x (1, 4, 6, 6) int-valued float -> Pad (reflect), Expand, Concat with a constant, Roll-like Slice+Concat, Tile."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])
