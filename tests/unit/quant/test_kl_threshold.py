@@ -1,11 +1,12 @@
-"""The KL threshold is the very float the cut-by-cut loop gives.
+"""The KL and MSE thresholds are the very floats the bin-by-bin searches give.
 
 ``hbtool.quant.thresholds._kl`` estimates every cut's divergence from per-group sums and sums only
 the cuts its rounding bound cannot rule out bin by bin. Here the loop it replaced (TensorRT's entropy
 calibration, every cut summed bin by bin) is the reference: on histograms of many shapes (bell, long
 tail, sparse with empty bins, all mass in a few bins, mass up to the last bin, ties) and every qmax
 calibration uses, both give the same threshold to the last bit, and the estimates stay inside
-their bound.
+their bound. The same for the MSE search (``_mse``: running sums and a bound, then the few
+candidates the bound keeps summed as the 160-row matrix summed them).
 """
 
 from __future__ import annotations
@@ -14,7 +15,22 @@ import numpy as np
 import pytest
 
 from hbtool.quant.observers import DEFAULT_BINS, TensorStats
-from hbtool.quant.thresholds import _kl, _kl_estimates, _kl_of_cut, _mse, threshold
+from hbtool.quant.thresholds import _kl, _kl_estimates, _kl_of_cut, _mse, _mse_errors, threshold
+
+
+def _reference_mse(stats: TensorStats, qmax: int) -> float:
+    """The MSE search as calibration ran it before the estimates: all 160 candidates summed over every bin."""
+    hist = stats.hist.astype(np.float64)
+    width = stats.bin_width
+    centres = (np.arange(hist.size) + 0.5) * width
+    last = int(np.nonzero(hist)[0].max()) + 1
+    hi = min(stats.absmax, last * width)
+    candidates = np.linspace(hi * 0.05, hi, 160)
+    hist, centres = hist[:last], centres[:last]
+    step = candidates / qmax
+    over = np.maximum(centres[None, :] - candidates[:, None], 0.0)
+    err = (hist[None, :] * (over**2)).sum(axis=1) + (hist[None, :] * (centres[None, :] <= candidates[:, None])).sum(axis=1) * step**2 / 12.0
+    return float(candidates[int(np.argmin(err))])
 
 
 def _reference_kl(stats: TensorStats, qmax: int) -> float:
@@ -23,7 +39,7 @@ def _reference_kl(stats: TensorStats, qmax: int) -> float:
     hist = stats.hist.astype(np.float64)
     bins = hist.size
     if levels >= bins // 2:
-        return _mse(stats, qmax)
+        return _reference_mse(stats, qmax)
     last = int(np.nonzero(hist)[0].max()) + 1
     start = max(levels, 1)
     best_i, best_kl = last, np.inf
@@ -117,3 +133,21 @@ def test_estimates_stay_inside_their_bound():
 def test_int16_kl_and_mse_share_one_search():
     st = _histograms()[0]
     assert threshold(st, "kl", 32767) == threshold(st, "mse", 32767) == _mse(st, 32767)
+
+
+@pytest.mark.parametrize("qmax", [127, 7, 15, 255, 32767])
+def test_mse_threshold_is_the_matrix_s_float(qmax):
+    for st in _histograms():
+        assert _mse(st, qmax) == _reference_mse(st, qmax)
+
+
+def test_mse_rows_summed_alone_as_in_the_matrix():
+    """The candidates the bound keeps are summed as rows of a smaller matrix: each row's sum is its own."""
+    st = _histograms()[1]
+    hist = st.hist.astype(np.float64)
+    centres = (np.arange(hist.size) + 0.5) * st.bin_width
+    cands = np.linspace(0.1, st.absmax, 160)
+    full = _mse_errors(hist, centres, cands, 127)
+    for k in (0, 37, 159):
+        assert _mse_errors(hist, centres, cands[k:k + 1], 127)[0] == full[k]
+    assert np.array_equal(_mse_errors(hist, centres, cands[[3, 90, 91]], 127), full[[3, 90, 91]])
