@@ -18,7 +18,7 @@ METHODS = ("max", "percentile", "kl", "mse")
 
 def threshold(stats: TensorStats, method: str, qmax: int, percentile: float = 0.99995) -> float:
     """The clipping threshold T (> 0) for ``stats`` with the given method (memoised on ``stats``)."""
-    if method == "kl" and qmax + 1 >= stats.bins // 2:
+    if method == "kl" and qmax + 1 >= stats.hist.size // 2:
         method = "mse"   # KL falls back to MSE at int16's levels: one search serves both
     key = (method, qmax, percentile if method == "percentile" else None)
     cache = stats.__dict__.setdefault("_thresholds", {})
