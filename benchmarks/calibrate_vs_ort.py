@@ -59,9 +59,11 @@ Speed only (``--speed``): ``hbtool calibrate`` (the CLI) against ORT MinMax ``qu
 each in a fresh process, interleaved per model, on corpus models (``--speed-models``, default
 ppocrv5_rec hf_resnet50 hf_mobilenet_v2 hf_deit_tiny hf_swin_t) with ``--samples`` (64) of the
 corpus runner's calibration samples; prints wall and CPU seconds, the ratio per model and the median,
-and hbtool's output hashes (``--hashes FILE`` writes them, or checks them when FILE exists):
+and hbtool's output hashes (``--hashes FILE`` writes them, or checks them when FILE exists);
+``--baseline DIR`` also times ``hbtool calibrate`` from another source tree (a checkout of the commit
+before a change), in the same rounds, and fails when its outputs are not the same bytes:
 
-    .venv/bin/python -m benchmarks.calibrate_vs_ort --speed [--rounds 2] [--hashes before.json]
+    .venv/bin/python -m benchmarks.calibrate_vs_ort --speed [--rounds 2] [--hashes before.json] [--baseline ../main]
 
     .venv/bin/python -m benchmarks.calibrate_vs_ort [--models tiny_cnn minilm ...] \
         [--json benchmarks/_out/calibrate_vs_ort.json] [--markdown benchmarks/_out/calibrate_vs_ort.md]
@@ -621,7 +623,7 @@ def speed_case(name: str, n_samples: int, root: Path) -> dict[str, Any]:
             "prefix": spec.name, "work": case / "model_output"}
 
 
-def _timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
+def _timed(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[float, float, str]:
     """(wall seconds, CPU seconds user + system of the child and its threads, stdout). On shared cores the CPU
     seconds vary less than the wall time, but do not show work spread over cores."""
     import resource
@@ -629,7 +631,7 @@ def _timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, fl
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
     seconds = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
@@ -657,30 +659,51 @@ def speed_main(args: argparse.Namespace) -> int:
     print(f"load before: {load}", flush=True)
     cases = [speed_case(n, args.samples, root) for n in args.speed_models]
     rows, hashes = [], {}
+    base_env = None if args.baseline is None else dict(os.environ, PYTHONPATH=str(args.baseline.resolve()))
     for c in cases:
-        hb, ortt, inner, hb_cpu, ort_cpu = [], [], [], [], []
+        hb, ortt, inner, hb_cpu, ort_cpu, base, base_cpu = [], [], [], [], [], [], []
+        base_hashes = None
         for r in range(args.rounds):
             order = ("hbtool", "ort") if r % 2 == 0 else ("ort", "hbtool")
+            if base_env is not None:   # the baseline first, then last, in turn
+                order = ("baseline",) + order if r % 2 == 0 else order + ("baseline",)
             for tool in order:
-                if tool == "hbtool":
+                if tool == "baseline":
+                    # from the baseline's folder: ``-m`` puts the working directory first on the import path
+                    s, cpu, _ = _timed([sys.executable, "-m", "hbtool.cli", "calibrate", "-c", str(c["config"].resolve())], base_env,
+                                       cwd=args.baseline.resolve())
+                    base.append(s)
+                    base_cpu.append(cpu)
+                    base_hashes = output_hashes(c)
+                elif tool == "hbtool":
                     s, cpu, _ = _timed([sys.executable, "-m", "hbtool.cli", "calibrate", "-c", str(c["config"])], env)
                     hb.append(s)
                     hb_cpu.append(cpu)
+                    hashes[c["name"]] = output_hashes(c)
                 else:
                     out = c["case"] / "ort_minmax.onnx"
                     s, cpu, text = _timed([sys.executable, "-c", ORT_CHILD, str(c["onnx"]), str(out), *c["ort_dirs"]], env)
                     ortt.append(s)
                     ort_cpu.append(cpu)
                     inner.append(float(text.split()[1]))
-        hashes[c["name"]] = output_hashes(c)
         row = {"model": c["name"], "hbtool_s": min(hb), "ort_s": min(ortt), "ort_quantize_static_s": min(inner),
                "ratio": min(hb) / min(ortt), "hbtool_cpu_s": min(hb_cpu), "ort_cpu_s": min(ort_cpu),
                "cpu_ratio": min(hb_cpu) / min(ort_cpu), "hbtool_all": hb, "ort_all": ortt, "hashes": hashes[c["name"]]}
+        if base:
+            row.update({"baseline_s": min(base), "baseline_cpu_s": min(base_cpu), "baseline_ratio": min(base) / min(ortt),
+                        "baseline_cpu_ratio": min(base_cpu) / min(ort_cpu), "baseline_same_outputs": base_hashes == hashes[c["name"]]})
         rows.append(row)
         print(f"{c['name']:18s} hbtool calibrate {row['hbtool_s']:7.1f} s   ort quantize_static MinMax {row['ort_s']:7.1f} s "
               f"(inside {row['ort_quantize_static_s']:.1f} s)   ratio {row['ratio']:.2f}x   CPU s {row['hbtool_cpu_s']:.1f} vs "
               f"{row['ort_cpu_s']:.1f} ({row['cpu_ratio']:.2f}x)   outputs {' '.join(hashes[c['name']].values())}", flush=True)
+        if base:
+            print(f"{'':18s} baseline calibrate {row['baseline_s']:7.1f} s (ratio {row['baseline_ratio']:.2f}x, CPU s "
+                  f"{row['baseline_cpu_s']:.1f}, {row['baseline_cpu_ratio']:.2f}x)   outputs "
+                  f"{'the same' if row['baseline_same_outputs'] else 'DIFFERENT: ' + ' '.join(base_hashes.values())}", flush=True)
     med = statistics.median(r["ratio"] for r in rows)
+    if base_env is not None:
+        print(f"baseline ({args.baseline}): median ratio {statistics.median(r['baseline_ratio'] for r in rows):.2f}x, "
+              f"median CPU-time ratio {statistics.median(r['baseline_cpu_ratio'] for r in rows):.2f}x")
     print(f"median CPU-time ratio hbtool/ort: {statistics.median(r['cpu_ratio'] for r in rows):.2f}x")
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     print(f"median ratio hbtool/ort: {med:.2f}x over {len(rows)} models, {args.samples} samples, best of {args.rounds} "
@@ -688,6 +711,9 @@ def speed_main(args: argparse.Namespace) -> int:
     if args.json:
         write_result(args.json, json.dumps({"rows": rows, "median_ratio": med, "samples": args.samples, "rounds": args.rounds,
                                             "cpus": os.cpu_count(), "load": load}, indent=1, default=str) + "\n")
+    if base_env is not None and not all(r["baseline_same_outputs"] for r in rows):
+        print("OUTPUTS DIFFER from the baseline's: " + ", ".join(r["model"] for r in rows if not r["baseline_same_outputs"]))
+        return 1
     if args.hashes:
         if args.hashes.exists():
             before = json.loads(args.hashes.read_text())
@@ -728,6 +754,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hashes", type=Path, default=None,
                     help="--speed: write hbtool's output hashes here, or compare with them when the file exists (exit 1 if changed)")
     ap.add_argument("--keep", action="store_true", help="--speed: keep the work folders (benchmarks/_out/calibrate_speed)")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="--speed: also time hbtool calibrate from this source tree (e.g. a checkout of main), interleaved, "
+                         "and check that its outputs are the same bytes")
     args = ap.parse_args(argv)
     if args.speed:
         return speed_main(args)

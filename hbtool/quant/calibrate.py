@@ -31,7 +31,7 @@ from hbtool.ir.onnx_import import import_onnx
 from hbtool.kernels.movement import PERMUTATIONS
 from hbtool.march.description import check_int16_supported, load_march
 from hbtool.quant.calibrated_model import build_calibrated_graph, loaded_bias_delta
-from hbtool.quant.collect import collect_stats, float_model_bytes, open_session
+from hbtool.quant.collect import collect_stats, float_model_bytes, open_session, with_extra_outputs
 from hbtool.quant.data import CalibrationSet, load_calibration_data
 from hbtool.quant.fqvit import apply_ptf, apply_softmax_log2, log2_decode, ptf_tensors
 from hbtool.quant.masks import clamp_masks
@@ -95,6 +95,8 @@ class CalibrationResult:
     # what the ptf / softmax_log2 / smooth_quant options did: {option: {"applied": [...], "skipped": {...}}}
     options: dict[str, Any] = field(default_factory=dict)
     data: CalibrationSet | None = None  # the samples calibrated on (debug_mode dump_calibration_data)
+    # models already serialized as write_outputs writes them ({payload key: bytes}): the evaluation ran them
+    serialized: dict[str, bytes] = field(default_factory=dict, repr=False)
 
 
 def _tensor_names_for_eval(graph: Graph, plan: QuantPlan) -> list[str]:
@@ -144,6 +146,7 @@ def evaluate_outputs(
     scales: dict[str, Any] | None = None,
     test_feeds: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None,
     channel_out: dict[str, RunningChannelErrors] | None = None,
+    serialized: tuple[bytes, bytes] | None = None,
 ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
     """Errors of ``test_graph`` against ``float_graph`` on the given feeds.
 
@@ -153,6 +156,8 @@ def evaluate_outputs(
     per-channel array for the last axis, or a function that decodes the integers);
     ``test_feeds`` turns the float graph's feeds into the test graph's (run-time input formats);
     ``channel_out`` (a dict) receives every output's per-channel errors (hbtool.quant.output_channels).
+    ``serialized``: (float model, test model) as ``to_onnx`` serialized them (the files calibrate writes):
+    the compared tensors are appended to those bytes instead of serializing either model again.
     """
     tensor_map = tensor_map or {}
     node_tensors = node_tensors or []
@@ -164,10 +169,16 @@ def evaluate_outputs(
     channels = {o: RunningChannelErrors(channel_axis_of(float_graph, o)) for o in outs}
     # the two models are independent: onnxruntime opens and runs them side by side (two threads), the
     # errors are then added batch by batch in order, as one thread would
+    t_extra = [tensor_map.get(t, t) for t in node_tensors]
     with ThreadPoolExecutor(2) as pool:
-        t_model = float_model_bytes(test_graph, [tensor_map.get(t, t) for t in node_tensors])
+        if serialized is None:
+            t_model = float_model_bytes(test_graph, t_extra)
+        else:
+            t_model = with_extra_outputs(serialized[1], test_graph, t_extra)
         t_open = pool.submit(open_session, t_model, 0, True, False)
-        f_sess = open_session(float_model_bytes(float_graph, node_tensors), basic=True, spinning=False)
+        f_model = float_model_bytes(float_graph, node_tensors) if serialized is None else with_extra_outputs(serialized[0], float_graph, node_tensors)
+        f_sess = open_session(f_model, basic=True, spinning=False)
+        del f_model
         del t_model
         t_sess = t_open.result()
         for feeds in batches:
@@ -328,19 +339,23 @@ class _Calibration:
         self.bias_nodes = nodes_asking(self.node_info, "bias_correction") if self.loaded is None else set()
         self.mean_axes: dict[str, int] = (mean_inputs(graph, None if self.everywhere else self.bias_nodes)
                                           if (self.everywhere or self.bias_nodes) else {})
-        self.references = self.background.submit(self._float_references)   # the graph is final from here on
-        self.root_stats = _cached_stats(self.stats_cache, graph, observed, data, self._tick, self.mean_axes, ptf_axes, cal.batch_size)
+        # the graph is final from here on: serialized once for the statistics pass and the float references
+        self.float_bytes = float_model_bytes(graph)
+        self.references = self.background.submit(self._float_references)
+        self.root_stats = _cached_stats(self.stats_cache, graph, observed, data, self._tick, self.mean_axes, ptf_axes, cal.batch_size,
+                                        self.float_bytes)
         self.stats = {t: self.root_stats[reps[t]] for t in self.tensors}
 
     def reference_outputs(self) -> None:
         """The evaluation samples and the float model's outputs on them (what every candidate is scored against)."""
         self.eval_batches, self.f_refs = self.references.result()
+        self.float_bytes = b""   # (both users are done with it)
 
     def _float_references(self) -> tuple[list[dict[str, np.ndarray]], list[list[np.ndarray]]]:
         """(evaluation batches, the float model's outputs on them); runs on a background thread during the statistics pass."""
         n_eval = EVAL_SAMPLES if _total_macs(self.graph) < 1e9 else EVAL_SAMPLES // 2
         eval_batches = [b for _, b in zip(range(n_eval), self.data.iter_batches(1))]
-        f_sess = open_session(float_model_bytes(self.graph), spinning=False)
+        f_sess = open_session(self.float_bytes, spinning=False)
         return eval_batches, [f_sess.run(list(self.graph.outputs), b) for b in eval_batches]
 
     def plan_weights(self) -> None:
@@ -450,14 +465,20 @@ class _Calibration:
         node_tensors = [t for t in plan.tensors if t in present and t not in graph.outputs]
         node_scales = {t: log2_decode if plan.tensors[t].is_log2 else plan.tensors[t].channel_scales() for t in node_tensors}
         out_channels: dict[str, RunningChannelErrors] = {}
+        serialized: dict[str, bytes] = {}
         if evaluate:
+            # the two models the evaluation runs are serialized once, as write_outputs writes them (the files)
+            serialized = {"optimized_float_model": to_onnx(graph, stage="optimized_float").SerializeToString(),
+                          "quantized_model": to_onnx(qgraph, stage="quantized").SerializeToString()}
             out_err, node_err = evaluate_outputs(graph, qgraph, self.eval_batches, None, node_tensors, node_scales,
-                                                 test_feeds=runtime_feeds(cfg, list(graph.inputs)), channel_out=out_channels)
+                                                 test_feeds=runtime_feeds(cfg, list(graph.inputs)), channel_out=out_channels,
+                                                 serialized=(serialized["optimized_float_model"], serialized["quantized_model"]))
         else:
             out_err, node_err = {}, {}
         if not candidates and out_err:
             candidates = {method: _mean_cosine(out_err)}
-        result = CalibrationResult(graph, plan, self.weights, method, candidates, node_err, out_err, num_samples=self.total)
+        result = CalibrationResult(graph, plan, self.weights, method, candidates, node_err, out_err, num_samples=self.total,
+                                   serialized=serialized)
         result.original = self.original
         result.calibrated = cgraph
         result.quantized_source = self.qsrc
@@ -524,7 +545,8 @@ class _Calibration:
 
 
 def _cached_stats(cache: dict[str, Any] | None, graph: Graph, observed: list[str], data: CalibrationSet, tick: Callable[[int], None],
-                  mean_axes: dict[str, int], ptf_axes: dict[str, int], batch_size: int) -> dict[str, TensorStats]:
+                  mean_axes: dict[str, int], ptf_axes: dict[str, int], batch_size: int,
+                  model: bytes | None = None) -> dict[str, TensorStats]:
     """The statistics of ``observed``: from ``cache`` when it has them all, else one pass over the data.
 
     A full pass replaces the cache (histogram subsets are drawn per pass, so mixing passes would
@@ -537,13 +559,13 @@ def _cached_stats(cache: dict[str, Any] | None, graph: Graph, observed: list[str
         stats = cache["stats"]
         missing = {t: a for t, a in mean_axes.items() if stats.get(t) is None or stats[t].channel_mean is None}
         if missing:
-            for t, st in collect_stats(graph, [], data.iter_batches(batch_size), None, missing).items():
+            for t, st in collect_stats(graph, [], data.iter_batches(batch_size), None, missing, model=model).items():
                 if t in stats:
                     stats[t].channel_mean = st.channel_mean
                 else:
                     stats[t] = st
         return stats
-    stats = collect_stats(graph, observed, data.iter_batches(batch_size), tick, mean_axes, ptf_axes)
+    stats = collect_stats(graph, observed, data.iter_batches(batch_size), tick, mean_axes, ptf_axes, model=model)
     if cache is not None:
         cache["stats"] = stats
     return stats
@@ -657,11 +679,12 @@ def write_outputs(cfg: HbConfig, result: CalibrationResult, report_text: str) ->
         "quant_info": wd / f"{prefix}_quant_info.json",
         "log": wd / "hb_calibrate.log",
     }
+    done = result.serialized   # what the evaluation already serialized (the same graphs, the same bytes)
     payloads: dict[str, bytes] = {
         "original_float_model": to_onnx(result.original, stage="original_float").SerializeToString(),
-        "optimized_float_model": to_onnx(result.graph, stage="optimized_float").SerializeToString(),
+        "optimized_float_model": done.get("optimized_float_model") or to_onnx(result.graph, stage="optimized_float").SerializeToString(),
         "calibrated_model": to_onnx(result.calibrated, stage="calibrated").SerializeToString(),
-        "quantized_model": to_onnx(result.quantized, stage="quantized").SerializeToString(),
+        "quantized_model": done.get("quantized_model") or to_onnx(result.quantized, stage="quantized").SerializeToString(),
         "quant_info": (json.dumps(quant_info(result), indent=1) + "\n").encode(),
         "log": report_text.encode(),
     }

@@ -16,7 +16,7 @@ from onnx import helper
 
 from hbtool.errors import InputError
 from hbtool.ir.graph import Graph
-from hbtool.ir.onnx_export import to_onnx
+from hbtool.ir.onnx_export import _value_info, to_onnx
 from hbtool.quant.observers import MAX_HIST_SAMPLES, TensorStats
 from hbtool.quant.pieces import PiecewiseSession, plan_pieces, run_each, static_sizes
 
@@ -33,6 +33,31 @@ def float_model_bytes(graph: Graph, extra_outputs: Iterable[str] = ()) -> bytes:
     Separate from :func:`open_session` so that a caller can build the next model (Python, holding
     the GIL) while onnxruntime opens and runs the previous one on another thread."""
     return _with_outputs(to_onnx(graph), extra_outputs).SerializeToString()
+
+
+def with_extra_outputs(model: bytes, graph: Graph, extra_outputs: Iterable[str]) -> bytes:
+    """``model`` (``to_onnx(graph)`` serialized, with any metadata) with ``extra_outputs`` added as graph
+    outputs, as :func:`float_model_bytes` adds them, without building or serializing the model again.
+
+    A serialized message followed by another of the same type parses as their merge, and a merge
+    appends repeated fields: so the bytes of a ``ModelProto`` holding only the new ``graph.output``
+    entries, appended, give the model :func:`_with_outputs` gives (same outputs in the same order, the
+    same value infos). A large model is then serialized once for the file and once more for nothing.
+    """
+    have = set(graph.outputs)
+    produced = {o for n in graph.nodes for o in n.outputs if o and o not in have}
+    referenced = have | {t for n in graph.nodes for t in n.inputs}
+    extra = onnx.ModelProto()
+    for name in extra_outputs:
+        if name in have:
+            continue
+        v = graph.values.get(name)
+        # to_onnx writes a value info for every produced tensor of known shape that is not an initializer
+        known = (name in produced and v is not None and v.shape is not None
+                 and not (v.is_const and name in referenced and name not in graph.inputs))
+        extra.graph.output.append(_value_info(graph, name) if known else helper.make_empty_tensor_value_info(name))
+        have.add(name)
+    return model + extra.SerializeToString() if len(extra.graph.output) else model
 
 
 def _with_outputs(model: onnx.ModelProto, extra_outputs: Iterable[str]) -> onnx.ModelProto:
@@ -74,16 +99,24 @@ def _options(threads: int = 0, basic: bool = False, pieces: bool = False, spinni
     return so
 
 
-def observing_session(graph: Graph, observed: list[str], budget: int | None = None):
+def observing_session(graph: Graph, observed: list[str], budget: int | None = None, model: bytes | None = None):
     """(session, output names) that runs the float graph and hands out ``observed``: one onnxruntime
     session, or for a graph whose observed tensors exceed ``budget`` bytes the same graph in pieces
     (:mod:`hbtool.quant.pieces`), which gives the same arrays with a fraction of them in memory.
-    ``budget`` (bytes) defaults to ``hbtool.quant.pieces.PIECE_BUDGET_BYTES``."""
+    ``budget`` (bytes) defaults to ``hbtool.quant.pieces.PIECE_BUDGET_BYTES``.
+
+    The one session's idle threads sleep instead of spinning: the statistics of one run are taken on
+    another thread while the session computes the next (:func:`_observe_overlapped`), and on two cores
+    onnxruntime's spinning pool thread took the core the statistics need (the pass cost 1.5x the CPU
+    seconds on MobileNetV2). Spinning only decides how a waiting thread waits: the arrays are the same.
+    ``model``: ``to_onnx(graph)`` already serialized (the observed tensors are appended to it)."""
     from hbtool.quant import pieces as _pieces
 
     pieces = plan_pieces(graph, observed, _pieces.PIECE_BUDGET_BYTES if budget is None else budget)
     if pieces is None:
-        sess = float_session(graph, observed)
+        data = float_model_bytes(graph, observed) if model is None else with_extra_outputs(model, graph, observed)
+        sess = open_session(data, spinning=False)
+        del data
         return sess, [o.name for o in sess.get_outputs()]
     model = to_onnx(graph)
     names = list(graph.outputs) + [t for t in dict.fromkeys(observed) if t not in graph.outputs]
@@ -111,6 +144,7 @@ def collect_stats(
     progress=None,
     channel_means: dict[str, int] | None = None,
     channel_maxes: dict[str, int] | None = None,
+    model: bytes | None = None,
 ) -> dict[str, TensorStats]:
     """Observe ``tensors`` while running the float graph on every batch.
 
@@ -119,11 +153,12 @@ def collect_stats(
     tensors (``TensorStats.channel_mean``), which bias correction needs.
     ``channel_maxes`` ``{tensor: channel axis}``: also keep the per-channel max |x| of those
     tensors (``TensorStats.channel_absmax``), which PTF and SmoothQuant need.
+    ``model``: ``to_onnx(graph)`` serialized, when the caller has it (not built again).
     """
     channel_means = channel_means or {}
     channel_maxes = channel_maxes or {}
     extra = [t for t in list(channel_means) + list(channel_maxes) if t not in tensors]
-    sess, out_names = observing_session(graph, list(tensors) + list(dict.fromkeys(extra)))
+    sess, out_names = observing_session(graph, list(tensors) + list(dict.fromkeys(extra)), model=model)
     stats = {t: TensorStats(t) for t in tensors}
     mean_acc: dict[str, list] = {}
     max_acc: dict[str, np.ndarray] = {}

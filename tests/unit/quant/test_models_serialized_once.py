@@ -1,0 +1,75 @@
+"""calibrate serializes the optimized float and the quantized model once, for the file and the evaluation.
+
+The evaluation runs both models with their compared tensors as extra outputs; those outputs are
+appended to the file's bytes (``with_extra_outputs``) instead of building and serializing each model
+again. Checked here: the appended bytes parse to the model ``float_model_bytes`` builds (apart from
+the file's metadata), the evaluation measures the very same errors either way, and the files written
+are the bytes of the models calibrate returns.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+import pytest
+import yaml
+
+from hbtool.config import load_config
+from hbtool.ir.onnx_export import to_onnx
+from hbtool.quant.calibrate import evaluate_outputs, run_calibration, write_outputs
+from hbtool.quant.collect import float_model_bytes, with_extra_outputs
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def swin(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("swin")
+    data = yaml.safe_load((ROOT / "configs" / "tiny_swin.yaml").read_text())
+    data["model_parameters"]["onnx_model"] = str(ROOT / "samples" / "tiny" / "tiny_swin.onnx")
+    data["model_parameters"]["working_dir"] = str(tmp / "wd")
+    data["calibration_parameters"]["cal_data_dir"] = str(ROOT / "samples" / "data" / "digits_cal")
+    data["calibration_parameters"]["num_samples"] = 8
+    data["calibration_parameters"]["calibration_type"] = "default"
+    path = tmp / "cfg.yaml"
+    path.write_text(yaml.safe_dump(data))
+    cfg = load_config(path)
+    return cfg, run_calibration(cfg)
+
+
+def _without_metadata(model: bytes) -> onnx.ModelProto:
+    proto = onnx.ModelProto.FromString(model)
+    proto.ClearField("metadata_props")
+    return proto
+
+
+def test_appended_outputs_parse_to_the_rebuilt_model(swin):
+    _, result = swin
+    for graph, stage in ((result.graph, "optimized_float"), (result.quantized, "quantized")):
+        extra = [t for t in result.plan.tensors if t not in graph.outputs][:40] + [graph.inputs[0], graph.outputs[0]]
+        assert extra
+        appended = with_extra_outputs(to_onnx(graph, stage=stage).SerializeToString(), graph, extra)
+        assert _without_metadata(appended) == _without_metadata(float_model_bytes(graph, extra))
+        assert with_extra_outputs(b"model", graph, list(graph.outputs)) == b"model"   # nothing to add: the bytes as they were
+
+
+def test_evaluation_measures_the_same_from_the_file_bytes(swin):
+    _, result = swin
+    graph, qgraph = result.graph, result.quantized
+    present = {o for n in result.program.nodes for o in n.outputs}
+    tensors = [t for t in result.plan.tensors if t in present and t not in graph.outputs]
+    scales = {t: result.plan.tensors[t].channel_scales() for t in tensors if not result.plan.tensors[t].is_log2}
+    tensors = [t for t in tensors if t in scales]
+    batches = [result.data.sample(k) for k in range(4)]
+    rebuilt = evaluate_outputs(graph, qgraph, batches, None, tensors, scales)
+    from_files = evaluate_outputs(graph, qgraph, batches, None, tensors, scales,
+                                  serialized=(result.serialized["optimized_float_model"], result.serialized["quantized_model"]))
+    assert rebuilt == from_files
+
+
+def test_written_files_are_the_returned_models(swin):
+    cfg, result = swin
+    files = write_outputs(cfg, result, "")
+    assert files["optimized_float_model"].read_bytes() == to_onnx(result.graph, stage="optimized_float").SerializeToString()
+    assert files["quantized_model"].read_bytes() == to_onnx(result.quantized, stage="quantized").SerializeToString()
