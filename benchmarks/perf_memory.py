@@ -74,10 +74,10 @@ LARGEST: tuple[Model, ...] = (
 
 def published_models() -> list[Model]:
     """Every architecture of the published rows, once per input size."""
-    from benchmarks.published.rows import calibration_rows, fresh2_rows, fresh_rows, holdout_rows
+    from benchmarks.published.rows import calibration_rows, fresh2_rows, fresh3_rows, fresh_rows, holdout_rows
 
     out: dict[Path, Model] = {}
-    rows = calibration_rows() + holdout_rows() + fresh_rows() + fresh2_rows()
+    rows = calibration_rows() + holdout_rows() + fresh_rows() + fresh2_rows() + fresh3_rows()
     for r in rows:
         if r.arch is not None:
             m = Model(r.variant, r.arch[0], r.arch[1], r.height, r.width)
