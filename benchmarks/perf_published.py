@@ -303,6 +303,7 @@ def main() -> None:
     ap.add_argument("--fresh3", action="store_true",
                     help="also the third fresh hold-out (HOLDOUT_FRESH3; its rows summarised apart as 'fresh3 fit family' / "
                          "'fresh3 unseen family' too), taken in split.evaluation_order")
+    ap.add_argument("--fresh3-only", action="store_true", help="only the third fresh hold-out (implies --fresh3)")
     ap.add_argument("--compile-only", action="store_true",
                     help="export and compile the selected rows into the cache, print no estimate (to prepare a hold-out unseen)")
     ap.add_argument("--only", action="append", help="only these variants")
@@ -318,6 +319,8 @@ def main() -> None:
     args = ap.parse_args()
     rows = (calibration_rows(args.reference_csv) + (holdout_rows() if args.holdout else []) + (fresh_rows() if args.fresh else [])
             + (fresh2_rows() if args.fresh2 else []))
+    if args.fresh3_only:
+        args.fresh3, rows = True, []
     if args.fresh3:
         from benchmarks.published.split import evaluation_order
 

@@ -60,6 +60,7 @@ SKIPPED: dict[str, str] = {
     "PP-OCRv3_det": "PaddleOCR model (paddle2onnx), not in the export venv",
     "PP-OCRv3_rec": "PaddleOCR model (paddle2onnx), not in the export venv",
     "YOLOE-11S-Seg": "prompt-free YOLOE adds a vocabulary head the YAML does not build as deployed",
+    "RepVGG_B1g2": "the export venv's timm (1.0.31) has no repvgg_b1g2 (only b1g4): no ONNX, so not estimated",
 }
 
 
