@@ -18,6 +18,7 @@ estimates are the same (they must be: the memory work changes no number).
 
     .venv/bin/python -m benchmarks.perf_memory [--models yolo12x yolo11x ...] [--rows] [--baseline /path/to/checkout]
 
+``--rows-only`` measures every architecture of the rows except the LARGEST list, smallest ONNX first.
 ``--rows`` adds every architecture of the published rows (``benchmarks/published/rows.py``: fit and
 hold-out rows; needs ``HBTOOL_REFERENCE`` for the fit csv). Nothing is downloaded.
 """
@@ -74,10 +75,10 @@ LARGEST: tuple[Model, ...] = (
 
 def published_models() -> list[Model]:
     """Every architecture of the published rows, once per input size."""
-    from benchmarks.published.rows import calibration_rows, fresh2_rows, fresh_rows, holdout_rows
+    from benchmarks.published.rows import calibration_rows, fresh2_rows, fresh3_rows, fresh_rows, holdout_rows
 
     out: dict[Path, Model] = {}
-    rows = calibration_rows() + holdout_rows() + fresh_rows() + fresh2_rows()
+    rows = calibration_rows() + holdout_rows() + fresh_rows() + fresh2_rows() + fresh3_rows()
     for r in rows:
         if r.arch is not None:
             m = Model(r.variant, r.arch[0], r.arch[1], r.height, r.width)
@@ -184,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="*", help="names from the LARGEST list (case-insensitive; default: all of it)")
     ap.add_argument("--rows", action="store_true", help="also every architecture of the published rows")
+    ap.add_argument("--rows-only", action="store_true",
+                    help="every architecture of the published rows but not the LARGEST list (measured before), smallest "
+                         "ONNX first, so that a time box cut short still covers the most models")
     ap.add_argument("--march", default="bayes-e")
     ap.add_argument("--limit-gb", type=float, default=4.0)
     ap.add_argument("--kill-gb", type=float, default=8.0)
@@ -200,7 +204,11 @@ def main(argv: list[str] | None = None) -> int:
         unknown = wanted - {m.name.lower() for m in models}
         if unknown:
             ap.error(f"unknown model(s) {', '.join(sorted(unknown))}; choose from {', '.join(m.name for m in LARGEST)}")
-    if args.rows:
+    if args.rows_only:
+        largest = {m.onnx for m in LARGEST}
+        models = sorted((m for m in published_models() if m.onnx not in largest),
+                        key=lambda m: (m.onnx.stat().st_size if m.onnx.exists() else float("inf"), m.name))
+    elif args.rows:
         have = {m.onnx for m in models}
         models += [m for m in published_models() if m.onnx not in have]
     export_missing(models, args.export_python)
@@ -215,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         same = None
         if base and base["estimate"] and now["estimate"]:
             same = base["estimate"] == now["estimate"]
-        row = {"model": m.name, "input": f"{m.height}x{m.width}", "peak_gb": round(now["peak_bytes"] / 1e9, 3),
+        row = {"model": m.name, "input": f"{m.height}x{m.width}", "onnx_mb": round(m.onnx.stat().st_size / 1e6, 1),
+               "peak_gb": round(now["peak_bytes"] / 1e9, 3),
                "seconds": round(now["seconds"], 1), "rc": now["rc"], "latency_ms": now["latency_ms"], "error": now.get("error")}
         if base is not None:
             row.update(baseline_peak_gb=round(base["peak_bytes"] / 1e9, 3), baseline_seconds=round(base["seconds"], 1),

@@ -31,7 +31,8 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.paths import TIMM_PYTHON
-from benchmarks.published.rows import CACHE, ROOT, SKIPPED, Row, calibration_rows, fresh2_rows, fresh_rows, holdout_rows
+from benchmarks.published.rows import (CACHE, ROOT, SKIPPED, Row, calibration_rows, fresh2_rows, fresh3_group, fresh3_rows, fresh_rows,
+                                       holdout_rows)
 from benchmarks.tables import markdown_table, write_result
 
 EXPORT_SCRIPT = ROOT / "benchmarks" / "published" / "export_models.py"
@@ -299,6 +300,10 @@ def main() -> None:
     ap.add_argument("--holdout", action="store_true", help="also the held-out rows")
     ap.add_argument("--fresh", action="store_true", help="also the fresh hold-out (HOLDOUT_FRESH)")
     ap.add_argument("--fresh2", action="store_true", help="also the second fresh hold-out (HOLDOUT_FRESH2)")
+    ap.add_argument("--fresh3", action="store_true",
+                    help="also the third fresh hold-out (HOLDOUT_FRESH3; its rows summarised apart as 'fresh3 fit family' / "
+                         "'fresh3 unseen family' too), taken in split.evaluation_order")
+    ap.add_argument("--fresh3-only", action="store_true", help="only the third fresh hold-out (implies --fresh3)")
     ap.add_argument("--compile-only", action="store_true",
                     help="export and compile the selected rows into the cache, print no estimate (to prepare a hold-out unseen)")
     ap.add_argument("--only", action="append", help="only these variants")
@@ -314,6 +319,12 @@ def main() -> None:
     args = ap.parse_args()
     rows = (calibration_rows(args.reference_csv) + (holdout_rows() if args.holdout else []) + (fresh_rows() if args.fresh else [])
             + (fresh2_rows() if args.fresh2 else []))
+    if args.fresh3_only:
+        args.fresh3, rows = True, []
+    if args.fresh3:
+        from benchmarks.published.split import evaluation_order
+
+        rows += evaluation_order(fresh3_rows())
     if args.families:
         import dataclasses
 
@@ -350,12 +361,19 @@ def main() -> None:
         print(f"{o['variant']:24s} {o['march']:10s} {o['split']:7s} lat {o['latency_ms']:8.2f} / {o['pub_latency_ms'] or 0:8.2f} "
               f"{_pct(o['latency_err']):>6s}   fps {o['fps']:8.1f} / {o['pub_fps'] or 0:8.1f} {_pct(o['fps_err']):>6s}  "
               f"{o['class']}, {o['bound']}", flush=True)
-    lines = table(results) + [""] + summaries(results)
+    if args.fresh3:
+        from benchmarks.published.split import row_family
+
+        fit_families = {row_family(r) for r in calibration_rows(args.reference_csv)}
+        by_variant = {(r.variant, r.march): r for r in fresh3_rows()}
+        results += [dict(o, split=f"fresh3 {fresh3_group(by_variant[(o['variant'], o['march'])], fit_families)}")
+                    for o in list(results) if o["split"] == "fresh3"]
+    lines = table([o for o in results if not o["split"].startswith("fresh3 ")]) + [""] + summaries(results)
     if skipped:
         lines += ["", "Not estimated: " + "; ".join(f"{v} ({m}): {why}" for v, m, why in skipped)]
     print("\n".join(summaries(results)))
     if args.residuals:
-        res_lines = residuals(results)
+        res_lines = residuals([o for o in results if not o["split"].startswith("fresh3 ")])   # each row once
         print("\n".join(res_lines))
         lines += ["", "Per-op-class residuals (latency):", ""] + res_lines
     if args.classes:

@@ -3,7 +3,8 @@
 Order: pass-through nodes first (they hide patterns), then ``auto_pad`` made explicit (the
 whole-input pool test reads pads), ``-inf`` borders folded into MaxPool pads, and whole-input pools made global, Einsum rewritten into
 MatMul early (the attention and Linear patterns below see MatMul), then bias-Add and BatchNorm
-folding (they need the layer right before them), then exact Col2Im folds as Reshape/Transpose, then
+folding (they need the layer right before them; parallel linear branches fold into their
+Conv first, so that a BatchNorm after the sum then folds too), then exact Col2Im folds as Reshape/Transpose, then
 layout-chain collapsing (it merges the reshapes that window and roll patterns are written
 around, and those the Col2Im rewrite leaves), then the pattern fusions, Linear last because BN
 folding into a MatMul leaves a MatMul + Add for it.
@@ -20,6 +21,7 @@ from hbtool.ir.passes.explicit_pads import explicit_pads
 from hbtool.ir.passes.fold_batchnorm import fold_batchnorm
 from hbtool.ir.passes.fold_conv_bias import fold_conv_bias
 from hbtool.ir.passes.fold_pad_into_maxpool import fold_pad_into_maxpool
+from hbtool.ir.passes.fold_parallel_branches import fold_parallel_branches
 from hbtool.ir.passes.fuse_activations import fuse_activations
 from hbtool.ir.passes.fuse_gelu import fuse_gelu
 from hbtool.ir.passes.fuse_group_norm import fuse_group_norm
@@ -43,6 +45,8 @@ FLOAT_PASSES: list[GraphPass] = [
     GraphPass("einsum_to_matmul", einsum_to_matmul, "Einsum batched matrix products -> Transpose/Reshape + MatMul"),
     GraphPass("mask_where_to_bias", mask_where_to_bias, "Where(mask, -inf, scores) before Softmax -> scores + additive mask bias"),
     GraphPass("fold_conv_bias", fold_conv_bias, "Conv/ConvTranspose + per-channel constant Add -> the layer's bias"),
+    GraphPass("fold_parallel_branches", fold_parallel_branches,
+              "Conv(x) + identity / BatchNorm(x) / smaller Conv(x) branch -> one Conv (re-parameterization)"),
     GraphPass("fold_batchnorm", fold_batchnorm, "fold BatchNormalization into the preceding layer's weights, else Mul+Add"),
     GraphPass("col2im_to_rearrange", col2im_to_rearrange, "Col2Im with blocks tiling the image exactly -> Reshape/Transpose/Reshape"),
     GraphPass("collapse_reshape_transpose", collapse_reshape_transpose, "merge Reshape/Transpose/Squeeze/Unsqueeze/Flatten chains"),
@@ -70,6 +74,7 @@ __all__ = [
     "fold_batchnorm",
     "fold_conv_bias",
     "fold_pad_into_maxpool",
+    "fold_parallel_branches",
     "fuse_activations",
     "fuse_gelu",
     "fuse_group_norm",

@@ -1003,7 +1003,9 @@ def test_float_passes_order_and_names():
     assert names.index("explicit_pads") < names.index("fold_pad_into_maxpool")  # it adds to explicit pads
     assert names.index("col2im_to_rearrange") < names.index("collapse_reshape_transpose")
     assert names.index("split_gemm_activation_bias") < names.index("fold_batchnorm")  # C split off before a pattern reads the Gemm
+    assert names.index("explicit_pads") < names.index("fold_parallel_branches") < names.index("fold_batchnorm")  # reads pads; a BN after the sum folds next
     assert set(names) == {
+        "fold_parallel_branches",
         "split_gemm_activation_bias",
         "explicit_pads",
         "pool_to_global",
