@@ -54,7 +54,7 @@ import numpy as np
 
 from hbtool.debug.sensitivity import Sensitivity, WeightGain
 from hbtool.debug.session import DebugSession, Measured
-from hbtool.debug.trials import Failed, Trial, TrialRunner
+from hbtool.debug.trials import Failed, Trial, TrialRunner, measure_variant
 
 log = logging.getLogger(__name__)
 
@@ -175,19 +175,29 @@ def mark_kept(steps: list[Step], remedy: str, node: str | None) -> None:
             return
 
 
-def estimate_fps(session: DebugSession, measured: Measured) -> float:
-    """The perf model's FPS of the variant, compiled in memory from its calibrated model."""
+def compile_variant(session: DebugSession, result, node_info: dict[str, dict[str, Any]]):
+    """The variant compiled in memory from its calibrated model (what ``hbtool compile`` builds from it)."""
     from hbtool.compiler.compile import compile_model
     from hbtool.ir.onnx_export import to_onnx
-    from hbtool.costmodel.schedule import estimate
     from hbtool.utils.atomic import atomic_write_bytes
 
-    cfg = session.config_with(measured.node_info)
+    cfg = session.config_with(node_info)
     with tempfile.TemporaryDirectory(prefix="hbtool_debug_") as tmp:
         path = Path(tmp) / f"{cfg.model.output_model_file_prefix}_calibrated_model.onnx"
-        atomic_write_bytes(path, to_onnx(measured.result.calibrated, stage="calibrated").SerializeToString())
-        compiled = compile_model(cfg, calibrated=path)
-    return float(estimate(compiled.header, cfg.compiler.core_num, program=compiled.program).fps)
+        atomic_write_bytes(path, to_onnx(result.calibrated, stage="calibrated").SerializeToString())
+        return compile_model(cfg, calibrated=path)
+
+
+def fps_of(session: DebugSession, compiled, node_info: dict[str, dict[str, Any]]) -> float:
+    """The perf model's FPS of a compiled variant."""
+    from hbtool.costmodel.schedule import estimate
+
+    return float(estimate(compiled.header, session.config_with(node_info).compiler.core_num, program=compiled.program).fps)
+
+
+def estimate_fps(session: DebugSession, measured: Measured) -> float:
+    """The perf model's FPS of the variant, compiled in memory from its calibrated model."""
+    return fps_of(session, compile_variant(session, measured.result, measured.node_info), measured.node_info)
 
 
 def weight_pool(gains: list[WeightGain], taken: set[str], count: int) -> list[tuple[str, list[tuple[str, dict[str, str]]]]]:
@@ -307,8 +317,7 @@ class _AutoSearch:
         self.session, self.runner, self.target_cosine, self.ideal_metric = session, runner, target_cosine, ideal_metric
         self.progress, self.deadline = progress, deadline
         base_info = copy.deepcopy(session.cfg.model.node_info or {})
-        self.cur = session.measure(session.base, base_info)
-        self.cur.fps = estimate_fps(session, self.cur)
+        self.cur = measure_variant(session, session.base, base_info, priced=True, channels=True)
         self.res = AutoResult(base_fps=self.cur.fps, quantized_nodes=quantized_nodes)
         self.res.steps.append(Step("ptq", None, self.cur.cosine, _cosines(self.cur), self.cur.metric, self.cur.fps, True))
         self.hook = session.metric.is_hook
