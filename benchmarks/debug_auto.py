@@ -120,8 +120,9 @@ def search_again(r, args, workers: int) -> dict:
     s = r.session
     limit = parse_time_limit(args.time_limit)
     t, c = time.perf_counter(), time.process_time() + _children_cpu()
-    again = run_auto(s, r.ranking, 0.99, args.max_fps_loss, s.metric.value(s.float_outputs, s.float_outputs), args.candidates,
-                     weight_ranking=r.weight_ranking, weight_share=r.weight_share, workers=workers, cluster=args.cluster,
+    again = run_auto(s, r.ranked, 0.99, args.max_fps_loss, s.metric.value(s.float_outputs, s.float_outputs), args.candidates,
+                     weight_ranking=r.weight_ranked or r.weight_ranking, weight_share=r.weight_share, workers=workers, cluster=args.cluster,
+                     nodes=[n.name for n in r.model.nodes],
                      weight_candidates=WEIGHT_CANDIDATES if args.weight_candidates is None else args.weight_candidates,
                      deadline=time.monotonic() + limit if limit else None)
     wall = time.perf_counter() - t
