@@ -16,7 +16,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hbtool.config import HbConfig
-from hbtool.debug.metrics import per_output, worst
+from hbtool.debug.metrics import per_output, score, worst
 from hbtool.debug.metrics_hook import Metric
 from hbtool.quant.calibrate import CalibrationResult, run_calibration
 from hbtool.quant.collect import float_session
@@ -94,7 +94,9 @@ class DebugSession:
             quant = run_outputs(result.quantized, samples, self.output_names, self.threads)
         outs = per_output(self.float_outputs, quant, channels=channels)
         folds = self.metric.fold_values(quant, self.float_outputs, len(samples), METRIC_FOLDS)
-        return Measured(node_info, outs, self.metric.value(quant, self.float_outputs), result, folds=folds)
+        # a built-in metric is a column of the errors just measured (Metric.value would measure them again)
+        value = self.metric.value(quant, self.float_outputs) if self.metric.is_hook else score(outs, self.metric.name)
+        return Measured(node_info, outs, value, result, folds=folds)
 
 
 def run_outputs(graph, samples: list[dict[str, np.ndarray]], names: list[str], threads: int = 0) -> dict[str, np.ndarray]:
