@@ -216,7 +216,10 @@ def run_case(spec, args, metric: str | None, time_limit: str) -> list[str]:
                      f"{a.steps[0].metric:.4g} -> {a.final.metric:.4g}, worst cosine {a.steps[0].cosine:.4f} -> {a.final.cosine:.4f}, "
                      f"{len(a.changed)} of {a.quantized_nodes} nodes ({100 * len(a.changed) / max(a.quantized_nodes, 1):.1f} %), FPS "
                      f"{a.base_fps:.0f} -> {a.final.fps:.0f} ({100 * (a.final.fps / a.base_fps - 1):+.1f} %), reached {a.reached}"
-                     + (f"; stopped: {a.stopped}" if a.stopped else "") + "".join(f"; {n}" for n in a.notes))
+                     + (f"; stopped: {a.stopped}" if a.stopped else "") + "".join(f"; {n}" for n in a.notes)
+                     + (f"; the int16 bound's verdict after {a.bound['after_tries']} tries, "
+                        f"{sum(r.seconds.get(k, 0.0) for k in ('calibrate', 'analysis', 'weight_share')) + a.bound['after_seconds']:.0f} s "
+                        "from the start" if a.bound else ""))
     print(json.dumps(row, default=str), flush=True)
     agains = [(w, None) for w in args.workers[1:]] + ([(2, "local")] if args.ray else [])
     for workers, cluster in agains if r.auto is not None else []:

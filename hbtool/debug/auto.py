@@ -344,6 +344,7 @@ class _AutoSearch:
     def __init__(self, session: DebugSession, runner: TrialRunner, target_cosine: float, max_fps_loss: float,
                  ideal_metric: float, progress: Callable[[str, int, int], None] | None, deadline: float | None,
                  quantized_nodes: int):
+        self.started = time.monotonic()
         self.session, self.runner, self.target_cosine, self.ideal_metric = session, runner, target_cosine, ideal_metric
         self.progress, self.deadline = progress, deadline
         base_info = copy.deepcopy(session.cfg.model.node_info or {})
@@ -535,7 +536,9 @@ class _AutoSearch:
         """What the widest int16 try says about the target: out of reach of int16 when even it misses."""
         m = t.measured
         self.res.bound = {"nodes": len(t.names), "cosine": m.cosine, "metric": m.metric, "fps": m.fps,
-                          "within_fps_budget": ok, "reaches_target": self.done(m)}
+                          "within_fps_budget": ok, "reaches_target": self.done(m),
+                          # when the verdict was read (wall time varies from run to run; the decisions do not)
+                          "after_tries": self.res.tries, "after_seconds": time.monotonic() - self.started}
         if self.done(m):
             return
         self.unreachable = True
