@@ -664,7 +664,7 @@ class _AutoSearch:
     def result(self) -> AutoResult:
         """The model kept, calibrated here where a worker measured it, and measured with its outputs' worst channels."""
         final = self.runner.materialize(self.cur)
-        full = self.session.measure(final.result, final.node_info)
+        full = measure_variant(self.session, final.result, final.node_info, priced=False, channels=True)
         full.fps = final.fps
         self.res.node_info = full.node_info
         self.res.final = full
