@@ -226,9 +226,11 @@ def run_case(spec, args, metric: str | None, time_limit: str) -> list[str]:
         again = search_again(r, args, workers, cluster, time_limit)
         print(json.dumps(again, default=str), flush=True)
         lines.append(f"{spec.name} [{r.session.metric.name}] search again with workers {workers}{' on local Ray' if cluster else ''}: "
-                     f"{again['auto_seconds']:.0f} s against {again['first_auto_seconds']:.0f} s with workers {args.workers[0]} "
-                     f"(workers {args.workers[0]} {again['speedup'] or float('nan'):.2f}x faster), identical decisions: "
-                     f"{again['identical']}, load {again['load_average'][0]:.1f}")
+                     f"{again['auto_seconds']:.0f} s ({again['tries']} tries) against {again['first_auto_seconds']:.0f} s "
+                     f"({a.tries} tries) with workers {args.workers[0]} (wall ratio workers {workers} / workers {args.workers[0]}: "
+                     f"{again['auto_seconds'] / max(again['first_auto_seconds'], 1e-9):.2f}), identical decisions: "
+                     f"{again['identical']} (only comparable where neither search was cut by the time limit), "
+                     f"load {again['load_average'][0]:.1f}")
     return lines
 
 if __name__ == "__main__":
