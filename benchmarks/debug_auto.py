@@ -10,8 +10,10 @@ Prints PTQ and final cosine / metric, nodes changed, estimated FPS before/after 
     python -m benchmarks.debug_auto --models ppocrv5_rec --set calibration_parameters.bias_correction=false \
         --time-limit 20m --check-samples 100                                                   # the recogniser bar
     python -m benchmarks.debug_auto --models ppocrv4_seal_det --metric debug_metrics:seal_detection_f1
-    python -m benchmarks.debug_auto --models ppocrv5_rec --set calibration_parameters.auto_int16=false --metric cosine \
-        --time-limit 0 --workers 2 1                            # issue 34: the all-int8 recogniser, --workers 2 beside 1
+    python -m benchmarks.debug_auto --models ppocrv5_rec --set calibration_parameters.auto_int16=false \
+        --metric cosine debug_metrics:transcription_agreement --time-limit 5m 10m --workers 2 1 --ray
+        # issue 34: the all-int8 recogniser with cosine (5 min) and the task metric (10 min), --workers 2 beside 1 and
+        # a local Ray cluster; the last lines sum up each search's wall time, the ratio and whether the decisions match
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ def check_on_unseen(r, folders: list[Path], count: int) -> dict:
             "check_ptq_cosine": ptq.cosine, "check_final_cosine": final.cosine}
 
 
-def prepare_case(spec, args) -> tuple[Path, Path, dict[str, list[Path]]]:
+def prepare_case(spec, args, metric: str | None = None) -> tuple[Path, Path, dict[str, list[Path]]]:
     """The case folder, its config (the zoo's plus ``--set`` and ``debug_parameters``) and the sample folders."""
     from benchmarks.zoo.data import samples
     from benchmarks.zoo.trained import set_keys
@@ -89,7 +91,7 @@ def prepare_case(spec, args) -> tuple[Path, Path, dict[str, list[Path]]]:
     cfg = corpus_config(spec, case, dirs["cal"], "default", args.cal_samples)
     recogniser = spec.metric == "ctc"
     set_keys(cfg, args.set)
-    metric = args.metric or ("debug_metrics:transcription_agreement" if recogniser else "cosine")
+    metric = metric or ("debug_metrics:transcription_agreement" if recogniser else "cosine")
     cfg["debug_parameters"] = {"metric": metric,
                                "data_dir": str(dirs["debug"][0] if len(dirs["debug"]) == 1 else dirs["debug"][0].parent)}
     path = write_config(case / "config.yaml", cfg)
@@ -111,22 +113,26 @@ def _decisions(a) -> tuple:
     return steps, a.node_info, a.tries, a.final.outputs, a.final.metric, a.final.fps
 
 
-def search_again(r, args, workers: int) -> dict:
+def search_again(r, args, workers: int, cluster: str | None, time_limit: str) -> dict:
     """The ``--auto`` search of ``r`` again with ``workers``, on the same session and ranking (the analysis is not
     redone); its wall time beside the first run's and whether it decided exactly the same."""
     from hbtool.debug.auto import WEIGHT_CANDIDATES, run_auto
     from hbtool.debug.run import parse_time_limit
 
     s = r.session
-    limit = parse_time_limit(args.time_limit)
+    limit = parse_time_limit(time_limit)
+    if limit:   # the first run's limit counted from its start: the search again gets what the first search had
+        limit -= sum(r.seconds.get(k, 0.0) for k in ("calibrate", "analysis", "weight_share"))
     t, c = time.perf_counter(), time.process_time() + _children_cpu()
-    again = run_auto(s, r.ranking, 0.99, args.max_fps_loss, s.metric.value(s.float_outputs, s.float_outputs), args.candidates,
-                     weight_ranking=r.weight_ranking, weight_share=r.weight_share, workers=workers, cluster=args.cluster,
+    again = run_auto(s, r.ranked, 0.99, args.max_fps_loss, s.metric.value(s.float_outputs, s.float_outputs), args.candidates,
+                     weight_ranking=r.weight_ranked or r.weight_ranking, weight_share=r.weight_share, workers=workers, cluster=cluster,
+                     nodes=[n.name for n in r.model.nodes],
                      weight_candidates=WEIGHT_CANDIDATES if args.weight_candidates is None else args.weight_candidates,
                      deadline=time.monotonic() + limit if limit else None)
     wall = time.perf_counter() - t
     first = r.seconds.get("auto", float("nan"))
-    return {"model": r.session.cfg.model.output_model_file_prefix, "workers": workers, "first_workers": args.workers[0],
+    return {"model": r.session.cfg.model.output_model_file_prefix, "metric": s.metric.name, "workers": workers,
+            "cluster": cluster, "first_workers": args.workers[0],
             "auto_seconds": wall, "first_auto_seconds": first, "speedup": first / wall if wall else None,
             "cpu_seconds": time.process_time() + _children_cpu() - c, "identical": _decisions(again) == _decisions(r.auto),
             "tries": again.tries, "reached": again.reached, "final_cosine": again.final.cosine, "stopped": again.stopped,
@@ -135,8 +141,6 @@ def search_again(r, args, workers: int) -> dict:
 
 def main() -> None:
     from benchmarks.zoo.corpus import select
-    from hbtool.config import load_config
-    from hbtool.debug.run import parse_time_limit, run_debug, write_debug
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", nargs="+", required=True)
@@ -149,14 +153,19 @@ def main() -> None:
     ap.add_argument("--weight-candidates", type=int, default=None, help="single nodes of the weight ranking tried after the groups")
     ap.add_argument("--no-auto", action="store_true")
     ap.add_argument("--max-fps-loss", type=float, default=0.10)
-    ap.add_argument("--metric", default=None, help="debug_parameters.metric (default: transcription agreement for recognisers, else cosine)")
+    ap.add_argument("--metric", nargs="+", default=[None],
+                    help="debug_parameters.metric (default: transcription agreement for recognisers, else cosine); several: "
+                         "one run per metric, e.g. --metric cosine debug_metrics:transcription_agreement")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                     help="a config key, e.g. calibration_parameters.bias_correction=false (repeatable)")
-    ap.add_argument("--time-limit", default="30m", help="--auto's time limit (hbtool debug --time-limit)")
+    ap.add_argument("--time-limit", nargs="+", default=["30m"],
+                    help="--auto's time limit (hbtool debug --time-limit); several: one per --metric, in order")
     ap.add_argument("--workers", type=int, nargs="+", default=[1],
                     help="hbtool debug --workers; several (e.g. 1 2): the first runs the whole debug, each other one the --auto "
                          "search again on the same session and ranking, timed beside it and checked for the identical result")
-    ap.add_argument("--cluster", default=None, help="hbtool debug --cluster (a Ray address, or local) for every run")
+    ap.add_argument("--cluster", default=None, help="hbtool debug --cluster (a Ray address, or local) for the first run")
+    ap.add_argument("--ray", action="store_true",
+                    help="also the --auto search again on a local Ray cluster (2 workers), checked for the identical result")
     ap.add_argument("--check-samples", type=int, default=0,
                     help="a second held-out set (offset 200): PTQ and the --auto result measured on lines the greedy never saw")
     args = ap.parse_args()
@@ -164,32 +173,65 @@ def main() -> None:
 
     logging.basicConfig(level=logging.WARNING, format="  %(message)s")
     logging.getLogger("hbtool.debug.auto").setLevel(logging.INFO)   # every --auto try, as it is measured
+    summary = []
     for spec in select(args.models):
-        t0 = time.perf_counter()
-        case, path, dirs = prepare_case(spec, args)
-        t1, c1 = time.perf_counter(), time.process_time()
-        r = run_debug(load_config(path), auto=not args.no_auto, samples=args.samples, max_fps_loss=args.max_fps_loss,
-                      sensitivity_samples=args.sensitivity_samples, candidates=args.candidates, weight_samples=args.weight_samples,
-                      weight_candidates=args.weight_candidates, progress=_printer(),
-                      time_limit=parse_time_limit(args.time_limit), workers=args.workers[0], cluster=args.cluster)
-        cpu = time.process_time() - c1 + _children_cpu()
-        write_debug(r, case / "debug")
-        row = {"model": spec.name, "quantized_nodes": len(r.model.nodes), "seconds": r.seconds, "data_seconds": t1 - t0,
-               # CPU seconds of the process and its workers (all threads): on a shared machine, wall time / load is no measure
-               "cpu_seconds": cpu, "workers": args.workers[0], "load_average": os.getloadavg(),
-               "ptq_cosine": min(m["cosine"] for m in r.data["outputs"].values())}   # measured once, by write_debug
-        if r.auto is not None:
-            a = r.auto
-            row.update(ptq_metric=a.steps[0].metric, final_metric=a.final.metric, final_cosine=a.final.cosine,
-                       base_fps=a.base_fps, final_fps=a.final.fps, changed=a.changed, node_info=a.node_info, reached=a.reached,
-                       tries=a.tries, stopped=a.stopped,
-                       weight_top=[(g.name, round(g.metric_gain, 4), round(g.cosine_gain, 5)) for g in r.weight_ranking[:8]])
-            if args.check_samples:
-                row.update(check_on_unseen(r, dirs["check"], args.check_samples))
-        print(json.dumps(row, default=str), flush=True)
-        for workers in args.workers[1:] if r.auto is not None else []:
-            print(json.dumps(search_again(r, args, workers), default=str), flush=True)
+        for k, metric in enumerate(args.metric):
+            summary += run_case(spec, args, metric, args.time_limit[min(k, len(args.time_limit) - 1)])
+    for line in summary:
+        print(line, flush=True)
 
+
+def run_case(spec, args, metric: str | None, time_limit: str) -> list[str]:
+    """One model with one metric: the whole debug, then the search again per extra worker count (and on Ray);
+    returns the summary lines (wall seconds of each search, the ratio, identical or not)."""
+    from hbtool.config import load_config
+    from hbtool.debug.run import parse_time_limit, run_debug, write_debug
+
+    t0 = time.perf_counter()
+    case, path, dirs = prepare_case(spec, args, metric)
+    t1, c1 = time.perf_counter(), time.process_time()
+    r = run_debug(load_config(path), auto=not args.no_auto, samples=args.samples, max_fps_loss=args.max_fps_loss,
+                  sensitivity_samples=args.sensitivity_samples, candidates=args.candidates, weight_samples=args.weight_samples,
+                  weight_candidates=args.weight_candidates, progress=_printer(),
+                  time_limit=parse_time_limit(time_limit), workers=args.workers[0], cluster=args.cluster)
+    wall = time.perf_counter() - t1
+    cpu = time.process_time() - c1 + _children_cpu()
+    write_debug(r, case / "debug")
+    row = {"model": spec.name, "metric": r.session.metric.name, "quantized_nodes": len(r.model.nodes), "seconds": r.seconds,
+           "data_seconds": t1 - t0,
+           # CPU seconds of the process and its workers (all threads): on a shared machine, wall time / load is no measure
+           "cpu_seconds": cpu, "workers": args.workers[0], "load_average": os.getloadavg(),
+           "ptq_cosine": min(m["cosine"] for m in r.data["outputs"].values())}   # measured once, by write_debug
+    lines = []
+    if r.auto is not None:
+        a = r.auto
+        row.update(ptq_metric=a.steps[0].metric, final_metric=a.final.metric, final_cosine=a.final.cosine,
+                   base_fps=a.base_fps, final_fps=a.final.fps, changed=a.changed, node_info=a.node_info, reached=a.reached,
+                   tries=a.tries, stopped=a.stopped, notes=a.notes, bound=a.bound,
+                   weight_top=[(g.name, round(g.metric_gain, 4), round(g.cosine_gain, 5)) for g in r.weight_ranking[:8]])
+        if args.check_samples:
+            row.update(check_on_unseen(r, dirs["check"], args.check_samples))
+        lines.append(f"{spec.name} [{r.session.metric.name}] workers {args.workers[0]}: {wall:.0f} s in all (search "
+                     f"{r.seconds.get('auto', 0):.0f} s, {a.tries} tries), load {os.getloadavg()[0]:.1f}; metric "
+                     f"{a.steps[0].metric:.4g} -> {a.final.metric:.4g}, worst cosine {a.steps[0].cosine:.4f} -> {a.final.cosine:.4f}, "
+                     f"{len(a.changed)} of {a.quantized_nodes} nodes ({100 * len(a.changed) / max(a.quantized_nodes, 1):.1f} %), FPS "
+                     f"{a.base_fps:.0f} -> {a.final.fps:.0f} ({100 * (a.final.fps / a.base_fps - 1):+.1f} %), reached {a.reached}"
+                     + (f"; stopped: {a.stopped}" if a.stopped else "") + "".join(f"; {n}" for n in a.notes)
+                     + (f"; the int16 bound's verdict after {a.bound['after_tries']} tries, "
+                        f"{sum(r.seconds.get(k, 0.0) for k in ('calibrate', 'analysis', 'weight_share')) + a.bound['after_seconds']:.0f} s "
+                        "from the start" if a.bound else ""))
+    print(json.dumps(row, default=str), flush=True)
+    agains = [(w, None) for w in args.workers[1:]] + ([(2, "local")] if args.ray else [])
+    for workers, cluster in agains if r.auto is not None else []:
+        again = search_again(r, args, workers, cluster, time_limit)
+        print(json.dumps(again, default=str), flush=True)
+        lines.append(f"{spec.name} [{r.session.metric.name}] search again with workers {workers}{' on local Ray' if cluster else ''}: "
+                     f"{again['auto_seconds']:.0f} s ({again['tries']} tries) against {again['first_auto_seconds']:.0f} s "
+                     f"({a.tries} tries) with workers {args.workers[0]} (wall ratio workers {workers} / workers {args.workers[0]}: "
+                     f"{again['auto_seconds'] / max(again['first_auto_seconds'], 1e-9):.2f}), identical decisions: "
+                     f"{again['identical']} (only comparable where neither search was cut by the time limit), "
+                     f"load {again['load_average'][0]:.1f}")
+    return lines
 
 if __name__ == "__main__":
     main()

@@ -54,7 +54,7 @@ import numpy as np
 
 from hbtool.debug.sensitivity import Sensitivity, WeightGain
 from hbtool.debug.session import DebugSession, Measured
-from hbtool.debug.trials import Failed, Trial, TrialRunner
+from hbtool.debug.trials import Failed, Trial, TrialRunner, measure_variant
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +149,8 @@ class AutoResult:
     reached: bool = False
     tries: int = 0
     stopped: str = ""      # why the search ended before its last try (the time limit), else empty
+    #: the widest int16 try (every candidate output at int16): nodes, cosine, metric, fps, within_fps_budget, reaches_target
+    bound: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)   # phases skipped, and why
 
 
@@ -175,19 +177,29 @@ def mark_kept(steps: list[Step], remedy: str, node: str | None) -> None:
             return
 
 
-def estimate_fps(session: DebugSession, measured: Measured) -> float:
-    """The perf model's FPS of the variant, compiled in memory from its calibrated model."""
+def compile_variant(session: DebugSession, result, node_info: dict[str, dict[str, Any]]):
+    """The variant compiled in memory from its calibrated model (what ``hbtool compile`` builds from it)."""
     from hbtool.compiler.compile import compile_model
     from hbtool.ir.onnx_export import to_onnx
-    from hbtool.costmodel.schedule import estimate
     from hbtool.utils.atomic import atomic_write_bytes
 
-    cfg = session.config_with(measured.node_info)
+    cfg = session.config_with(node_info)
     with tempfile.TemporaryDirectory(prefix="hbtool_debug_") as tmp:
         path = Path(tmp) / f"{cfg.model.output_model_file_prefix}_calibrated_model.onnx"
-        atomic_write_bytes(path, to_onnx(measured.result.calibrated, stage="calibrated").SerializeToString())
-        compiled = compile_model(cfg, calibrated=path)
-    return float(estimate(compiled.header, cfg.compiler.core_num, program=compiled.program).fps)
+        atomic_write_bytes(path, to_onnx(result.calibrated, stage="calibrated").SerializeToString())
+        return compile_model(cfg, calibrated=path)
+
+
+def fps_of(session: DebugSession, compiled, node_info: dict[str, dict[str, Any]]) -> float:
+    """The perf model's FPS of a compiled variant."""
+    from hbtool.costmodel.schedule import estimate
+
+    return float(estimate(compiled.header, session.config_with(node_info).compiler.core_num, program=compiled.program).fps)
+
+
+def estimate_fps(session: DebugSession, measured: Measured) -> float:
+    """The perf model's FPS of the variant, compiled in memory from its calibrated model."""
+    return fps_of(session, compile_variant(session, measured.result, measured.node_info), measured.node_info)
 
 
 def weight_pool(gains: list[WeightGain], taken: set[str], count: int) -> list[tuple[str, list[tuple[str, dict[str, str]]]]]:
@@ -215,19 +227,22 @@ def weight_groups(gains: list[WeightGain], sizes: tuple[int | None, ...] = GROUP
     return out
 
 
-def int16_groups(session: DebugSession, ranking: list[Sensitivity], sizes: tuple[int, ...] | None = None) -> list[list[str]]:
+def int16_groups(session: DebugSession, nodes: list[str] | list[Sensitivity], sizes: tuple[int, ...] | None = None) -> list[list[str]]:
     """Nodes whose int8 output has the lowest expected SQNR (the statistic ``auto_int16`` promotes by),
     worst first: the top k for each k of ``sizes`` (default: 5, 10, 20, ... doubling, each fewer
-    than the candidates), and every node under the ``auto_int16`` threshold; distinct groups, smallest first.
-    Nodes already int16, or whose output has no statistics, are not candidates."""
+    than the candidates), every node under the ``auto_int16`` threshold, and last, where there is another
+    group, every candidate (the widest int16 remedy: its try bounds what int16 can do); distinct groups,
+    smallest first.
+    ``nodes``: the quantized nodes (names, or the ranking's entries). Nodes already int16, or whose output
+    has no statistics, are not candidates."""
     from hbtool.quant.plan import INT8_MIN_SQNR_DB
     from hbtool.quant.thresholds import sqnr_db
 
     stats = (session.stats_cache or {}).get("stats", {})
     plan = session.base.plan
     scored = []
-    for s in ranking:
-        node = session.base.graph.node(s.name)
+    for name in (getattr(n, "name", n) for n in nodes):
+        node = session.base.graph.node(name)
         if node is None or not node.outputs:
             continue
         tq = plan.tensors.get(node.outputs[0])
@@ -236,7 +251,7 @@ def int16_groups(session: DebugSession, ranking: list[Sensitivity], sizes: tuple
         members = plan.groups.get(tq.group, [node.outputs[0]])
         values = [sqnr_db(stats[m], tq.threshold, 127) for m in members if m in stats]
         if values:
-            scored.append((min(values), s.name))
+            scored.append((min(values), name))
     scored.sort()
     order = [name for _, name in scored]
     under = sum(1 for v, _ in scored if v < INT8_MIN_SQNR_DB)
@@ -246,6 +261,8 @@ def int16_groups(session: DebugSession, ranking: list[Sensitivity], sizes: tuple
     for k in sorted({k for k in sizes if k < len(order)} | ({under} if under else set())):
         if order[:k] and order[:k] not in out:
             out.append(order[:k])
+    if out and order not in out:     # a model of a few candidates has no groups: its per-node pass is short
+        out.append(order)
     return out
 
 
@@ -265,25 +282,48 @@ def remedies_for(s: Sensitivity, four_bit: set[str] | frozenset[str] = frozenset
     return out
 
 
-def run_auto(session: DebugSession, ranking: list[Sensitivity], target_cosine: float, max_fps_loss: float,
+Ranking = list[Sensitivity] | Callable[[], list[Sensitivity]]
+
+
+class _Lazy:
+    """A ranking given as a list, or as the function that computes it: called once, when a phase first needs it.
+
+    Why: on the PP-OCRv5 recogniser the four-way sensitivity ranking of its 222 nodes took 159 s of a
+    338 s run, before the first try; the int16 groups rank by ``auto_int16``'s SQNR from the calibration
+    statistics and need none of it, and a search that ends there never needs it."""
+
+    def __init__(self, value):
+        self._value, self._source = (None, value) if callable(value) else (list(value or []), None)
+
+    def __call__(self) -> list:
+        if self._value is None:
+            self._value = list(self._source())
+        return self._value
+
+
+def run_auto(session: DebugSession, ranking: Ranking, target_cosine: float, max_fps_loss: float,
              ideal_metric: float, candidates: int | None = None,
              progress: Callable[[str, int, int], None] | None = None,
-             weight_ranking: list[WeightGain] | None = None, weight_candidates: int = WEIGHT_CANDIDATES,
+             weight_ranking: list[WeightGain] | Callable[[], list[WeightGain]] | None = None,
+             weight_candidates: int = WEIGHT_CANDIDATES,
              deadline: float | None = None, weight_share: float | None = None,
-             workers: int | None = 1, cluster: str | None = None) -> AutoResult:
+             workers: int | None = 1, cluster: str | None = None, nodes: list[str] | None = None) -> AutoResult:
     """Greedy remedies (see the module docstring); ``max_fps_loss`` is a fraction (0.1 = 10 %);
     ``deadline``: a :func:`time.monotonic` value after which no new try starts; ``weight_share``:
     the weights' share of the loss (:func:`hbtool.debug.sensitivity.weight_share`): below
     :data:`GROUP_MIN_WEIGHT_SHARE` the group phase (weight remedies only) is skipped.
+    ``ranking`` / ``weight_ranking``: the rankings, or functions computing them, called only when a phase
+    needs them (:class:`_Lazy`); ``nodes``: the quantized nodes' names (default: the ranking's).
     ``workers`` / ``cluster``: where the tries of a round run (:mod:`hbtool.debug.trials`); the result is
     the same for any of them."""
+    rankings, weights = _Lazy(ranking), _Lazy(weight_ranking)
+    names = list(nodes) if nodes is not None else [s.name for s in rankings()]
     with TrialRunner(session, workers, cluster, deadline) as runner:
-        search = _AutoSearch(session, runner, target_cosine, max_fps_loss, ideal_metric, progress, deadline, len(ranking))
-        weight_ranking = weight_ranking or []
-        search.int8_back_phase(ranking, candidates)
-        search.weight_groups_phase(weight_ranking, weight_share)
-        search.int16_groups_phase(ranking)
-        search.nodes_phase(ranking, weight_ranking, candidates, weight_candidates)
+        search = _AutoSearch(session, runner, target_cosine, max_fps_loss, ideal_metric, progress, deadline, len(names))
+        search.int8_back_phase(rankings, candidates)
+        search.weight_groups_phase(weights, weight_share)
+        search.int16_groups_phase(names)
+        search.nodes_phase(rankings, weights, candidates, weight_candidates)
         return search.result()
 
 
@@ -304,16 +344,17 @@ class _AutoSearch:
     def __init__(self, session: DebugSession, runner: TrialRunner, target_cosine: float, max_fps_loss: float,
                  ideal_metric: float, progress: Callable[[str, int, int], None] | None, deadline: float | None,
                  quantized_nodes: int):
+        self.started = time.monotonic()
         self.session, self.runner, self.target_cosine, self.ideal_metric = session, runner, target_cosine, ideal_metric
         self.progress, self.deadline = progress, deadline
         base_info = copy.deepcopy(session.cfg.model.node_info or {})
-        self.cur = session.measure(session.base, base_info)
-        self.cur.fps = estimate_fps(session, self.cur)
+        self.cur = measure_variant(session, session.base, base_info, priced=True, channels=True)
         self.res = AutoResult(base_fps=self.cur.fps, quantized_nodes=quantized_nodes)
         self.res.steps.append(Step("ptq", None, self.cur.cosine, _cosines(self.cur), self.cur.metric, self.cur.fps, True))
         self.hook = session.metric.is_hook
         self.floor_fps = self.cur.fps * (1.0 - max_fps_loss)
         self.corrected = bias_corrected_everywhere(session.cfg)
+        self.unreachable = False     # the widest int16 try missed the target (:meth:`_bound_verdict`)
 
     # ------------------------------------------------------------------ judging a try
     def done(self, m: Measured) -> bool:
@@ -391,15 +432,18 @@ class _AutoSearch:
         self.res.changed += [n for n in nodes if n not in self.res.changed]
 
     # ------------------------------------------------------------------ the phases (module docstring)
-    def weight_groups_phase(self, weight_ranking: list[WeightGain], weight_share: float | None) -> None:
+    def weight_groups_phase(self, weight_ranking: _Lazy, weight_share: float | None) -> None:
         """2.: the best (remedy, k) over all weight-group tries, if it is a fix; no FPS cost."""
         res = self.res
-        groups = weight_groups(weight_ranking) if self.hook else []
-        if groups and weight_share is not None and weight_share < GROUP_MIN_WEIGHT_SHARE:
-            res.notes.append(f"group weight remedies skipped: every weight float recovers {weight_share:.0%} of the loss "
-                             f"(under {GROUP_MIN_WEIGHT_SHARE:.0%}), so the loss is in the activations")
-            log.info("auto: %s", res.notes[-1])
-            groups = []
+        if not self.hook:
+            return
+        if weight_share is not None and weight_share < GROUP_MIN_WEIGHT_SHARE:
+            self._note(f"group weight remedies skipped: every weight float recovers {weight_share:.0%} of the loss "
+                       f"(under {GROUP_MIN_WEIGHT_SHARE:.0%}), so the loss is in the activations")
+            return
+        if self.done(self.cur) or self.out_of_time():
+            return
+        groups = weight_groups(weight_ranking())
         if not groups:
             return
         group_remedies = [r for r in GROUP_REMEDIES if not (self.corrected and r[1]["Weight"] == "bias_correction")]
@@ -420,31 +464,90 @@ class _AutoSearch:
         if best is not None:
             self._keep(best.remedy, best.label, best.measured, best.names)
 
-    def int16_groups_phase(self, ranking: list[Sensitivity]) -> None:
+    def int16_groups_phase(self, nodes: list[str]) -> None:
         """2b.: int16 on the k worst-SQNR outputs, priced in FPS, the best within the budget kept; then the
-        fewest of its nodes that do what it does (:meth:`_bisect`)."""
+        fewest of its nodes that do what it does (:meth:`_bisect`).
+
+        One wide round: the widest group (every candidate output at int16) first, then the groups smallest
+        first, all submitted together (``--workers`` run them side by side). The widest try is the bound: if
+        even it misses the target, no int16 group can reach it, and the report says so with its numbers. The
+        groups are read in size order with the rule of one-at-a-time: the first that reaches the target ends
+        the phase, a group over the FPS budget ends it (larger ones cost more), the best within the budget is
+        kept; the widest counts as the last group."""
         if self.done(self.cur) or self.out_of_time():
             return
-        groups = int16_groups(self.session, ranking)
-        tries = [_Try("group_int16_output", f"{len(names)} outputs of the lowest int8 SQNR",
-                      Trial(with_group(self.cur.node_info, names, INT16_OUT[1]), priced=True), names) for names in groups]
+        groups = int16_groups(self.session, nodes)
+        if not groups:
+            return
+
+        def group_try(names: list[str], label: str) -> _Try:
+            return _Try("group_int16_output", label, Trial(with_group(self.cur.node_info, names, INT16_OUT[1]), priced=True), names)
+
+        widest = group_try(groups[-1], f"{len(groups[-1])} outputs of the lowest int8 SQNR (every candidate: the int16 bound)")
+        tries = [widest] + [group_try(names, f"{len(names)} outputs of the lowest int8 SQNR") for names in groups[:-1]]
         best: _Try | None = None
         seen: list[_Try] = []
+        ended = False       # a group reached the target or went over the budget: the larger ones are not read
+        bound: _Try | None = None
         for t in self._tries(tries, "auto int16 groups"):
+            if t is widest:     # its step goes after the groups' (the steps in size order), its verdict now
+                bound = t
+                self._bound_verdict(t, t.measured.fps is None or t.measured.fps >= self.floor_fps)
+                continue
             ok = self._record(t, ", ".join(t.names))
             seen.append(t)
             if ok and self.better(t.measured, self.cur) and (best is None or self.better(t.measured, best.measured)):
                 best = t
-            if best is not None and self.done(best.measured):
+            if (best is not None and self.done(best.measured)) or not ok:
+                ended = True
                 break
-            if not ok:     # larger groups cost more: none of them fits the budget either
-                break
+        if bound is not None:
+            self._record(bound, ", ".join(bound.names))
+        if not ended and bound is not None and not self.res.stopped:
+            ok = bound.measured.fps is None or bound.measured.fps >= self.floor_fps
+            if ok and self.better(bound.measured, self.cur) and (best is None or self.better(bound.measured, best.measured)):
+                best = bound
+            seen.append(bound)
+        if bound is not None and self.done(bound.measured) and (best is None or not self.done(best.measured)) and not self.res.stopped:
+            self._note(f"the target needs more than the FPS budget: every candidate output at int16 reaches it "
+                       f"({self._numbers(bound.measured)}), no group of the worst-SQNR outputs within the budget does"
+                       + (f" (the best: {len(best.names)} outputs, {self._numbers(best.measured)})" if best is not None else ""))
         if best is None:
             return
         misses = [len(t.names) for t in seen if len(t.names) < len(best.names) and not self.as_good(t.measured, best.measured)]
         names, m = self._bisect(best.names, best.measured, max(misses, default=0))
         label = best.label if len(names) == len(best.names) else f"{len(names)} of the {len(best.names)} outputs of the lowest int8 SQNR"
         self._keep(best.remedy if len(names) == len(best.names) else "bisect_int16_output", label, m, names)
+
+    def _numbers(self, m: Measured) -> str:
+        """A try's numbers as the notes say them: worst output cosine (and metric), FPS against the PTQ model's."""
+        text = f"worst output cosine {m.cosine:.4f}"
+        if self.hook:
+            text += f", metric {m.metric:.4g}"
+        if m.fps is not None and self.res.base_fps:
+            text += f", {m.fps:.0f} FPS ({100.0 * (m.fps / self.res.base_fps - 1.0):+.1f} %)"
+        return text
+
+    def _note(self, text: str) -> None:
+        self.res.notes.append(text)
+        log.info("auto: %s", text)
+
+    def _bound_verdict(self, t: _Try, ok: bool) -> None:
+        """What the widest int16 try says about the target: out of reach of int16 when even it misses."""
+        m = t.measured
+        self.res.bound = {"nodes": len(t.names), "cosine": m.cosine, "metric": m.metric, "fps": m.fps,
+                          "within_fps_budget": ok, "reaches_target": self.done(m),
+                          # when the verdict was read (wall time varies from run to run; the decisions do not)
+                          "after_tries": self.res.tries, "after_seconds": time.monotonic() - self.started}
+        if self.done(m):
+            return
+        self.unreachable = True
+        want = f"< {self.target_cosine:g}" if m.cosine < self.target_cosine else f"reaches {self.target_cosine:g}"
+        metric = f"; metric {m.metric:.4g} < float's {self.ideal_metric:.4g}" if self.hook and m.metric < self.ideal_metric - 1e-12 else ""
+        self._note(f"unreachable with int16: every candidate output at int16 ({len(t.names)} of the {self.res.quantized_nodes} "
+                   f"quantized nodes) gives worst output cosine {m.cosine:.4f} {want}{metric}"
+                   + (f", FPS {100.0 * (m.fps / self.res.base_fps - 1.0):+.1f} %" if m.fps is not None and self.res.base_fps else "")
+                   + " (a measured bound of hbtool's int16 remedy, weights int8; not a proof for every remedy)")
 
     def _bisect(self, names: list[str], best: Measured, lo: int) -> tuple[list[str], Measured]:
         """The fewest of ``names`` (worst SQNR first) whose int16 does what all of them do (:meth:`as_good`).
@@ -497,22 +600,34 @@ class _AutoSearch:
                 blocks = min(2 * blocks, len(subset))
         return subset, keep
 
-    def int8_back_phase(self, ranking: list[Sensitivity], candidates: int | None) -> None:
+    def int8_back_phase(self, rankings: _Lazy, candidates: int | None) -> None:
         """0.: on a model with a 4-bit path, its ranked 4-bit nodes back to int8 first, one by one: the cheapest step
         up (the node keeps the int8 rate and its place), before any int16 group is priced."""
         four_bit = set(((self.session.base.options or {}).get("int4") or {}).get("applied") or {})
-        if not four_bit:
+        if not four_bit or self.done(self.cur) or self.out_of_time():
             return
+        ranking = rankings()
         top = [s for s in ranking if max(s.order) > 0 and s.name in four_bit][: candidates or max(5, len(ranking) // 4)]
         for s in gain_per_fps_order(self.session, top, four_bit, self.corrected):
             if self.done(self.cur) or self.out_of_time():
                 return
             self._try_node(s.name, [INT8])
 
-    def nodes_phase(self, ranking: list[Sensitivity], weight_ranking: list[WeightGain], candidates: int | None,
+    def nodes_phase(self, rankings: _Lazy, weight_rankings: _Lazy, candidates: int | None,
                     weight_candidates: int) -> None:
         """0.-3.: node by node, the cheap remedies over every candidate first, then CPU placement; the candidates
-        (the top of the ranking) in the order of their expected gain per FPS lost (:func:`gain_per_fps_order`)."""
+        (the top of the ranking) in the order of their expected gain per FPS lost (:func:`gain_per_fps_order`).
+
+        Skipped, without a task metric, where the widest int16 try missed the target: no node's int16 can then
+        reach it, and the pass (the ranking first, then single nodes) would spend the time limit on steps
+        worth a node each; with a task metric, single nodes' weight remedies still move it."""
+        if self.done(self.cur) or self.out_of_time():
+            return
+        if self.unreachable and not self.hook:
+            self._note("per-node pass skipped: the target is out of reach of int16 (above), so of every single node's "
+                       "int16; single-node weight remedies and CPU placement were not tried")
+            return
+        ranking, weight_ranking = rankings(), weight_rankings()
         four_bit = set(((self.session.base.options or {}).get("int4") or {}).get("applied") or {})
         top = [s for s in ranking if max(s.order) > 0][: candidates or max(5, len(ranking) // 4)]
         pool = [(s.name, remedies_for(s, four_bit, self.corrected)) for s in gain_per_fps_order(self.session, top, four_bit, self.corrected)]
@@ -549,7 +664,7 @@ class _AutoSearch:
     def result(self) -> AutoResult:
         """The model kept, calibrated here where a worker measured it, and measured with its outputs' worst channels."""
         final = self.runner.materialize(self.cur)
-        full = self.session.measure(final.result, final.node_info)
+        full = measure_variant(self.session, final.result, final.node_info, priced=False, channels=True)
         full.fps = final.fps
         self.res.node_info = full.node_info
         self.res.final = full

@@ -59,6 +59,10 @@ class DebugResult:
     seconds: dict[str, float] = field(default_factory=dict)
     files: list[Path] = field(default_factory=list)
     data: dict[str, Any] | None = None     # what debug.json holds, once written
+    #: the ranking computed on first call (``--auto`` computes it only where a phase or the report needs it)
+    ranked: Callable[[], list[Sensitivity]] | None = None
+    ranking_note: str = ""                 # why the ranking is empty, where it is
+    weight_ranked: Callable[[], list[WeightGain]] | None = None   # the weight-only ranking, likewise (task metric)
 
 
 def parse_fps_loss(text: str | float) -> float:
@@ -129,28 +133,76 @@ def run_debug(cfg: HbConfig, auto: bool = False, target_cosine: float = 0.99, ma
     t["analysis"] = time.perf_counter()
     sub = session.samples[:k]
     sub_float = {o: v[: k * (v.shape[0] // max(len(session.samples), 1))] for o, v in session.float_outputs.items()}
-    ranking, reference = rank(model, sub, session.output_names, sub_float, metric, progress,
-                              only=_within_budget(model.nodes, errs, budget / (macs * max(k, 1))))
-    t["sensitivity"] = time.perf_counter()
-    result = DebugResult(session, model, errs, flags, ranking, reference, observer)
+    only = _within_budget(model.nodes, errs, budget / (macs * max(k, 1)))
+    result = DebugResult(session, model, errs, flags, [], {}, observer)
+    spent = {"sensitivity": 0.0, "weight_sensitivity": 0.0}
+
+    def ranked() -> list[Sensitivity]:
+        """The four-way ranking, computed once: before the report, or when ``--auto``'s per-node pass needs it."""
+        if not result.ranking:
+            t0 = time.perf_counter()
+            result.ranking, result.reference = rank(model, sub, session.output_names, sub_float, metric, progress, only=only)
+            spent["sensitivity"] += time.perf_counter() - t0
+        return result.ranking
+
+    result.ranked = ranked
+    if not auto:
+        ranked()
     if auto and metric.is_hook:
         # a coarse task metric ties most nodes on the few samples above: the weight remedies get their own ranking
         kw = max(k, min(weight_samples or WEIGHT_SAMPLES, len(session.samples)))
         w_float = {o: v[: kw * (v.shape[0] // max(len(session.samples), 1))] for o, v in session.float_outputs.items()}
-        result.weight_ranking = rank_weights(model, session.samples[:kw], session.output_names, w_float, metric, progress)
+
+        def weight_ranked() -> list[WeightGain]:
+            if not result.weight_ranking:
+                t0 = time.perf_counter()
+                result.weight_ranking = rank_weights(model, session.samples[:kw], session.output_names, w_float, metric, progress)
+                spent["weight_sensitivity"] += time.perf_counter() - t0
+            return result.weight_ranking
+
+        result.weight_ranked = weight_ranked
         result.weight_share = weight_share(model, session.samples[:kw], session.output_names, w_float, metric)
-        t["weight_sensitivity"] = time.perf_counter()
+        t["weight_share"] = time.perf_counter()
     if auto:
         ideal = metric.value(session.float_outputs, session.float_outputs)
-        result.auto = run_auto(session, ranking, target_cosine, max_fps_loss, ideal, candidates, progress=progress,
-                               weight_ranking=result.weight_ranking,
+        t0 = time.perf_counter()
+        result.auto = run_auto(session, ranked, target_cosine, max_fps_loss, ideal, candidates, progress=progress,
+                               weight_ranking=weight_ranked if metric.is_hook else [],
                                weight_candidates=WEIGHT_CANDIDATES if weight_candidates is None else weight_candidates,
-                               deadline=deadline, weight_share=result.weight_share, workers=workers, cluster=cluster)
-        t["auto"] = time.perf_counter()
+                               deadline=deadline, weight_share=result.weight_share, workers=workers, cluster=cluster,
+                               nodes=[nd.name for nd in model.nodes])
+        auto_wall = time.perf_counter() - t0
+        inside = sum(spent.values())       # rankings a phase asked for: counted as themselves, not as the search
+        if not result.ranking:
+            _rank_for_the_report(result, ranked, model, sub, session.output_names, sub_float, metric, only, deadline)
+    end = time.perf_counter()
     keys = list(t)
     result.seconds = {b: t[b] - t[a] for a, b in zip(keys, keys[1:])}
-    result.seconds["total"] = t[keys[-1]] - t["start"]
+    result.seconds.update({name: v for name, v in spent.items() if v})
+    if auto:
+        result.seconds["auto"] = auto_wall - inside
+    result.seconds["total"] = end - t["start"]
     return result
+
+
+def _rank_for_the_report(result: DebugResult, ranked, model, samples, outputs, float_out, metric, only, deadline) -> None:
+    """The report's ranking after an ``--auto`` search that ended without needing it: computed where it fits
+    before the time limit (its cost estimated from one masked evaluation), else left out and said so."""
+    from hbtool.debug.sensitivity import evaluate
+
+    if deadline is not None:
+        t0 = time.perf_counter()
+        result.reference["float"], _ = evaluate(model, samples, model.mask(on=[]), outputs, float_out, metric)
+        result.reference["quantized"], result.reference["quantized_cosine"] = evaluate(model, samples, model.mask(off=[]), outputs,
+                                                                                     float_out, metric)
+        one = (time.perf_counter() - t0) / 2
+        nodes = [n for n in model.nodes if only is None or n.name in only]
+        if time.monotonic() + one * (_evaluations(nodes) + 1) > deadline:
+            result.ranking_note = (f"not computed: --auto ended without needing it, and its {_evaluations(nodes)} masked "
+                                   f"evaluations (about {one * _evaluations(nodes):.0f} s) do not fit the time limit; "
+                                   "hbtool debug without --auto ranks every node")
+            return
+    ranked()
 
 
 def _evaluations(nodes) -> int:
@@ -201,6 +253,7 @@ def to_json(r: DebugResult) -> dict[str, Any]:
         "nodes": [asdict(e) for e in r.node_errors],
         "range_flags": [asdict(f) for f in r.flags],
         "sensitivity": [{**asdict(x), "sensitivity": x.sensitivity, "kind": x.kind()} for x in r.ranking],
+        "sensitivity_note": r.ranking_note,
         "weight_sensitivity": [asdict(g) for g in r.weight_ranking],
         "weight_share": r.weight_share,
     }
@@ -209,7 +262,7 @@ def to_json(r: DebugResult) -> dict[str, Any]:
         out["auto"] = {"steps": [asdict(st) for st in a.steps], "node_info": fragment(a.node_info)["model_parameters"]["node_info"],
                        "changed": a.changed, "quantized_nodes": a.quantized_nodes, "base_fps": a.base_fps,
                        "final_fps": a.final.fps if a.final else None, "reached": a.reached,
-                       "tries": a.tries, "stopped": a.stopped, "notes": a.notes,
+                       "tries": a.tries, "stopped": a.stopped, "notes": a.notes, "bound": a.bound,
                        "final_outputs": a.final.outputs if a.final else None, "final_metric": a.final.metric if a.final else None}
     return out
 

@@ -50,17 +50,36 @@ class Failed:
 
 
 def evaluate(session: DebugSession, trial: Trial, keep_result: bool = True) -> Measured | Failed:
-    """Calibrate with the trial's ``node_info`` and measure it (without the per-channel scan)."""
-    from hbtool.debug.auto import estimate_fps
-
+    """Calibrate with the trial's ``node_info``, compile it once (the cost model prices that program, the
+    simulator runs it on the debug samples) and measure it (without the per-channel scan)."""
     try:
-        m = session.measure(session.calibrate(trial.node_info), trial.node_info, channels=False)
-        if trial.priced:
-            m.fps = estimate_fps(session, m)
+        m = measure_variant(session, session.calibrate(trial.node_info), trial.node_info, trial.priced, channels=False)
     except Exception as exc:  # a remedy that cannot be built is skipped, and said so
         return Failed(f"{type(exc).__name__}: {str(exc)[:120]}")
     if not keep_result:
         m.result = None
+    return m
+
+
+def measure_variant(session: DebugSession, result, node_info: dict[str, dict[str, Any]], priced: bool,
+                    channels: bool = False) -> Measured:
+    """A calibrated variant measured on the debug samples, and with ``priced`` its FPS. It is compiled once:
+    the cost model prices that program and the simulator runs it (bit for bit its quantized model, and
+    faster); where it does not compile, its quantized model runs (and a priced try says why, below)."""
+    from hbtool.debug import auto
+
+    try:
+        compiled = auto.compile_variant(session, result, node_info)
+    except Exception:
+        compiled = None
+    if compiled is None:
+        m = session.measure(result, node_info, channels=channels)
+        if priced:
+            m.fps = auto.estimate_fps(session, m)
+        return m
+    m = session.measure(result, node_info, channels=channels, compiled=compiled)
+    if priced:
+        m.fps = auto.fps_of(session, compiled, node_info)
     return m
 
 
