@@ -35,12 +35,19 @@ def _plain(node: Node | None, op: str) -> bool:
     return node is not None and node.op_type == op and node.domain in ("", "ai.onnx")
 
 
+def _model_quantized(graph: Graph, weight: str) -> bool:
+    """The model quantized this weight itself (a QDQ / weight-only import): its integers and scales are the
+    user's, kept as they are; a fold would rewrite them and lose that quantization, so such convs stay."""
+    pre = getattr(graph, "prequantized", None)
+    return pre is not None and weight in pre.weights
+
+
 def _conv_geometry(graph: Graph, conv: Node) -> dict | None:
     """Weights, bias and attributes of a 2-D Conv with constant weights (``None`` otherwise)."""
     if not _plain(conv, "Conv") or len([o for o in conv.outputs if o]) != 1 or len(conv.inputs) < 2:
         return None
     w = graph.const(conv.inputs[1])
-    if w is None or w.ndim != 4 or graph.is_const(conv.inputs[0]):
+    if w is None or w.ndim != 4 or graph.is_const(conv.inputs[0]) or _model_quantized(graph, conv.inputs[1]):
         return None
     b_name = conv.inputs[2] if len(conv.inputs) > 2 else ""
     b = graph.const(b_name) if b_name else np.zeros(w.shape[0], dtype=w.dtype)

@@ -161,3 +161,19 @@ def test_shared_branch_and_mismatched_groups_stay(tmp_path):
         before = graph.op_types().get("Add", 0)
         assert fold_parallel_branches(graph) == 0
         assert graph.op_types().get("Add", 0) == before
+
+
+def test_a_conv_whose_weights_the_model_quantized_keeps_them(tmp_path):
+    """A QDQ / weight-only model's conv weights are the user's integers: folding the identity branch into
+    them would rewrite those integers and drop the user's scales (found by the QDQ e2e test), so it stays."""
+    from types import SimpleNamespace
+
+    model, x = _export(RepVggDw(), 8, tmp_path)
+    graph = import_onnx(model)
+    weights = {n.inputs[1] for n in graph.nodes if n.op_type == "Conv"}
+    graph.prequantized = SimpleNamespace(weights={w: object() for w in weights})
+    before = graph.op_types().get("Add", 0)
+    assert fold_parallel_branches(graph) == 0
+    assert graph.op_types().get("Add", 0) == before
+    del graph.prequantized
+    assert fold_parallel_branches(graph) > 0
