@@ -50,9 +50,13 @@ class _Body:
         return self.node("Sigmoid", [x], name="helper_sigmoid")
 
     def other(self, x: str) -> str:
-        """A second feature map of the same shape, from a branch of its own (a binary op's run-time operand)."""
+        """A second feature map of the same shape, from a branch of its own (a binary op's run-time operand).
+
+        The branch ends in a ReLU: a purely linear branch of ``x`` (a lone Conv) beside ``x`` itself is what
+        ``fold_parallel_branches`` folds away, and the probe would then test the fold, not the op."""
         w = self.rng.standard_normal((8, 8, 1, 1)) * 0.3
-        return self.node("Conv", [x, self.const(w, "wb")], name="helper_branch_conv")
+        conv = self.node("Conv", [x, self.const(w, "wb")], name="helper_branch_conv")
+        return self.node("Relu", [conv], name="helper_branch_relu")
 
 
 @dataclass(frozen=True)
