@@ -422,15 +422,13 @@ def conv_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.n
     if integer is not None:
         # x = 256 hi + lo: the GEMM sees hi and lo - 128, so 128 * sum(W[c]) goes back in with the bias
         bias_lo = bias + 128 * w.reshape(C, -1).sum(axis=1)
-        factors16 = [256, 1]
 
         def run_integer16(x: np.ndarray) -> np.ndarray:
             x = as_stored(x)
             n = x.shape[0]
             digits = _base256_digits(x)
             y = integer.run(None, {"x": digits.reshape((2 * n,) + x.shape[1:])})[0]
-            rows = n * C
-            return rq.apply((y[:n].reshape(rows, -1), y[n:].reshape(rows, -1)), factors16, bias_lo, False).reshape((n,) + y.shape[1:])
+            return _requantize_digit_halves(rq, y, n, C, bias_lo).reshape((n,) + y.shape[1:])
 
         return _marked(run_integer16, rq)
     try:
@@ -449,6 +447,13 @@ def _base256_digits(x: np.ndarray) -> np.ndarray:
     return digits
 
 
+def _requantize_digit_halves(rq: "RequantParams", y: np.ndarray, n: int, C: int, bias_lo: np.ndarray) -> np.ndarray:
+    """One requantizing pass over an int16 GEMM's two digit products, stacked on the batch axis as
+    :func:`_base256_digits` fed them (``y[:n]`` the high digit's, weight 256; ``y[n:]`` the low one's)."""
+    rows = n * C
+    return rq.apply((y[:n].reshape(rows, -1), y[n:].reshape(rows, -1)), [256, 1], bias_lo, False)
+
+
 def _pointwise_gemm_runner(gemm, in_bits: int, w: np.ndarray, rq: "RequantParams", bias: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
     """The runner of :func:`_pointwise_integer_matmul`'s session: int8 codes as they are, int16 ones as
     two base-256 digits stacked on the batch axis (the low digit read as ``lo - 128``, as in
@@ -463,7 +468,6 @@ def _pointwise_gemm_runner(gemm, in_bits: int, w: np.ndarray, rq: "RequantParams
 
         return _marked(run8, rq, {0: np.int8})
     bias_lo = bias + 128 * w.reshape(C, -1).sum(axis=1)
-    factors16 = [256, 1]
 
     def run16(x: np.ndarray) -> np.ndarray:
         x = as_stored(x)
@@ -471,8 +475,7 @@ def _pointwise_gemm_runner(gemm, in_bits: int, w: np.ndarray, rq: "RequantParams
         digits = _base256_digits(x)
         np.bitwise_xor(digits, np.uint8(128), out=digits)  # as int8: hi, and lo - 128
         y = gemm.run(None, {"x": digits.view(np.int8).reshape(2 * n, x.shape[1], -1)})[0]
-        rows = n * C
-        return rq.apply((y[:n].reshape(rows, -1), y[n:].reshape(rows, -1)), factors16, bias_lo, False).reshape((n, C) + x.shape[2:])
+        return _requantize_digit_halves(rq, y, n, C, bias_lo).reshape((n, C) + x.shape[2:])
 
     return _marked(run16, rq)
 
