@@ -348,3 +348,18 @@ def fresh3_group(row, fit_families: set[str]) -> str:
     from benchmarks.published.split import row_family
 
     return "fit family" if row_family(row) in fit_families else "unseen family"
+
+
+#: The FOURTH fresh hold-out (split ``fresh4``), searched for on 2026-12-06 before any parameter of this stop was changed.
+#: Rule: every on-board row published by D-Robotics for the RDK X5 (``bayes-e``, BPU at 1.0 GHz), RDK X3 (``bernoulli2``)
+#: or RDK Ultra (``bayes``) whose (variant, march) is in none of the calibration csv, ``HOLDOUT_X5_CLASSIFICATION``,
+#: ``HOLDOUT_FRESH``, ``HOLDOUT_FRESH2`` and ``HOLDOUT_FRESH3``, and that hbtool rebuilds with the publisher's recipe.
+#: Searched: every commit of every branch of D-Robotics/rdk_model_zoo (main, rdk_x3, rdk_x5, rdk_s, the feature branches)
+#: for README tables with RDK X3 / RDK Ultra / X5 rows: the X3 tables (classification at 1100150e and its history on
+#: rdk_x3; YOLOv8 / YOLOv8-Seg / YOLOv10 / YOLOv5 / FCOS / PaddleOCR) and the Ultra YOLO11 table hold no (variant, march)
+#: outside the splits but anchor-based YOLOv5 v2.0 / v7.0, FCOS and PaddleOCR (not rebuildable, ``SKIPPED``); the newest
+#: X5 tables (classification, ultralytics YOLO, YOLO26 at be4f89bd and the rdk_x5 head 763b3bb, samples/vision/*) are
+#: fully used (LPRNet's 266 FPS has no public definition in timm / torchvision / ultralytics). Other thread counts of a
+#: row already in a split (the X3 YOLOv8n 2/4-thread FPS) are the same (variant, march) and so not new.
+#: Result: no row qualifies, so this hold-out is EMPTY and no Done-when claim of this stop rests on one.
+HOLDOUT_FRESH4: tuple[tuple, ...] = ()
