@@ -566,6 +566,24 @@ def image_input_cost(name: str, input_type: str, shape: tuple[int, ...], out_loc
     return op
 
 
+def crosses_cpu_boundary(name: str, ctx: CostContext) -> bool:
+    """Does ``name`` count against the DDR the BPU shares: written or read by a BPU op, or a model input/output?
+
+    A float tensor that one CPU operator writes and the next reads (a dequantize -> float subgraph ->
+    quantize chain) is traffic of the A53/A55 cluster alone; what it costs the CPU is its per-element
+    time and, with several threads, the cores' contention for the cluster's memory port
+    (``cpu.concurrency_slowdown``, :meth:`~hbtool.costmodel.schedule.PerfResult.fps_threads`). Why it is
+    not counted against the shared DDR as well: the RDK X3 runs YOLOv8n at 34.1 FPS with 8 threads,
+    and with those float chains counted (295 MB a frame) that would take 10 GB/s, more than the X3's
+    LPDDR4 sustains; the 8-thread rows bound the CPU side, not the DDR (docs/perf.md, costmodel3)."""
+    if name in ctx.program.inputs or name in ctx.program.outputs:
+        return True
+    producer = ctx.producers.get(name)
+    if producer is not None and producer.meta.get("unit", CPU) != CPU:
+        return True
+    return any(c.meta.get("unit", CPU) != CPU for c in ctx.consumers.get(name, []))
+
+
 def cpu_cost(node: Node, ctx: CostContext) -> OpCost:
     hw = ctx.hw
     kernel = node.meta.get("kernel")
@@ -574,7 +592,8 @@ def cpu_cost(node: Node, ctx: CostContext) -> OpCost:
                                 ctx.location(node.outputs[0]), hw, ctx.split)
     op = OpCost(node.name, node.op_type, CPU, type(kernel).__name__ if kernel is not None else None)
     names = ctx.activations(list(node.inputs) + [o for o in node.outputs if o])
-    op.ddr_useful_bytes = op.ddr_bytes = sum(ctx.padded_bytes(n) for n in names if ctx.location(n) == DDR)
+    op.ddr_useful_bytes = op.ddr_bytes = sum(ctx.padded_bytes(n) for n in names
+                                             if ctx.location(n) == DDR and crosses_cpu_boundary(n, ctx))
     elements = max((int(np.prod(ctx.shape(n), dtype=np.int64)) for n in names), default=0)
     op.elements = elements
     if "flops" in node.meta:

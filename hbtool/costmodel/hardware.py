@@ -53,6 +53,7 @@ _PARAMS: tuple[tuple[str, str], ...] = (
     ("cpu_gflops", "cpu.gflops"),
     ("cpu_quantize_cpe", "cpu.quantize_cycles_per_element"),
     ("cpu_per_op_us", "cpu.per_op_us"),
+    ("cpu_concurrency_slowdown", "cpu.concurrency_slowdown"),
 )
 
 
@@ -101,6 +102,7 @@ class Hardware:
     cpu_gflops: float
     cpu_quantize_cpe: float
     cpu_per_op_us: float
+    cpu_concurrency_slowdown: float
     #: the 4-bit path (march ``int4``, docs/int4.md): absent on marches without one
     int4_supported: bool = False
     int4_tensor_rate: float = 1.0

@@ -25,7 +25,7 @@ from tests.unit.perf.test_op_costs_schedule_and_cli import ceil_to, node, tiny_p
 @pytest.mark.parametrize("march", ["bayes", "bayes-e", "bernoulli2"])
 def test_depthwise_conv_fills_one_array_lane_per_group(march):
     """The array's c_out lanes share one input window: a depthwise conv uses one lane of c_out per pass
-    (X5, X3); J5 packs the groups side by side into its lanes."""
+    (X5); J5 and X3 pack the groups side by side into their lanes (X3: its depthwise rows, costmodel3)."""
     hw = hardware_for(march)
     c, size = 64, 20
     dw = Conv.build(np.ones((c, 1, 3, 3), np.int64), None, 1.0, 1.0, 1.0, pads=[1] * 4, group=c)
@@ -34,7 +34,7 @@ def test_depthwise_conv_fills_one_array_lane_per_group(march):
     assert op.macs == c * size * size * 9
     lanes = ceil_to(c, hw.array_c_out) if hw.groups_share_lanes else c * ceil_to(1, hw.array_c_out)
     assert op.padded_macs == size * ceil_to(size, hw.array_w) * lanes * ceil_to(9, hw.array_reduce)
-    assert hw.groups_share_lanes == (march == "bayes")      # J5 packs the groups into its lanes
+    assert hw.groups_share_lanes == (march in ("bayes", "bernoulli2"))      # J5 and X3 pack the groups into their lanes
     assert op.components[TENSOR] == pytest.approx(op.padded_macs / hw.macs_per_cycle)
     dense = Conv.build(np.ones((c, c, 3, 3), np.int64), None, 1.0, 1.0, 1.0, pads=[1] * 4)
     g2, t2 = tiny_program({"x": (1, c, size, size), "y": (1, c, size, size)}, [node("HzConv", ["x"], ["y"], TENSOR, dense)])
