@@ -45,6 +45,7 @@ from hbtool.costmodel import access, layout
 from hbtool.costmodel.hardware import Hardware
 from hbtool.ir.graph import Graph, Node
 from hbtool.ir.hz_ops import HZ_PREPROCESS
+from hbtool.kernels.movement import SELECTING_MOVES
 from hbtool.kernels.quantize import Quantize
 from hbtool.kernels.units import CPU, DATA_MOVEMENT, TENSOR, VECTOR
 from hbtool.march.storage import align
@@ -487,7 +488,10 @@ def movement_cost(node: Node, ctx: CostContext, tile: Tile = None) -> OpCost:
     loc_in = ctx.location(acts_in[0]) if acts_in else SRAM
     loc_out = ctx.location(outs[0])
     final = layout.row_major_outputs(ctx.program, outs, lambda n: len(ctx.shape(n)), ctx.consumers)
-    w = access.walk(node, ctx.program, ctx.tensors, eb, (g[SRAM], g[DDR]), row_major_outputs=final)
+    # a selecting move (ReduceMax / ReduceMin / GlobalMaxPool) reads every input element to pick one per output:
+    # its address walk replays only the picked addresses, so it is costed as a whole read of the input
+    selecting = node.op_type in SELECTING_MOVES
+    w = None if selecting else access.walk(node, ctx.program, ctx.tensors, eb, (g[SRAM], g[DDR]), row_major_outputs=final)
     # (unit bytes, SRAM bytes, DDR bytes, case) per way to walk the op
     strategies: dict[str, tuple[int, int, int, str]] = {}
     if w is None:
@@ -496,9 +500,9 @@ def movement_cost(node: Node, ctx: CostContext, tile: Tile = None) -> OpCost:
         rd, wr = access.sequential_bytes(in_bytes, g[loc_in]), access.sequential_bytes(out_bytes, g[loc_out])
         strategies["copy"] = (max(rd, wr), (rd if loc_in == SRAM else 0) + (wr if loc_out == SRAM else 0),
                               (rd if loc_in == DDR else 0) + (wr if loc_out == DDR else 0), layout.COPY)
-        op.elements = out_bytes // max(eb, 1)
+        op.elements = (in_bytes if selecting else out_bytes) // max(eb, 1)
         useful = in_bytes + out_bytes
-        note = "sequential copy"
+        note = "reads every input element, writes the selected ones" if selecting else "sequential copy"
     else:
         op.elements = w.elements
         out_seq = {k: access.sequential_bytes(w.out_elements_padded * eb, k) for k in g.values()}

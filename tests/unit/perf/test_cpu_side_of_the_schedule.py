@@ -71,3 +71,24 @@ def test_march_files_carry_the_slowdown_only_where_rows_show_it():
     assert hardware_for("bernoulli2").cpu_concurrency_slowdown > 0      # the X3 detectors' multi-thread rows
     assert hardware_for("bayes-e").cpu_concurrency_slowdown == 0
     assert hardware_for("bayes").cpu_concurrency_slowdown == 0
+
+
+# ----------------------------------------------------------------------------- selecting moves
+
+
+@pytest.mark.parametrize("op_type", ["ReduceMax", "ReduceMin"])
+def test_a_selecting_move_reads_its_whole_input(op_type):
+    """ReduceMax over the 400 scores of each attention row (YOLO12's patched softmax) reads all of them: its
+    address walk replays only the picked addresses, which would cost it as a read of one element per output."""
+    from hbtool.costmodel.cost import DATA_MOVEMENT, DDR
+
+    shapes = {"x": (1, 8, 400, 400), "y": (1, 8, 400, 1)}
+    n = node(op_type, ["x"], ["y"], DATA_MOVEMENT, attrs={"axes": [3], "keepdims": 1})
+    g, t = tiny_program(shapes, [n], where={"x": "ddr", "y": "sram"})
+    hw = hardware_for("bayes-e")
+    op = cost_op(g.nodes[0], CostContext(g, t, hw))
+    assert op.ddr_bytes >= t["x"]["padded_bytes"]                  # every input byte leaves the DDR once
+    assert op.elements == t["x"]["padded_bytes"]                   # int8: one element per byte compared
+    assert op.components[DDR] == pytest.approx(op.ddr_bytes / hw.ddr_bytes_per_cycle)
+    assert op.cycles >= t["x"]["padded_bytes"] / hw.ddr_bytes_per_cycle
+    assert "reads every input element" in op.note and op.unit == DATA_MOVEMENT
