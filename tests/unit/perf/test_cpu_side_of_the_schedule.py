@@ -12,7 +12,7 @@ from hbtool.costmodel.hardware import hardware_for
 from hbtool.costmodel.schedule import cpu_slowdown, estimate_program
 from tests.unit.perf.test_op_costs_schedule_and_cli import conv_op, node, tiny_program
 
-SHAPE = (1, 16, 64, 64)
+SHAPE = (1, 16, 256, 256)   # CPU conversions of 1 M elements: the CPU, not the BPU, bounds several threads
 
 
 def bpu_cpu_bpu_chain():
