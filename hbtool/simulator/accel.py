@@ -409,15 +409,6 @@ def conv_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.n
     C = w.shape[0]
     rq = RequantParams(kernel.requant, C)
     bias = _bias(kernel, C)
-    import os
-    mode = os.environ.get("HBTOOL_SIM_NCHWC", "all")
-    pointwise = all(k == 1 for k in w.shape[2:])
-    if mode == "all" or (mode == "dw" and not pointwise):
-        from hbtool.simulator.nchwc import blocked_conv
-
-        blocked = blocked_conv(kernel, w, attrs, rq, bias, threads)
-        if blocked is not None:
-            return blocked
     gemm = _pointwise_integer_matmul(kernel, w, threads)
     if gemm is not None:
         return _pointwise_gemm_runner(gemm, kernel.in_bits, w, rq, bias)
@@ -882,11 +873,6 @@ def numpy_until_compiled(fast: Callable, numpy_form: Callable) -> Callable:
                 y = fast(*args)
         finally:
             skipped = fused.end_call()
-        if not skipped:
-            return y
-        # a blocked-layout runner (.nchwc) converts its operands to and from the numpy form's NCHW
-        as_numpy = getattr(fast, "numpy_args", None)
-        y = numpy_form(*(as_numpy(*args) if as_numpy else args))
-        return fast.numpy_result(y) if as_numpy else y
+        return numpy_form(*args) if skipped else y
 
     return run

@@ -103,44 +103,6 @@ def _narrow_handoffs(steps: list["_Step"], program: Graph) -> set[str]:
     return narrowed
 
 
-def _blocked_handoffs(steps: list["_Step"], program: Graph) -> dict[str, tuple[int, int]]:
-    """Keep a tensor in onnxruntime's blocked layout between two blocked convolutions (:mod:`.nchwc`).
-
-    Where a blocked convolution's result is read only by blocked convolutions taking that many
-    (padded) channels, the producer's requantizing loop writes blocked float32 codes and the
-    readers take them as they are: no layout change and no float32 conversion in between. Both
-    sides must fold the sample axis into the batch (a blocked tensor has the sample axis first
-    like any other, its channels padded) and read and write it without a transposition.
-    Returns the names so stored with their channel count and block (:meth:`Executor._run`
-    hands them back as NCHW int16 where they are asked for).
-    """
-    from hbtool.simulator.nchwc import BlockedConv
-
-    readers: dict[str, list[tuple[_Step, int]]] = {}
-    for step in steps:
-        for k, name in enumerate(step.inputs):
-            if name:
-                readers.setdefault(name, []).append((step, k))
-
-    def plain(step: "_Step") -> bool:
-        return isinstance(step.fast, BlockedConv) and not step.sampleless and mergeable(step.node, program)
-
-    blocked = {}
-    for step in steps:
-        if not plain(step) or len(step.outputs) != 1 or step.node.meta.get("out_perm") is not None:
-            continue
-        name = step.outputs[0]
-        if name in program.outputs or not readers.get(name):
-            continue
-        if all(plain(r) and k == 0 and r.fast.in_padded == step.fast.out_padded and r.fast.in_channels == step.fast.channels
-               and not r.node.meta.get("in_perms") for r, k in readers[name]):
-            step.fast.blocked_out = True
-            for r, _ in readers[name]:
-                r.fast.blocked_in = True
-            blocked[name] = (step.fast.channels, step.fast.block)
-    return blocked
-
-
 def _one_sample_kernel(node: Node, apply: Callable) -> Callable:
     perms = node.meta.get("in_perms") or {}
     out_perm = node.meta.get("out_perm")
@@ -279,7 +241,6 @@ class Executor:
             free = [i for i in dict.fromkeys(n.inputs) if i and last_use.get(i) == k and i not in keep and not self.program.is_const(i)]
             sampleless = not any(i and not self.program.is_const(i) for i in n.inputs)
             self.steps.append(_Step(n, run, list(n.inputs), list(n.outputs), free, sampleless, fast=accelerated))
-        self.blocked = _blocked_handoffs(self.steps, self.program) if fast else {}
         self.narrowed = _narrow_handoffs(self.steps, self.program)
         self.consts = {name: v.data for name, v in self.program.values.items() if v.data is not None}
         self.micro_batch, chunks = _chunk_sizes(self.program, [s.node for s in self.steps])
@@ -387,11 +348,5 @@ class Executor:
                 y = values[name]
                 if name in self.narrowed:  # written as its reader's dtype: the int16 every other tensor is stored as
                     y = y.astype(np.int16)
-                if name in self.blocked:  # kept in the blocked layout between two convolutions: NCHW int16 here
-                    from hbtool.simulator.nchwc import unblock
-
-                    channels, block = self.blocked[name]
-                    y = unblock(y.reshape((-1,) + y.shape[2:]), channels, block).astype(np.int16).reshape(
-                        y.shape[:2] + (channels,) + y.shape[3:])
                 out[name] = y.reshape(()) if y.ndim == 1 and S == 1 else y.reshape((S * y.shape[1],) + y.shape[2:]) if y.ndim > 1 else y
         return out

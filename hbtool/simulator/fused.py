@@ -36,7 +36,7 @@ from hbtool.simulator.jit import (  # noqa: F401  the loops' controls, used thro
 __all__ = ["MODE_CODES", "background", "call_skipped", "compile_in_background", "end_call", "set_threads", "skipped_calls",
            "start_call", "threads", "requantize_parts", "requantize_cols", "requantize_rows", "split_digits", "layernorm_rows",
            "requantize_cols_one", "requantize_rows_one", "softmax_rows", "add_rows", "mul_rows", "mul_rowscalar", "add_rowscalar", "mul_rowscalar_simple", "add_rowscalar_simple", "add_rows_simple",
-           "mul_rows_simple", "lookup", "digits_u8", "pack_blocked", "requantize_blocked", "requantize_unblock"]
+           "mul_rows_simple", "lookup", "digits_u8"]
 
 MODE_CODES = {"floor": 0, "half_up": 1, "half_away": 2, "half_even": 3}
 
@@ -391,91 +391,6 @@ def _digits_u8(r0_, r1_, x, out):
             out[1, r, q] = np.uint8(v & 255)
 
 
-@jit()
-def _pack_blocked(r0_, r1_, x, out):
-    """NCHW codes ``x (N, C, Q)`` (any integer dtype, or float32) as onnxruntime's blocked float32 layout
-    ``out (N, Cb, Q, 16)``: ``out[i, cb, q, l] = x[i, cb * 16 + l, q]``, 0 for the padding channels past C.
-    Rows are ``(i, cb)`` pairs. A whole block moves in 16 x 16 tiles through a small buffer (measured
-    2-3x faster than element by element; still 2-4x a plain conversion, see docs/simulate.md)."""
-    N, C, Q = x.shape
-    Cb = out.shape[1]
-    tile = np.empty((16, 16), np.float32)
-    for r in range(r0_, r1_):
-        i = r // Cb
-        cb = r - i * Cb
-        ob = out[i, cb]
-        q0 = 0
-        if (cb + 1) * 16 <= C:
-            while q0 + 16 <= Q:
-                for lane in range(16):
-                    xr = x[i, cb * 16 + lane]
-                    for k in range(16):
-                        tile[k, lane] = xr[q0 + k]
-                for k in range(16):
-                    oo = ob[q0 + k]
-                    for lane in range(16):
-                        oo[lane] = tile[k, lane]
-                q0 += 16
-        for q in range(q0, Q):
-            for lane in range(16):
-                c = cb * 16 + lane
-                ob[q, lane] = np.float32(x[i, c, q]) if c < C else np.float32(0)
-
-
-@jit()
-def _requantize_blocked(r0_, r1_, y, bias, M, n, half, lo, hi, out):
-    """:func:`requantize_rows_one` on blocked accumulators ``y (N, Cb, Q, B)``, written in the same layout:
-    channel ``cb * B + lane`` (the parameters padded to ``Cb * B`` channels, see :mod:`.nchwc`).
-
-    The lanes of one position are a contiguous vector: read through 1-D views, the loop vectorises
-    across them (measured 1.0-1.6x a plain NCHW requantization; indexing the 4-D arrays, 5x)."""
-    N, Cb, Q, B = y.shape
-    for r in range(r0_, r1_):
-        i = r // Cb
-        cb = r - i * Cb
-        base = cb * B
-        for q in range(Q):
-            yy = y[i, cb, q]
-            oo = out[i, cb, q]
-            for lane in range(16):  # a literal: the loop vectorises (the block is 16, see nchwc.block_size)
-                c = base + lane
-                v = ((bias[c] + np.int64(yy[lane])) * M[c] + half[c]) >> n[c]
-                oo[lane] = min(max(v, lo), hi)
-
-
-@jit()
-def _requantize_unblock(r0_, r1_, y, bias, M, n, half, lo, hi, out):
-    """:func:`requantize_rows_one` on blocked accumulators ``y (N, Cb, Q, 16)``, written as NCHW ``out (N, C, Q)``
-    (the padding channels past C dropped): the layout change rides on the requantizing pass, in 16 x 16
-    tiles through a small buffer as in :func:`_pack_blocked`."""
-    N, Cb, Q, B = y.shape
-    C = out.shape[1]
-    tile = np.empty((16, 16), np.int64)
-    for r in range(r0_, r1_):
-        i = r // Cb
-        cb = r - i * Cb
-        yb = y[i, cb]
-        base = cb * 16
-        q0 = 0
-        if base + 16 <= C:
-            while q0 + 16 <= Q:
-                for k in range(16):
-                    yy = yb[q0 + k]
-                    for lane in range(16):
-                        c = base + lane
-                        v = ((bias[c] + np.int64(yy[lane])) * M[c] + half[c]) >> n[c]
-                        tile[lane, k] = min(max(v, lo), hi)
-                for lane in range(16):
-                    orow = out[i, base + lane]
-                    for k in range(16):
-                        orow[q0 + k] = tile[lane, k]
-                q0 += 16
-        for lane in range(min(16, C - base)):
-            c = base + lane
-            for q in range(q0, Q):
-                v = ((bias[c] + np.int64(yb[q, lane])) * M[c] + half[c]) >> n[c]
-                out[i, c, q] = min(max(v, lo), hi)
-
 # ------------------------------------------------------------------------------ entry points (rows over the cores)
 def requantize_parts(parts, factors, bias, M, n, clamp, pre, lo, hi, mode, per_col, out):
     """:func:`_requantize_parts` over all rows, split across the cores when the tensor is big enough."""
@@ -565,18 +480,3 @@ def lookup(x, table, offset, out):
 def digits_u8(x, out):
     """:func:`_digits_u8` over all rows, split across the cores when the tensor is big enough."""
     over_rows(_digits_u8, x.shape[0], x.size, x, out)
-
-
-def pack_blocked(x, out):
-    """:func:`_pack_blocked` over all ``(sample, channel block)`` rows, split across the cores when big enough."""
-    over_rows(_pack_blocked, out.shape[0] * out.shape[1], out.size, x, out)
-
-
-def requantize_blocked(y, bias, M, n, half, lo, hi, out):
-    """:func:`_requantize_blocked` over all ``(sample, channel block)`` rows, split across the cores when big enough."""
-    over_rows(_requantize_blocked, y.shape[0] * y.shape[1], y.size, y, bias, M, n, half, lo, hi, out)
-
-
-def requantize_unblock(y, bias, M, n, half, lo, hi, out):
-    """:func:`_requantize_unblock` over all ``(sample, channel block)`` rows, split across the cores when big enough."""
-    over_rows(_requantize_unblock, y.shape[0] * y.shape[1], y.size, y, bias, M, n, half, lo, hi, out)

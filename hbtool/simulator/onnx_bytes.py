@@ -80,12 +80,10 @@ class Node:
     inputs: list[str]
     outputs: list[str]
     attrs: dict[str, Any] = field(default_factory=dict)
-    domain: str = ""
 
     def encode(self) -> bytes:
         return (b"".join(_bytes(1, i) for i in self.inputs) + b"".join(_bytes(2, o) for o in self.outputs)
-                + _bytes(4, self.op_type) + b"".join(_bytes(5, _attribute(k, v)) for k, v in sorted(self.attrs.items()))
-                + (_bytes(7, self.domain) if self.domain else b""))
+                + _bytes(4, self.op_type) + b"".join(_bytes(5, _attribute(k, v)) for k, v in sorted(self.attrs.items())))
 
 
 def node(op_type: str, inputs: list[str], outputs: list[str], **attrs: Any) -> Node:
@@ -107,13 +105,9 @@ def _value_info(name: str, elem: int) -> bytes:
 
 def model(nodes: list[Node], inputs: dict[str, int], outputs: dict[str, int],
           initializers: dict[str, np.ndarray] | None = None, opset: int = 17, ir_version: int = 8) -> bytes:
-    """The serialized ``ModelProto`` of one graph: ``inputs``/``outputs`` map names to element types.
-
-    Nodes of another domain (onnxruntime's ``com.microsoft.nchwc``) import it at version 1."""
+    """The serialized ``ModelProto`` of one graph: ``inputs``/``outputs`` map names to element types."""
     graph = (b"".join(_bytes(1, n.encode()) for n in nodes) + _bytes(2, "accel")
              + b"".join(_bytes(5, _tensor(k, v)) for k, v in (initializers or {}).items())
              + b"".join(_bytes(11, _value_info(k, t)) for k, t in inputs.items())
              + b"".join(_bytes(12, _value_info(k, t)) for k, t in outputs.items()))
-    domains = sorted({n.domain for n in nodes if n.domain})
-    return (_int(1, ir_version) + _bytes(7, graph) + _bytes(8, _bytes(1, "") + _int(2, opset))
-            + b"".join(_bytes(8, _bytes(1, d) + _int(2, 1)) for d in domains))
+    return _int(1, ir_version) + _bytes(7, graph) + _bytes(8, _bytes(1, "") + _int(2, opset))
