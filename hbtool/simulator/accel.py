@@ -580,6 +580,25 @@ def maxpool_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], n
     return _marked(run, None, {0: np.float32})
 
 
+def quantize_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.ndarray] | None:
+    """:meth:`Quantize.apply_numpy` by one float32 scale as one fused pass writing int16 (the numpy form
+    makes four whole-array passes and an int64 result); per-channel scales keep the numpy form."""
+    scale = np.asarray(kernel.scale)
+    if scale.size != 1 or scale.dtype != np.float32:
+        return None
+    s = np.float32(scale.reshape(()))
+    qmin, qmax = int_range(int(kernel.bits))
+    dtype = storage_dtype(qmin, qmax)
+
+    def run(x: np.ndarray) -> np.ndarray:
+        xf = np.ascontiguousarray(x, dtype=np.float32)
+        out = np.empty(xf.shape, dtype)
+        fused.quantize(xf.reshape(-1), s, np.int64(qmin), np.int64(qmax), out.reshape(-1))
+        return out
+
+    return run
+
+
 def dequantize_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.ndarray]:
     """:meth:`Dequantize.apply_numpy` without its int64 copy: an integer converts to the same float32
     from any integer type (IEEE conversion rounds the value, not the type), and the scale multiplies
@@ -858,6 +877,7 @@ _BUILDERS = {
     "Softmax": softmax_fast,
     "MaxPool": maxpool_fast,
     "Dequantize": dequantize_fast,
+    "Quantize": quantize_fast,
 }
 
 

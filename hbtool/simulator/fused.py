@@ -36,7 +36,7 @@ from hbtool.simulator.jit import (  # noqa: F401  the loops' controls, used thro
 __all__ = ["MODE_CODES", "background", "call_skipped", "compile_in_background", "end_call", "set_threads", "skipped_calls",
            "start_call", "threads", "requantize_parts", "requantize_cols", "requantize_rows", "split_digits", "layernorm_rows",
            "requantize_cols_one", "requantize_rows_one", "softmax_rows", "add_rows", "mul_rows", "mul_rowscalar", "add_rowscalar", "mul_rowscalar_simple", "add_rowscalar_simple", "add_rows_simple",
-           "mul_rows_simple", "lookup", "digits_u8"]
+           "mul_rows_simple", "lookup", "digits_u8", "quantize"]
 
 MODE_CODES = {"floor": 0, "half_up": 1, "half_away": 2, "half_even": 3}
 
@@ -384,6 +384,25 @@ def _lookup(r0_, r1_, x, table, offset, out):
 
 
 @jit()
+def _quantize(r0_, r1_, x, scale, qmin, qmax, out):
+    """:meth:`Quantize.apply_numpy` of float32 ``x`` by one float32 ``scale``: ``clip(rint(x / scale))``,
+    NaN to 0, element by element (the same IEEE float32 division and round-half-even as numpy's
+    whole-array passes, in one pass)."""
+    xs = x[r0_:r1_]
+    os_ = out[r0_:r1_]
+    for i in range(xs.shape[0]):
+        v = np.rint(xs[i] / scale)
+        if v != v:
+            os_[i] = 0
+        elif v < qmin:
+            os_[i] = qmin
+        elif v > qmax:
+            os_[i] = qmax
+        else:
+            os_[i] = np.int64(v)
+
+
+@jit()
 def _digits_u8(r0_, r1_, x, out):
     """Base-256 digits of an int16 ``x`` (2-D) as uint8 with zero point 128: ``out[0] = (x >> 8) + 128``
     (the signed high digit) and ``out[1] = x & 255`` (the low digit, read as ``lo - 128``)."""
@@ -479,6 +498,11 @@ def add_rowscalar(a, b, A, B, n, lo, hi, mode, out):
 def lookup(x, table, offset, out):
     """:func:`_lookup` over all rows, split across the cores when the tensor is big enough."""
     over_rows(_lookup, x.size, x.size, x, table, offset, out)
+
+
+def quantize(x, scale, qmin, qmax, out):
+    """:func:`_quantize` over a flat tensor, split across the cores when it is big enough."""
+    over_rows(_quantize, x.size, x.size, x, scale, qmin, qmax, out)
 
 
 def digits_u8(x, out):
