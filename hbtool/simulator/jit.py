@@ -163,20 +163,21 @@ _TARGET_LOCK = threading.Lock()
 def _load_numba_target() -> None:
     """Import the numba module whose BLAS check would import SciPy, with the check skipped
     (:class:`_SkipNumbaBlasCheck`); once per process, before the first loop runs or loads."""
-    with _TARGET_LOCK:
+    with _TARGET_LOCK:  # another thread's first loop waits here until the module is in
         if _TARGET_LOADED[0]:
             return
-        _TARGET_LOADED[0] = True
-        if "numba.np.arraymath" in sys.modules:
-            return
-        hook = _SkipNumbaBlasCheck()
-        sys.meta_path.insert(0, hook)
         try:
-            import numba.np.arraymath  # noqa: F401
-        except Exception:  # pragma: no cover - numba's layout changed: its own import path runs later
-            pass
+            if "numba.np.arraymath" not in sys.modules:
+                hook = _SkipNumbaBlasCheck()
+                sys.meta_path.insert(0, hook)
+                try:
+                    import numba.np.arraymath  # noqa: F401
+                except Exception:  # pragma: no cover - numba's layout changed: its own import path runs later
+                    pass
+                finally:
+                    sys.meta_path.remove(hook)
         finally:
-            sys.meta_path.remove(hook)
+            _TARGET_LOADED[0] = True
 
 
 def over_rows(loop, rows: int, work: int, *args) -> None:
