@@ -239,7 +239,7 @@ def _softmax_rows(r0_, r1_, q, exps, mask_min, qmin, p, ymax, thresholds, out):
         total = np.int64(0)
         for j in range(N):
             u = m - np.int64(qr[j])
-            v = np.int64(exps[u])
+            v = np.int64(exps[np.uint64(u)])  # u >= 0: an unsigned index carries no wraparound check
             if mask_min and qr[j] == qmin and u > 0:
                 v = np.int64(0)
             e[j] = v
