@@ -135,15 +135,19 @@ class Softmax(Kernel):
         L = self.log2_prob_bits
         return np.array([math.ceil(2.0 ** (L - j - 0.5)) for j in range(self.zero_code)], np.int64)
 
+    def exp_of_gap(self, u: np.ndarray) -> np.ndarray:
+        """The fixed-point exponential of ``u = max - q >= 0`` before masking (step 2), int64: one
+        table for 8-bit inputs, the product of two for 16-bit ones."""
+        if self.in_bits == 8:
+            return self.t_lo[u]
+        return rounding_shift_numpy(self.t_hi[u >> 8] * self.t_lo[u & 255], self.exp_bits, self.rounding)
+
     def exp_numpy(self, q: np.ndarray) -> np.ndarray:
         """The fixed-point exponentials ``e`` (steps 1-3), int64."""
         q = check_activation(q, self.in_bits)
         check(q.ndim >= -self.axis, f"Softmax over axis {self.axis} needs rank >= {-self.axis}, got {q.ndim}")
         u = q.max(axis=self.axis, keepdims=True) - q
-        if self.in_bits == 8:
-            e = self.t_lo[u]
-        else:
-            e = rounding_shift_numpy(self.t_hi[u >> 8] * self.t_lo[u & 255], self.exp_bits, self.rounding)
+        e = self.exp_of_gap(u)
         if self.mask_min:
             e = np.where((q == int_range(self.in_bits)[0]) & (u > 0), 0, e)
         return e
