@@ -66,16 +66,17 @@ class ScoringModel:
             for inp, shp in ((s, shape), (qmin, ()), (qmax, ())):
                 g.set_value(inp, shp, np.float32)
                 g.inputs.append(inp)
+            at = g.nodes.index(node)
             g.nodes.remove(node)
             xs, xr, xq = (g.unique_name(f"{y}_{what}") for what in ("xs", "xr", "xq"))
             for out in (xs, xr, xq):
                 g.set_value(out, g.shape(x), np.float32)
-            g.add_node("Div", [x, s], [xs], name=f"{node.name}_div")
-            g.add_node("Round", [xs], [xr], name=f"{node.name}_round")
-            g.add_node("Clip", [xr, qmin, qmax], [xq], name=f"{node.name}_clip")
-            g.add_node("Mul", [xq, s], [y], name=f"{node.name}_mul")
+            # in the place of the node they replace: the graph stays in topological order
+            g.add_node("Mul", [xq, s], [y], name=f"{node.name}_mul", index=at)
+            g.add_node("Clip", [xr, qmin, qmax], [xq], name=f"{node.name}_clip", index=at)
+            g.add_node("Round", [xs], [xr], name=f"{node.name}_round", index=at)
+            g.add_node("Div", [x, s], [xs], name=f"{node.name}_div", index=at)
             self.inputs[name] = (s, qmin, qmax)
-        g.toposort()
         self.graph = g
 
     def feeds(self, plan: QuantPlan) -> dict[str, np.ndarray]:
