@@ -338,8 +338,10 @@ class _Calibration:
         self.bias_nodes = nodes_asking(self.node_info, "bias_correction") if self.loaded is None else set()
         self.mean_axes: dict[str, int] = (mean_inputs(graph, None if self.everywhere else self.bias_nodes)
                                           if (self.everywhere or self.bias_nodes) else {})
-        # the graph is final from here on: serialized once for the statistics pass and the float references
-        self.float_bytes = float_model_bytes(graph)
+        # the graph is final from here on: serialized once, as the optimized float model file, for the statistics
+        # pass, the float references, the final evaluation and the file (the stage metadata changes nothing onnxruntime
+        # computes; tests/unit/quant/test_models_serialized_once.py checks the file is the returned graph's bytes)
+        self.float_bytes = to_onnx(graph, stage="optimized_float").SerializeToString()
         self.references = self.background.submit(self._float_references)
         self.root_stats = _cached_stats(self.stats_cache, graph, observed, data, self._tick, self.mean_axes, ptf_axes, cal.batch_size,
                                         self.float_bytes)
@@ -348,7 +350,6 @@ class _Calibration:
     def reference_outputs(self) -> None:
         """The evaluation samples and the float model's outputs on them (what every candidate is scored against)."""
         self.eval_batches, self.f_refs = self.references.result()
-        self.float_bytes = b""   # (both users are done with it)
 
     def _float_references(self) -> tuple[list[dict[str, np.ndarray]], list[list[np.ndarray]]]:
         """(evaluation batches, the float model's outputs on them); runs on a background thread during the statistics pass."""
@@ -472,7 +473,7 @@ class _Calibration:
         serialized: dict[str, bytes] = {}
         if evaluate:
             # the two models the evaluation runs are serialized once, as write_outputs writes them (the files)
-            serialized = {"optimized_float_model": to_onnx(graph, stage="optimized_float").SerializeToString(),
+            serialized = {"optimized_float_model": self.float_bytes,
                           "quantized_model": to_onnx(qgraph, stage="quantized").SerializeToString()}
             out_err, node_err = evaluate_outputs(graph, qgraph, self.eval_batches, None, node_tensors, node_scales,
                                                  test_feeds=runtime_feeds(cfg, list(graph.inputs)), channel_out=out_channels,
