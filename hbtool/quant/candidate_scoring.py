@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from hbtool.ir.graph import Graph
+from hbtool.ir.graph import Graph, Node
 from hbtool.quant.calibrated_model import CALIBRATION_OP, activation_fake_quant, build_calibrated_graph, fake_quant_constants
 from hbtool.quant.plan import QuantPlan
 
@@ -54,30 +54,40 @@ class ScoringModel:
     def __init__(self, graph: Graph, plan: QuantPlan, weights: dict[str, tuple[np.ndarray, int]]):
         g, names = build_calibrated_graph(graph, plan, weights)
         producers = g.producer_map()
+        taken = set(g.values) | {n.name for n in g.nodes}
+
+        def fresh(hint: str) -> str:   # one pass over the graph's names, not one per new name (recogniser: 268 tensors)
+            name, k = hint, 0
+            while name in taken:
+                k += 1
+                name = f"{hint}_{k}"
+            taken.add(name)
+            return name
+
         self.rank = {t: len(graph.shape(t) or ()) for t in plan.tensors}
         self.inputs: dict[str, tuple[str, str, str]] = {}   # tensor -> (scale, qmin, qmax) input names
+        replaced: dict[int, list[Node]] = {}                 # id of an HzCalibration node -> its four nodes
         for k, (name, tq) in enumerate(plan.tensors.items()):
-            if activation_fake_quant(tq, self.rank[name]) is None:
+            args = activation_fake_quant(tq, self.rank[name])
+            if args is None:
                 continue   # a log2 code has no numbers: its body stays as it is
             node = producers[names[name]]
             assert node.op_type == CALIBRATION_OP, node
             x, y = node.inputs[0], node.outputs[0]
-            s, qmin, qmax = (g.unique_name(f"hbtool_scoring_{k}_{what}") for what in ("scale", "qmin", "qmax"))
-            shape = fake_quant_constants(*activation_fake_quant(tq, self.rank[name]))[0].shape
-            for inp, shp in ((s, shape), (qmin, ()), (qmax, ())):
+            s, qmin, qmax = (fresh(f"hbtool_scoring_{k}_{what}") for what in ("scale", "qmin", "qmax"))
+            for inp, shp in ((s, fake_quant_constants(*args)[0].shape), (qmin, ()), (qmax, ())):
                 g.set_value(inp, shp, np.float32)
                 g.inputs.append(inp)
-            at = g.nodes.index(node)
-            g.nodes.remove(node)
-            xs, xr, xq = (g.unique_name(f"{y}_{what}") for what in ("xs", "xr", "xq"))
+            xs, xr, xq = (fresh(f"{y}_{what}") for what in ("xs", "xr", "xq"))
             for out in (xs, xr, xq):
                 g.set_value(out, g.shape(x), np.float32)
-            # in the place of the node they replace: the graph stays in topological order
-            g.add_node("Mul", [xq, s], [y], name=f"{node.name}_mul", index=at)
-            g.add_node("Clip", [xr, qmin, qmax], [xq], name=f"{node.name}_clip", index=at)
-            g.add_node("Round", [xs], [xr], name=f"{node.name}_round", index=at)
-            g.add_node("Div", [x, s], [xs], name=f"{node.name}_div", index=at)
+            replaced[id(node)] = [Node(fresh(f"{node.name}_div"), "Div", [x, s], [xs]),
+                                  Node(fresh(f"{node.name}_round"), "Round", [xs], [xr]),
+                                  Node(fresh(f"{node.name}_clip"), "Clip", [xr, qmin, qmax], [xq]),
+                                  Node(fresh(f"{node.name}_mul"), "Mul", [xq, s], [y])]
             self.inputs[name] = (s, qmin, qmax)
+        # each node's four in its place: the graph stays in topological order
+        g.nodes = [m for n in g.nodes for m in replaced.get(id(n), (n,))]
         self.graph = g
 
     def feeds(self, plan: QuantPlan) -> dict[str, np.ndarray]:
