@@ -31,6 +31,7 @@ from hbtool.ir.onnx_import import import_onnx
 from hbtool.kernels.movement import PERMUTATIONS
 from hbtool.march.description import check_int16_supported, load_march
 from hbtool.quant.calibrated_model import build_calibrated_graph, loaded_bias_delta
+from hbtool.quant.candidate_scoring import ScoringModel, plan_layout
 from hbtool.quant.collect import collect_stats, float_model_bytes, open_session, with_extra_outputs
 from hbtool.quant.data import CalibrationSet, load_calibration_data
 from hbtool.quant.fqvit import apply_ptf, apply_softmax_log2, log2_decode, ptf_tensors
@@ -53,8 +54,6 @@ log = logging.getLogger(__name__)
 
 CANDIDATES = ("max", "percentile", "kl", "mse")
 EVAL_SAMPLES = 8
-#: candidate models scored at once: one is built (Python) while another runs (onnxruntime)
-SCORING_THREADS = 2
 
 def stat_representatives(graph: Graph, tensors: list[str]) -> dict[str, str]:
     """``{tensor: tensor whose statistics it shares}``: observing one of each permutation chain is enough."""
@@ -339,8 +338,10 @@ class _Calibration:
         self.bias_nodes = nodes_asking(self.node_info, "bias_correction") if self.loaded is None else set()
         self.mean_axes: dict[str, int] = (mean_inputs(graph, None if self.everywhere else self.bias_nodes)
                                           if (self.everywhere or self.bias_nodes) else {})
-        # the graph is final from here on: serialized once for the statistics pass and the float references
-        self.float_bytes = float_model_bytes(graph)
+        # the graph is final from here on: serialized once, as the optimized float model file, for the statistics
+        # pass, the float references, the final evaluation and the file (the stage metadata changes nothing onnxruntime
+        # computes; tests/unit/quant/test_models_serialized_once.py checks the file is the returned graph's bytes)
+        self.float_bytes = to_onnx(graph, stage="optimized_float").SerializeToString()
         self.references = self.background.submit(self._float_references)
         self.root_stats = _cached_stats(self.stats_cache, graph, observed, data, self._tick, self.mean_axes, ptf_axes, cal.batch_size,
                                         self.float_bytes)
@@ -349,7 +350,6 @@ class _Calibration:
     def reference_outputs(self) -> None:
         """The evaluation samples and the float model's outputs on them (what every candidate is scored against)."""
         self.eval_batches, self.f_refs = self.references.result()
-        self.float_bytes = b""   # (both users are done with it)
 
     def _float_references(self) -> tuple[list[dict[str, np.ndarray]], list[list[np.ndarray]]]:
         """(evaluation batches, the float model's outputs on them); runs on a background thread during the statistics pass."""
@@ -421,11 +421,13 @@ class _Calibration:
         best = None
         seen: dict[tuple, str] = {}
         methods: list[Any] = list(CANDIDATES) + (["mix"] if ctype == "mix" else [])
-        # the plans and their models are built here, in order; onnxruntime opens and runs each on a scoring
-        # thread, so the next model is built while the previous one runs (each score is its own session's)
-        with ThreadPoolExecutor(SCORING_THREADS) as pool:
+        # the plans are built here, in order; the first plan's scoring model (every activation's numbers as inputs:
+        # hbtool.quant.candidate_scoring) is opened on the scoring thread while the other plans are built, and every
+        # candidate of the same layout is scored on that one session with its own numbers fed, one after another
+        with ThreadPoolExecutor(1) as pool:
             scores: dict[str, Any] = {}
             same_as: dict[str, str] = {}
+            models: dict[Any, tuple[ScoringModel, Any]] = {}
             for method in methods:
                 plan = self.plan_for(self.per_tensor_methods() if method == "mix" else method)
                 key = tuple(sorted((t, q.bits, q.scale) for t, q in plan.tensors.items()))
@@ -433,9 +435,12 @@ class _Calibration:
                     same_as[method] = seen[key]
                     continue
                 seen[key] = method
-                # candidates are compared on the fake-quantized float model: the same plan, float speed
-                cgraph, _ = build_calibrated_graph(self.qsrc, plan, self.weights)
-                scores[method] = pool.submit(self._output_cosine_of, float_model_bytes(cgraph))
+                layout = plan_layout(self.graph, plan, self.weights)
+                if layout not in models:
+                    model = ScoringModel(self.qsrc, plan, dict(self.weights))
+                    models[layout] = (model, pool.submit(open_session, float_model_bytes(model.graph), 0, True, False))
+                model, session = models[layout]
+                scores[method] = pool.submit(self._scored, session, model.feeds(plan))
             for k, method in enumerate(methods):
                 if method in same_as:
                     candidates[method] = candidates[same_as[method]]
@@ -468,7 +473,7 @@ class _Calibration:
         serialized: dict[str, bytes] = {}
         if evaluate:
             # the two models the evaluation runs are serialized once, as write_outputs writes them (the files)
-            serialized = {"optimized_float_model": to_onnx(graph, stage="optimized_float").SerializeToString(),
+            serialized = {"optimized_float_model": self.float_bytes,
                           "quantized_model": to_onnx(qgraph, stage="quantized").SerializeToString()}
             out_err, node_err = evaluate_outputs(graph, qgraph, self.eval_batches, None, node_tensors, node_scales,
                                                  test_feeds=runtime_feeds(cfg, list(graph.inputs)), channel_out=out_channels,
@@ -534,12 +539,17 @@ class _Calibration:
         return self._output_cosine_of(float_model_bytes(test))
 
     def _output_cosine_of(self, model: bytes) -> float:
-        """:meth:`output_cosine` of a serialized model (runs on a scoring thread: reads only what earlier steps set)."""
+        """:meth:`output_cosine` of a serialized model."""
+        return self._scored(open_session(model, basic=True, spinning=False), {})
+
+    def _scored(self, session: Any, extra_feeds: dict[str, np.ndarray]) -> float:
+        """Mean output cosine of ``session`` (an open session, or a future of one) on the evaluation samples,
+        ``extra_feeds`` (a scoring model's numbers) added to every sample's inputs."""
+        sess = session.result() if hasattr(session, "result") else session
         outputs = list(self.graph.outputs)
-        sess = open_session(model, basic=True, spinning=False)
         acc = {o: RunningErrors() for o in outputs}
         for b, refs in zip(self.eval_batches, self.f_refs):
-            for o, r, v in zip(outputs, refs, sess.run(outputs, b)):
+            for o, r, v in zip(outputs, refs, sess.run(outputs, {**b, **extra_feeds})):
                 acc[o].update(r, v)
         return _mean_cosine({o: a.result() for o, a in acc.items()})
 

@@ -25,20 +25,29 @@ CALIBRATION_OP = HZ_CALIBRATION
 BIAS_DELTA_KEY = "hbtool.bias_delta"
 
 
-def _fake_quant_body(opset: int, bits: int, scale: np.ndarray, axis: int | None, rank: int,
-                     code_range: tuple[int, int] | None = None) -> Graph:
-    body = Graph("HzCalibration_body", opset)
-    body.inputs, body.outputs = ["x"], ["y"]
+def fake_quant_constants(bits: int, scale: np.ndarray, axis: int | None, rank: int,
+                         code_range: tuple[int, int] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(scale, qmin, qmax) of a fake-quantizer, float32, as its body holds them: one definition for the
+    ``HzCalibration`` body and for the candidate-scoring model that feeds them as inputs
+    (:mod:`hbtool.quant.candidate_scoring`)."""
     qmax = QMAX[bits] if code_range is None else code_range[1]
     s = np.asarray(scale, dtype=np.float32)
     if axis is not None and s.size > 1:
         shape = [1] * rank
         shape[axis] = s.size
         s = s.reshape(shape)
-    body.add_const(s, name="scale")
     qmin = (-qmax - 1 if bits == 16 else -128) if code_range is None else code_range[0]
-    body.add_const(np.array(qmin, np.float32), name="qmin")
-    body.add_const(np.array(qmax, np.float32), name="qmax")
+    return s, np.array(qmin, np.float32), np.array(qmax, np.float32)
+
+
+def _fake_quant_body(opset: int, bits: int, scale: np.ndarray, axis: int | None, rank: int,
+                     code_range: tuple[int, int] | None = None) -> Graph:
+    body = Graph("HzCalibration_body", opset)
+    body.inputs, body.outputs = ["x"], ["y"]
+    s, qmin, qmax = fake_quant_constants(bits, scale, axis, rank, code_range)
+    body.add_const(s, name="scale")
+    body.add_const(qmin, name="qmin")
+    body.add_const(qmax, name="qmax")
     body.add_node("Div", ["x", "scale"], ["xs"], name="div")
     body.add_node("Round", ["xs"], ["xr"], name="round")
     body.add_node("Clip", ["xr", "qmin", "qmax"], ["xq"], name="clip")
@@ -66,14 +75,22 @@ def _log2_body(opset: int, bits: int) -> Graph:
     return body
 
 
-def _activation_body(opset: int, tq: TensorQuant, rank: int) -> Graph:
+def activation_fake_quant(tq: TensorQuant, rank: int) -> tuple[int, np.ndarray, int | None, int, tuple[int, int] | None] | None:
+    """The arguments of a linear activation's fake-quantizer (:func:`fake_quant_constants`); None for a log2 code."""
     if tq.is_log2:
-        return _log2_body(opset, tq.bits)
+        return None
     if tq.axis_scales is not None:   # a segmented output: each channel on its piece's grid
-        return _fake_quant_body(opset, tq.bits, np.asarray(tq.axis_scales, np.float32), rank + int(tq.scale_axis), rank)
+        return tq.bits, np.asarray(tq.axis_scales, np.float32), rank + int(tq.scale_axis), rank, None
     if tq.ptf_alpha is not None:
-        return _fake_quant_body(opset, tq.bits, np.asarray(tq.channel_scales(), np.float32), rank - 1, rank)
-    return _fake_quant_body(opset, tq.bits, np.array(tq.scale), None, rank, tq.code_range)
+        return tq.bits, np.asarray(tq.channel_scales(), np.float32), rank - 1, rank, None
+    return tq.bits, np.array(tq.scale), None, rank, tq.code_range
+
+
+def _activation_body(opset: int, tq: TensorQuant, rank: int) -> Graph:
+    args = activation_fake_quant(tq, rank)
+    if args is None:
+        return _log2_body(opset, tq.bits)
+    return _fake_quant_body(opset, *args)
 
 
 def _insert_after(graph: Graph, tensor: str, attrs: dict[str, Any], body: Graph, consumers: list[Node]) -> str:
