@@ -63,6 +63,8 @@ class DebugResult:
     ranked: Callable[[], list[Sensitivity]] | None = None
     ranking_note: str = ""                 # why the ranking is empty, where it is
     weight_ranked: Callable[[], list[WeightGain]] | None = None   # the weight-only ranking, likewise (task metric)
+    #: ``--auto``'s expected gain of each node's int16 output (:func:`activation_losses`), computed when called
+    int16_gains: Callable[[list[str]], dict[str, float]] | None = None
 
 
 def parse_fps_loss(text: str | float) -> float:
@@ -170,6 +172,7 @@ def run_debug(cfg: HbConfig, auto: bool = False, target_cosine: float = 0.99, ma
         spent["int16_gains"] = spent.get("int16_gains", 0.0) + time.perf_counter() - t0
         return gains
 
+    result.int16_gains = int16_gains
     if auto:
         ideal = metric.value(session.float_outputs, session.float_outputs)
         t0 = time.perf_counter()

@@ -115,3 +115,23 @@ def test_a_worker_try_is_rebuilt_with_its_method_pinned_to_the_same_plan(tmp_pat
     for name, q in chosen.plan.tensors.items():
         assert q.bits == pinned.plan.tensors[name].bits
         assert np.array_equal(np.asarray(q.scale), np.asarray(pinned.plan.tensors[name].scale)), name
+
+
+def test_the_budget_set_is_tried_and_the_search_is_the_same_with_two_workers(tiny):
+    """A budget that holds about half of the int16 outputs: the budget set is in the first round, and the
+    search (its steps, numbers and verdicts, the node_info, the final measurement) is the same on 2 workers."""
+    from hbtool.debug.auto import run_auto
+
+    session, order, prices = tiny
+    loss = 0.5 * (1.0 - prices.fps(order) / prices.fps([]))
+
+    def search(workers):
+        res = run_auto(session, lambda: [], 0.99, loss, 1.0, nodes=order, workers=workers)
+        steps = [(s.remedy, s.node, s.cosine, s.outputs, s.fps, s.kept, s.note) for s in res.steps]
+        return res, (steps, res.node_info, res.changed, res.tries, res.reached, res.notes, res.final.outputs, res.final.fps)
+
+    one, decided = search(1)
+    budget = [s for s in one.steps if s.remedy == "budget_int16_output"]
+    assert budget and all(s.fps is not None for s in budget)
+    assert any(s.fps >= one.base_fps * (1 - loss) for s in budget)        # the price held for at least one of them
+    assert search(2)[1] == decided
