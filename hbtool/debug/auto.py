@@ -714,7 +714,8 @@ class _AutoSearch:
         ranking, weight_ranking = rankings(), weight_rankings()
         four_bit = set(((self.session.base.options or {}).get("int4") or {}).get("applied") or {})
         top = [s for s in ranking if max(s.order) > 0][: candidates or max(5, len(ranking) // 4)]
-        pool = [(s.name, remedies_for(s, four_bit, self.corrected)) for s in gain_per_fps_order(self.session, top, four_bit, self.corrected)]
+        order = gain_per_fps_order(self.session, top, four_bit, self.corrected, self.prices, self.floor_fps)
+        pool = [(s.name, remedies_for(s, four_bit, self.corrected)) for s in order]
         pool += weight_pool(weight_ranking, {name for name, _ in pool}, weight_candidates)
         total, tick = len(pool) * 2, 0
         for phase in ("cheap", "cpu"):
@@ -756,11 +757,13 @@ class _AutoSearch:
         return self.res
 
 
-def gain_per_fps_order(session: DebugSession, top: list[Sensitivity], four_bit: set[str], corrected: bool) -> list[Sensitivity]:
+def gain_per_fps_order(session: DebugSession, top: list[Sensitivity], four_bit: set[str], corrected: bool,
+                       prices=None, floor_fps: float | None = None) -> list[Sensitivity]:
     """``top`` by expected gain per FPS lost: the node's effect in the ranking (the task metric's, else cosine's)
-    over the share of the model's multiply-accumulates its structural remedies (int16, int8 from int4) slow
-    down, at least :data:`PRICE_FLOOR`; a node with weight remedies only costs no FPS (the floor). Ties keep
-    the rank order."""
+    over the price of its structural remedies (int16, int8 from int4): its int16 output's share of the FPS
+    budget where the cost model priced it (``prices``, :class:`hbtool.debug.price.Int16Prices`, with the
+    budget's ``floor_fps``), else the share of the model's multiply-accumulates it slows down; at least
+    :data:`PRICE_FLOOR`; a node with weight remedies only costs no FPS (the floor). Ties keep the rank order."""
     from hbtool.ir.macs import node_macs
 
     if not top:
@@ -772,7 +775,12 @@ def gain_per_fps_order(session: DebugSession, top: list[Sensitivity], four_bit: 
 
     def key(s: Sensitivity) -> float:
         structural = any(name in STRUCTURAL for name, _ in remedies_for(s, four_bit, corrected))
-        price = macs.get(s.name, 0.0) / total if structural else 0.0
+        if not structural:
+            price = 0.0
+        elif prices is not None and floor_fps is not None and s.name in prices.cycles and s.name not in four_bit:
+            price = prices.relative(s.name, floor_fps)
+        else:
+            price = macs.get(s.name, 0.0) / total
         return -s.order[col] / max(price, PRICE_FLOOR)
 
     return sorted(top, key=key)
