@@ -22,7 +22,8 @@ For the nodes of the sensitivity ranking, in rank order, the remedies the rankin
    outputs whose int8 quantization has the lowest expected SQNR (the statistic ``auto_int16``
    promotes by), and every output under its threshold; each priced in FPS, the best within the
    budget kept. A model calibrated with ``auto_int16: false`` loses its accuracy over many
-   activations at once, which one node at a time cannot see on a coarse metric;
+   activations at once, which one node at a time cannot see on a coarse metric. Beside them the budget
+   set: the outputs of the most expected gain per FPS price (:mod:`hbtool.debug.price`) that fit the budget;
 3. after a pass over every candidate, CPU placement (``ON: CPU``) as the last resort: exact,
    but it splits the BPU program and runs the node in float on the CPU.
 
@@ -380,6 +381,7 @@ class _AutoSearch:
         self.unreachable = False     # the widest int16 try missed the target (:meth:`_bound_verdict`)
         self.prices = None           # the int16 prices of the candidates (:meth:`_budget_sets`), once computed
         self.gains: Callable[[list[str]], dict[str, float]] | None = None   # expected gains for the budget set
+        self.bisected: list[_Try] = []   # the bisection's tries (subsets of a budget set or a group), as measured
 
     # ------------------------------------------------------------------ judging a try
     def done(self, m: Measured) -> bool:
@@ -538,13 +540,15 @@ class _AutoSearch:
             seen.append(bound)
         if (best is None or not self.done(best.measured)) and not self.res.stopped and self._cut_into_budget(seen):
             return
-        in_budget = [t for t in seen if t.remedy == "budget_int16_output" and (t.measured.fps is None or t.measured.fps >= self.floor_fps)]
+        in_budget = [t for t in seen + self.bisected if t.remedy in ("budget_int16_output", "bisect_int16_output")
+                     and (t.measured.fps is None or t.measured.fps >= self.floor_fps)]
         if bound is not None and self.done(bound.measured) and (best is None or not self.done(best.measured)) and not self.res.stopped:
             top = max(in_budget, key=lambda t: t.measured.cosine, default=None)
             self._note(f"the target needs more than the FPS budget: every candidate output at int16 reaches it "
                        f"({self._numbers(bound.measured)}), no set within the budget that hbtool tried does"
                        + (f" (the best: {len(best.names)} outputs, {self._numbers(best.measured)})" if best is not None else "")
-                       + (f"; the best set within the budget by expected gain per FPS price ({len(top.names)} outputs) reaches "
+                       + (f"; the best within the budget of the sets by expected gain per FPS price and their parts "
+                          f"({len(top.names)} outputs) reaches "
                           f"{self._numbers(top.measured)} (a measured set, not a proof that no other set reaches the target)"
                           if top is not None else ""))
         if best is None:
@@ -649,6 +653,7 @@ class _AutoSearch:
             found = False
             for t in self._tries(tries, "auto bisect"):
                 self._record(t, ", ".join(t.names))
+                self.bisected.append(t)
                 if self.as_good(t.measured, best):
                     hi, keep, label, found = len(t.names), t.measured, t.label, True
                     break
@@ -673,6 +678,7 @@ class _AutoSearch:
             found = False
             for t in self._tries(tries, "auto bisect"):
                 self._record(t, ", ".join(t.names))
+                self.bisected.append(t)
                 if self.as_good(t.measured, best):
                     subset, keep, label, found = t.names, t.measured, t.label, True
                     break
