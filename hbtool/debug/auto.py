@@ -540,6 +540,10 @@ class _AutoSearch:
             seen.append(bound)
         if (best is None or not self.done(best.measured)) and not self.res.stopped and self._cut_into_budget(seen):
             return
+        for t in self.bisected:     # a part of a budget set over the budget may be the best within it
+            if (t.measured.fps is None or t.measured.fps >= self.floor_fps) and self.better(t.measured, self.cur) \
+                    and (best is None or self.better(t.measured, best.measured)):
+                best = t
         in_budget = [t for t in seen + self.bisected if t.remedy in ("budget_int16_output", "bisect_int16_output")
                      and (t.measured.fps is None or t.measured.fps >= self.floor_fps)]
         if bound is not None and self.done(bound.measured) and (best is None or not self.done(best.measured)) and not self.res.stopped:
