@@ -126,7 +126,7 @@ def search_again(r, args, workers: int, cluster: str | None, time_limit: str) ->
     t, c = time.perf_counter(), time.process_time() + _children_cpu()
     again = run_auto(s, r.ranked, 0.99, args.max_fps_loss, s.metric.value(s.float_outputs, s.float_outputs), args.candidates,
                      weight_ranking=r.weight_ranked or r.weight_ranking, weight_share=r.weight_share, workers=workers, cluster=cluster,
-                     nodes=[n.name for n in r.model.nodes],
+                     nodes=[n.name for n in r.model.nodes], int16_gains=r.int16_gains,
                      weight_candidates=WEIGHT_CANDIDATES if args.weight_candidates is None else args.weight_candidates,
                      deadline=time.monotonic() + limit if limit else None)
     wall = time.perf_counter() - t

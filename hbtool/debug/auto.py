@@ -22,7 +22,8 @@ For the nodes of the sensitivity ranking, in rank order, the remedies the rankin
    outputs whose int8 quantization has the lowest expected SQNR (the statistic ``auto_int16``
    promotes by), and every output under its threshold; each priced in FPS, the best within the
    budget kept. A model calibrated with ``auto_int16: false`` loses its accuracy over many
-   activations at once, which one node at a time cannot see on a coarse metric;
+   activations at once, which one node at a time cannot see on a coarse metric. Beside them the budget
+   set: the outputs of the most expected gain per FPS price (:mod:`hbtool.debug.price`) that fit the budget;
 3. after a pass over every candidate, CPU placement (``ON: CPU``) as the last resort: exact,
    but it splits the BPU program and runs the node in float on the CPU.
 
@@ -43,6 +44,7 @@ remedies is kept, the cheapest one that already meets the target wins.
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import tempfile
 import time
@@ -98,6 +100,9 @@ PRUNE_TRIES = 16
 #: the least FPS price of a candidate node when ordering by expected gain per FPS lost (1 % of the MACs): a remedy
 #: that costs no FPS is not infinitely good, and the node's own gain still orders those
 PRICE_FLOOR = 0.01
+#: the shares of the FPS budget a budget set is filled to (:meth:`_AutoSearch._budget_sets`): the price is a sum of
+#: per-node estimates, not the compiled program, so a set filled to a smaller share is tried beside the full one
+BUDGET_SHARES = (1.0, 0.8)
 
 
 #: a task-metric difference under this many standard errors (over the folds of the debug samples) is a tie
@@ -227,15 +232,10 @@ def weight_groups(gains: list[WeightGain], sizes: tuple[int | None, ...] = GROUP
     return out
 
 
-def int16_groups(session: DebugSession, nodes: list[str] | list[Sensitivity], sizes: tuple[int, ...] | None = None) -> list[list[str]]:
-    """Nodes whose int8 output has the lowest expected SQNR (the statistic ``auto_int16`` promotes by),
-    worst first: the top k for each k of ``sizes`` (default: 5, 10, 20, ... doubling, each fewer
-    than the candidates), every node under the ``auto_int16`` threshold, and last, where there is another
-    group, every candidate (the widest int16 remedy: its try bounds what int16 can do); distinct groups,
-    smallest first.
-    ``nodes``: the quantized nodes (names, or the ranking's entries). Nodes already int16, or whose output
+def int16_candidates(session: DebugSession, nodes: list[str] | list[Sensitivity]) -> list[tuple[float, str]]:
+    """``(expected int8 SQNR in dB, node)`` of every node whose output can go int16, the lowest SQNR first (the
+    statistic ``auto_int16`` promotes by, from the calibration statistics). Nodes already int16, or whose output
     has no statistics, are not candidates."""
-    from hbtool.quant.plan import INT8_MIN_SQNR_DB
     from hbtool.quant.thresholds import sqnr_db
 
     stats = (session.stats_cache or {}).get("stats", {})
@@ -253,6 +253,27 @@ def int16_groups(session: DebugSession, nodes: list[str] | list[Sensitivity], si
         if values:
             scored.append((min(values), name))
     scored.sort()
+    return scored
+
+
+def int16_gains(session: DebugSession, names: list[str]) -> dict[str, float]:
+    """A node's expected gain from int16: the relative noise power of its int8 output, ``10^(-SQNR/10)``, which
+    int16 (256 times finer steps) all but removes."""
+    sqnr = {name: v for v, name in int16_candidates(session, names)}
+    return {n: float(10.0 ** (-sqnr[n] / 10.0)) for n in names if n in sqnr}
+
+
+def int16_groups(session: DebugSession, nodes: list[str] | list[Sensitivity], sizes: tuple[int, ...] | None = None) -> list[list[str]]:
+    """Nodes whose int8 output has the lowest expected SQNR (the statistic ``auto_int16`` promotes by),
+    worst first: the top k for each k of ``sizes`` (default: 5, 10, 20, ... doubling, each fewer
+    than the candidates), every node under the ``auto_int16`` threshold, and last, where there is another
+    group, every candidate (the widest int16 remedy: its try bounds what int16 can do); distinct groups,
+    smallest first.
+    ``nodes``: the quantized nodes (names, or the ranking's entries). Nodes already int16, or whose output
+    has no statistics, are not candidates."""
+    from hbtool.quant.plan import INT8_MIN_SQNR_DB
+
+    scored = int16_candidates(session, nodes)
     order = [name for _, name in scored]
     under = sum(1 for v, _ in scored if v < INT8_MIN_SQNR_DB)
     if sizes is None:
@@ -307,7 +328,8 @@ def run_auto(session: DebugSession, ranking: Ranking, target_cosine: float, max_
              weight_ranking: list[WeightGain] | Callable[[], list[WeightGain]] | None = None,
              weight_candidates: int = WEIGHT_CANDIDATES,
              deadline: float | None = None, weight_share: float | None = None,
-             workers: int | None = 1, cluster: str | None = None, nodes: list[str] | None = None) -> AutoResult:
+             workers: int | None = 1, cluster: str | None = None, nodes: list[str] | None = None,
+             int16_gains: Callable[[list[str]], dict[str, float]] | None = None) -> AutoResult:
     """Greedy remedies (see the module docstring); ``max_fps_loss`` is a fraction (0.1 = 10 %);
     ``deadline``: a :func:`time.monotonic` value after which no new try starts; ``weight_share``:
     the weights' share of the loss (:func:`hbtool.debug.sensitivity.weight_share`): below
@@ -315,11 +337,13 @@ def run_auto(session: DebugSession, ranking: Ranking, target_cosine: float, max_
     ``ranking`` / ``weight_ranking``: the rankings, or functions computing them, called only when a phase
     needs them (:class:`_Lazy`); ``nodes``: the quantized nodes' names (default: the ranking's).
     ``workers`` / ``cluster``: where the tries of a round run (:mod:`hbtool.debug.trials`); the result is
-    the same for any of them."""
+    the same for any of them. ``int16_gains``: each candidate's expected gain from an int16 output, for the
+    budget set (:func:`hbtool.debug.sensitivity.activation_losses`; default: the int8 noise, :func:`int16_gains`)."""
     rankings, weights = _Lazy(ranking), _Lazy(weight_ranking)
     names = list(nodes) if nodes is not None else [s.name for s in rankings()]
     with TrialRunner(session, workers, cluster, deadline) as runner:
         search = _AutoSearch(session, runner, target_cosine, max_fps_loss, ideal_metric, progress, deadline, len(names))
+        search.gains = int16_gains
         search.int8_back_phase(rankings, candidates)
         search.weight_groups_phase(weights, weight_share)
         search.int16_groups_phase(names)
@@ -355,6 +379,9 @@ class _AutoSearch:
         self.floor_fps = self.cur.fps * (1.0 - max_fps_loss)
         self.corrected = bias_corrected_everywhere(session.cfg)
         self.unreachable = False     # the widest int16 try missed the target (:meth:`_bound_verdict`)
+        self.prices = None           # the int16 prices of the candidates (:meth:`_budget_sets`), once computed
+        self.gains: Callable[[list[str]], dict[str, float]] | None = None   # expected gains for the budget set
+        self.bisected: list[_Try] = []   # the bisection's tries (subsets of a budget set or a group), as measured
 
     # ------------------------------------------------------------------ judging a try
     def done(self, m: Measured) -> bool:
@@ -465,29 +492,32 @@ class _AutoSearch:
             self._keep(best.remedy, best.label, best.measured, best.names)
 
     def int16_groups_phase(self, nodes: list[str]) -> None:
-        """2b.: int16 on the k worst-SQNR outputs, priced in FPS, the best within the budget kept; then the
-        fewest of its nodes that do what it does (:meth:`_bisect`).
+        """2b.: int16 on sets of outputs, priced in FPS, the best within the budget kept; then the fewest of its
+        nodes that do what it does (:meth:`_bisect`).
 
-        One wide round: the widest group (every candidate output at int16) first, then the groups smallest
-        first, all submitted together (``--workers`` run them side by side). The widest try is the bound: if
-        even it misses the target, no int16 group can reach it, and the report says so with its numbers. The
-        groups are read in size order with the rule of one-at-a-time: the first that reaches the target ends
-        the phase, a group over the FPS budget ends it (larger ones cost more), the best within the budget is
-        kept; the widest counts as the last group."""
+        One wide round, all submitted together (``--workers`` run them side by side): the widest group (every
+        candidate output at int16) first, then the budget sets (:meth:`_budget_sets`: the most expected gain
+        per FPS price that fits the budget, and the same at :data:`BUDGET_SHARES` of it), then the groups of
+        the worst-SQNR outputs smallest first. The widest try is the bound: if even it misses the target, no
+        int16 set can reach it, and the report says so with its numbers. The round is read in that order with
+        the rule of one-at-a-time: a set that reaches the target ends the phase, a group over the FPS budget
+        ends it (larger ones cost more), the best within the budget is kept; the widest counts as the last group."""
         if self.done(self.cur) or self.out_of_time():
             return
         groups = int16_groups(self.session, nodes)
         if not groups:
             return
 
-        def group_try(names: list[str], label: str) -> _Try:
-            return _Try("group_int16_output", label, Trial(with_group(self.cur.node_info, names, INT16_OUT[1]), priced=True), names)
+        def group_try(names: list[str], label: str, remedy: str = "group_int16_output") -> _Try:
+            return _Try(remedy, label, Trial(with_group(self.cur.node_info, names, INT16_OUT[1]), priced=True), names)
 
         widest = group_try(groups[-1], f"{len(groups[-1])} outputs of the lowest int8 SQNR (every candidate: the int16 bound)")
-        tries = [widest] + [group_try(names, f"{len(names)} outputs of the lowest int8 SQNR") for names in groups[:-1]]
+        budget = [group_try(names, f"{len(names)} outputs of the most expected gain per FPS price ({share:.0%} of the budget)",
+                            "budget_int16_output") for share, names in self._budget_sets(groups[-1])]
+        tries = [widest] + budget + [group_try(names, f"{len(names)} outputs of the lowest int8 SQNR") for names in groups[:-1]]
         best: _Try | None = None
         seen: list[_Try] = []
-        ended = False       # a group reached the target or went over the budget: the larger ones are not read
+        ended = False       # a set reached the target or a group went over the budget: the larger ones are not read
         bound: _Try | None = None
         for t in self._tries(tries, "auto int16 groups"):
             if t is widest:     # its step goes after the groups' (the steps in size order), its verdict now
@@ -498,7 +528,7 @@ class _AutoSearch:
             seen.append(t)
             if ok and self.better(t.measured, self.cur) and (best is None or self.better(t.measured, best.measured)):
                 best = t
-            if (best is not None and self.done(best.measured)) or not ok:
+            if (best is not None and self.done(best.measured)) or (not ok and t.remedy == "group_int16_output"):
                 ended = True
                 break
         if bound is not None:
@@ -508,16 +538,77 @@ class _AutoSearch:
             if ok and self.better(bound.measured, self.cur) and (best is None or self.better(bound.measured, best.measured)):
                 best = bound
             seen.append(bound)
+        if (best is None or not self.done(best.measured)) and not self.res.stopped and self._cut_into_budget(seen):
+            return
+        for t in self.bisected:     # a part of a budget set over the budget may be the best within it
+            if (t.measured.fps is None or t.measured.fps >= self.floor_fps) and self.better(t.measured, self.cur) \
+                    and (best is None or self.better(t.measured, best.measured)):
+                best = t
+        in_budget = [t for t in seen + self.bisected if t.remedy in ("budget_int16_output", "bisect_int16_output")
+                     and (t.measured.fps is None or t.measured.fps >= self.floor_fps)]
         if bound is not None and self.done(bound.measured) and (best is None or not self.done(best.measured)) and not self.res.stopped:
+            top = max(in_budget, key=lambda t: t.measured.cosine, default=None)
             self._note(f"the target needs more than the FPS budget: every candidate output at int16 reaches it "
-                       f"({self._numbers(bound.measured)}), no group of the worst-SQNR outputs within the budget does"
-                       + (f" (the best: {len(best.names)} outputs, {self._numbers(best.measured)})" if best is not None else ""))
+                       f"({self._numbers(bound.measured)}), no set within the budget that hbtool tried does"
+                       + (f" (the best: {len(best.names)} outputs, {self._numbers(best.measured)})" if best is not None else "")
+                       + (f"; the best within the budget of the sets by expected gain per FPS price and their parts "
+                          f"({len(top.names)} outputs) reaches "
+                          f"{self._numbers(top.measured)} (a measured set, not a proof that no other set reaches the target)"
+                          if top is not None else ""))
         if best is None:
             return
-        misses = [len(t.names) for t in seen if len(t.names) < len(best.names) and not self.as_good(t.measured, best.measured)]
-        names, m = self._bisect(best.names, best.measured, max(misses, default=0))
-        label = best.label if len(names) == len(best.names) else f"{len(names)} of the {len(best.names)} outputs of the lowest int8 SQNR"
-        self._keep(best.remedy if len(names) == len(best.names) else "bisect_int16_output", label, m, names)
+        self._bisect_and_keep(best, seen)
+
+    def _bisect_and_keep(self, best: _Try, seen: list[_Try]) -> tuple[list[str], Measured, str | None]:
+        """``best`` cut down to the fewest outputs that do what it does (:meth:`_bisect`), starting above the longest
+        prefix of it already seen to fall short, and kept where that is within the FPS budget; returns the bisection's."""
+        misses = [len(t.names) for t in seen
+                  if len(t.names) < len(best.names) and t.names == best.names[:len(t.names)] and not self.as_good(t.measured, best.measured)]
+        names, m, label = self._bisect(best.names, best.measured, max(misses, default=0))
+        if m.fps is None or m.fps >= self.floor_fps:
+            self._keep(best.remedy if label is None else "bisect_int16_output", label or best.label, m, names)
+        return names, m, label
+
+    def _cut_into_budget(self, seen: list[_Try]) -> bool:
+        """A budget set that reaches the target only over the FPS budget (its price is a sum of estimates: on the
+        PP-OCRv5 recogniser the compiled set of 146 outputs came out 1 % under the floor the sum promised) is cut
+        down, by the bisection, to the fewest of its outputs, best value first, that still reach the target within
+        the budget. True where that was found and kept."""
+        over = [t for t in seen if t.remedy == "budget_int16_output" and self.done(t.measured)
+                and t.measured.fps is not None and t.measured.fps < self.floor_fps]
+        if not over:
+            return False
+        reach = min(over, key=lambda t: len(t.names))
+        names, m, label = self._bisect_and_keep(reach, seen)
+        if label is None or not self.done(m) or (m.fps is not None and m.fps < self.floor_fps):
+            self._note(f"no part of the budget set of {len(reach.names)} outputs that reaches the target "
+                       f"({self._numbers(reach.measured)}) reaches it within the FPS budget")
+            return False
+        return True
+
+    def _budget_sets(self, order: list[str]) -> list[tuple[float, list[str]]]:
+        """``(share, names)``: the outputs of ``order`` with the most expected gain (``self.gains``: each activation's loss
+        alone, else the int8 noise their int16 removes, :func:`int16_gains`) per FPS price (:mod:`hbtool.debug.price`, from the cost model) whose summed price fits
+        each share of :data:`BUDGET_SHARES` of the FPS budget; distinct sets, none that is a group already.
+        Empty where the programs cannot be priced (said in the notes)."""
+        from hbtool.debug.price import budget_set, price_int16
+
+        try:
+            t0 = time.monotonic()
+            prices = price_int16(self.session, self.cur.node_info, order)
+            gains = (self.gains or functools.partial(int16_gains, self.session))(order)
+        except Exception as exc:   # pricing is an aid: without it the groups still run
+            self._note(f"no budget set: the int16 prices could not be computed ({type(exc).__name__}: {str(exc)[:120]})")
+            return []
+        self.prices = prices
+        log.info("auto: int16 prices of %d outputs in %.1f s (FPS %.0f -> %.0f with all)", len(order),
+                 time.monotonic() - t0, prices.fps([]), prices.fps(order))
+        out: list[tuple[float, list[str]]] = []
+        for share in BUDGET_SHARES:
+            names = budget_set(order, gains, prices, self.floor_fps, share)
+            if names and len(names) < len(order) and all(set(names) != set(n) for _, n in out):
+                out.append((share, names))
+        return out
 
     def _numbers(self, m: Measured) -> str:
         """A try's numbers as the notes say them: worst output cosine (and metric), FPS against the PTQ model's."""
@@ -549,24 +640,26 @@ class _AutoSearch:
                    + (f", FPS {100.0 * (m.fps / self.res.base_fps - 1.0):+.1f} %" if m.fps is not None and self.res.base_fps else "")
                    + " (a measured bound of hbtool's int16 remedy, weights int8; not a proof for every remedy)")
 
-    def _bisect(self, names: list[str], best: Measured, lo: int) -> tuple[list[str], Measured]:
+    def _bisect(self, names: list[str], best: Measured, lo: int) -> tuple[list[str], Measured, str | None]:
         """The fewest of ``names`` (worst SQNR first) whose int16 does what all of them do (:meth:`as_good`).
 
         Two steps, each a few rounds of real tries: the shortest prefix (a search that thirds the interval
         ``(lo, len(names)]`` per round: ``lo`` is a prefix known to fall short), then, on that prefix, whole
         blocks left out (delta debugging: halves, quarters, ... of it; the first block whose removal still
-        does it goes). The probes of a round never depend on the worker count, so neither does the result."""
-        hi, keep = len(names), best
+        does it goes). The probes of a round never depend on the worker count, so neither does the result.
+        Returns the subset, its measurement and its try's label (``None``: the whole of ``names``)."""
+        hi, keep, label = len(names), best, None
         remedy = "bisect_int16_output"
         while hi - lo > 1 and not self.out_of_time():
             probes = sorted({lo + (hi - lo) * j // BISECT_SPLIT for j in range(1, BISECT_SPLIT)} - {lo, hi})
-            tries = [_Try(remedy, f"{k} of the {len(names)} outputs of the lowest int8 SQNR",
+            tries = [_Try(remedy, f"{k} of the {len(names)} outputs, in order (a prefix)",
                           Trial(with_group(self.cur.node_info, names[:k], INT16_OUT[1]), priced=True), names[:k]) for k in probes]
             found = False
             for t in self._tries(tries, "auto bisect"):
                 self._record(t, ", ".join(t.names))
+                self.bisected.append(t)
                 if self.as_good(t.measured, best):
-                    hi, keep, found = len(t.names), t.measured, True
+                    hi, keep, label, found = len(t.names), t.measured, t.label, True
                     break
             if not found:
                 if self.res.stopped:
@@ -584,13 +677,14 @@ class _AutoSearch:
             tries = []
             for j in range(blocks):
                 rest = subset[:bounds[j]] + subset[bounds[j + 1]:]
-                tries.append(_Try(remedy, f"{len(rest)} of the {len(names)} outputs of the lowest int8 SQNR",
+                tries.append(_Try(remedy, f"{len(rest)} of the {len(names)} outputs",
                                   Trial(with_group(self.cur.node_info, rest, INT16_OUT[1]), priced=True), rest))
             found = False
             for t in self._tries(tries, "auto bisect"):
                 self._record(t, ", ".join(t.names))
+                self.bisected.append(t)
                 if self.as_good(t.measured, best):
-                    subset, keep, found = t.names, t.measured, True
+                    subset, keep, label, found = t.names, t.measured, t.label, True
                     break
             if found:
                 blocks = max(blocks - 1, 2)
@@ -598,7 +692,7 @@ class _AutoSearch:
                 break
             else:
                 blocks = min(2 * blocks, len(subset))
-        return subset, keep
+        return subset, keep, label
 
     def int8_back_phase(self, rankings: _Lazy, candidates: int | None) -> None:
         """0.: on a model with a 4-bit path, its ranked 4-bit nodes back to int8 first, one by one: the cheapest step
@@ -630,7 +724,8 @@ class _AutoSearch:
         ranking, weight_ranking = rankings(), weight_rankings()
         four_bit = set(((self.session.base.options or {}).get("int4") or {}).get("applied") or {})
         top = [s for s in ranking if max(s.order) > 0][: candidates or max(5, len(ranking) // 4)]
-        pool = [(s.name, remedies_for(s, four_bit, self.corrected)) for s in gain_per_fps_order(self.session, top, four_bit, self.corrected)]
+        order = gain_per_fps_order(self.session, top, four_bit, self.corrected, self.prices, self.floor_fps)
+        pool = [(s.name, remedies_for(s, four_bit, self.corrected)) for s in order]
         pool += weight_pool(weight_ranking, {name for name, _ in pool}, weight_candidates)
         total, tick = len(pool) * 2, 0
         for phase in ("cheap", "cpu"):
@@ -672,11 +767,13 @@ class _AutoSearch:
         return self.res
 
 
-def gain_per_fps_order(session: DebugSession, top: list[Sensitivity], four_bit: set[str], corrected: bool) -> list[Sensitivity]:
+def gain_per_fps_order(session: DebugSession, top: list[Sensitivity], four_bit: set[str], corrected: bool,
+                       prices=None, floor_fps: float | None = None) -> list[Sensitivity]:
     """``top`` by expected gain per FPS lost: the node's effect in the ranking (the task metric's, else cosine's)
-    over the share of the model's multiply-accumulates its structural remedies (int16, int8 from int4) slow
-    down, at least :data:`PRICE_FLOOR`; a node with weight remedies only costs no FPS (the floor). Ties keep
-    the rank order."""
+    over the price of its structural remedies (int16, int8 from int4): its int16 output's share of the FPS
+    budget where the cost model priced it (``prices``, :class:`hbtool.debug.price.Int16Prices`, with the
+    budget's ``floor_fps``), else the share of the model's multiply-accumulates it slows down; at least
+    :data:`PRICE_FLOOR`; a node with weight remedies only costs no FPS (the floor). Ties keep the rank order."""
     from hbtool.ir.macs import node_macs
 
     if not top:
@@ -688,7 +785,12 @@ def gain_per_fps_order(session: DebugSession, top: list[Sensitivity], four_bit: 
 
     def key(s: Sensitivity) -> float:
         structural = any(name in STRUCTURAL for name, _ in remedies_for(s, four_bit, corrected))
-        price = macs.get(s.name, 0.0) / total if structural else 0.0
+        if not structural:
+            price = 0.0
+        elif prices is not None and floor_fps is not None and s.name in prices.cycles and s.name not in four_bit:
+            price = prices.relative(s.name, floor_fps)
+        else:
+            price = macs.get(s.name, 0.0) / total
         return -s.order[col] / max(price, PRICE_FLOOR)
 
     return sorted(top, key=key)

@@ -18,7 +18,7 @@ import numpy as np
 from hbtool.config import HbConfig
 from hbtool.debug.metrics import per_output, score, worst
 from hbtool.debug.metrics_hook import Metric
-from hbtool.quant.calibrate import CalibrationResult, run_calibration
+from hbtool.quant.calibrate import CANDIDATES, CalibrationResult, run_calibration
 from hbtool.quant.collect import float_session
 
 #: folds of the debug samples a task metric is also measured on, two samples or more each (so none under
@@ -38,6 +38,10 @@ class Measured:
     result: CalibrationResult | None = None
     fps: float | None = None
     folds: list[float] | None = None          # a task metric on folds of the debug samples (Metric.fold_values)
+    #: the calibration method the variant's calibration chose, and the candidates' scores (a worker's try comes back
+    #: without its calibration: :meth:`DebugSession.calibrate` rebuilds it with the method pinned, the same numbers)
+    method: str | None = None
+    candidates: dict[str, float] | None = None
 
     @property
     def cosine(self) -> float:
@@ -68,10 +72,24 @@ class DebugSession:
         cfg.model.node_info = node_info
         return cfg
 
-    def calibrate(self, node_info: dict[str, dict[str, Any]]) -> CalibrationResult:
+    def calibrate(self, node_info: dict[str, dict[str, Any]], method: str | None = None,
+                  candidates: dict[str, float] | None = None) -> CalibrationResult:
         """What ``hbtool calibrate`` gives with this node_info (statistics reused: same numbers; its own
-        evaluation skipped: :meth:`measure` does the debugger's)."""
-        return run_calibration(self.config_with(node_info), stats_cache=self.stats_cache, evaluate=False)
+        evaluation skipped: :meth:`measure` does the debugger's).
+
+        ``method`` (with ``candidates``, the scores that chose it): the method an earlier calibration of the
+        same ``node_info`` chose; the choice among the candidate methods (two thirds of a calibration on the
+        PP-OCRv5 recogniser) is then not made again: the plan of one method does not depend on how it was
+        chosen, so the result is the same."""
+        cfg = self.config_with(node_info)
+        pinned = method is not None and cfg.calibration.calibration_type in ("default", "mix") and method in CANDIDATES
+        if pinned:
+            cfg.calibration = copy.copy(cfg.calibration)
+            cfg.calibration.calibration_type = method
+        result = run_calibration(cfg, stats_cache=self.stats_cache, evaluate=False)
+        if pinned:
+            result.candidates = dict(candidates or {})
+        return result
 
     def measure(self, result: CalibrationResult, node_info: dict[str, dict[str, Any]], channels: bool = True,
                 compiled: Any = None) -> Measured:

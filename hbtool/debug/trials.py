@@ -56,6 +56,8 @@ def evaluate(session: DebugSession, trial: Trial, keep_result: bool = True) -> M
         m = measure_variant(session, session.calibrate(trial.node_info), trial.node_info, trial.priced, channels=False)
     except Exception as exc:  # a remedy that cannot be built is skipped, and said so
         return Failed(f"{type(exc).__name__}: {str(exc)[:120]}")
+    m.method = getattr(m.result, "method", None)
+    m.candidates = dict(getattr(m.result, "candidates", None) or {})
     if not keep_result:
         m.result = None
     return m
@@ -166,7 +168,10 @@ class TrialRunner:
                 yield from self._pool.map(_run_trial, chunk)
 
     def materialize(self, m: Measured) -> Measured:
-        """``m`` with its calibration (a worker's try comes back without it): calibrated again here, the same numbers."""
+        """``m`` with its calibration (a worker's try comes back without it): calibrated again here with the method
+        the worker's calibration chose (:meth:`DebugSession.calibrate`), the same numbers."""
         if m.result is not None:
             return m
-        return replace(m, result=self.session.calibrate(m.node_info))
+        if m.method is None:
+            return replace(m, result=self.session.calibrate(m.node_info))
+        return replace(m, result=self.session.calibrate(m.node_info, m.method, m.candidates))

@@ -47,6 +47,10 @@ def _run_initializer(initializer: Callable[..., Any] | None, initargs: tuple) ->
         initializer(*initargs)
 
 
+def _started() -> None:
+    """A task that does nothing: submitted once per worker when the pool opens, so every process starts then."""
+
+
 def check_workers(workers: int | None) -> int:
     """``--workers`` as a count: ``None`` is the machine's cores; below 1 is an error."""
     if workers is None:
@@ -82,6 +86,10 @@ class TaskPool:
             self._executor = ProcessPoolExecutor(
                 max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
                 initializer=_run_initializer, initargs=(self.initializer, self.initargs))
+            # the executor spawns a process per task submitted while none is idle: start them all now, so that
+            # their start and initializer (seconds: imports, the payload) run while the caller does its own work
+            for _ in range(self.workers):
+                self._executor.submit(_started)
         else:
             _run_initializer(self.initializer, self.initargs)
         return self

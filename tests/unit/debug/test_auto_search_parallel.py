@@ -92,7 +92,7 @@ def _decisions(a):
 def _again(result, **where):
     """``--auto`` once more on the same session and ranking, its tries run elsewhere."""
     return run_auto(result.session, result.ranking, 0.99, 0.10, result.session.metric.value(
-        result.session.float_outputs, result.session.float_outputs), **where)
+        result.session.float_outputs, result.session.float_outputs), int16_gains=result.int16_gains, **where)
 
 
 def test_two_workers_give_the_identical_result(serial):
