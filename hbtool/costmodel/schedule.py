@@ -208,6 +208,21 @@ def cpu_slowdown(hw: Hardware, threads: int) -> float:
 OUTPUT_STAGE_KERNELS = ("Lut",)
 
 
+def throughput_limits(*, bpu_cycles: float, ddr_bytes: float, cpu_cycles: float, cores: int, clock_hz: float,
+                      ddr_bytes_per_s: float, cpu_cores: int, cpu_slow: float) -> dict[str, float]:
+    """Frames per second each shared resource allows with one frame per BPU core in flight: the BPU cores
+    (``bpu_cycles`` per frame, runtime included), the DDR (``ddr_bytes`` per frame) and the CPU cluster
+    (``cpu_cycles`` per frame on ``cpu_cores`` cores, every one busy: ``cpu_slow`` is
+    :func:`cpu_slowdown` at full contention). The estimate's FPS is the smallest; ``hbtool debug``'s int16
+    prices (:mod:`hbtool.debug.price`) apply the same rule to summed per-node resources."""
+    limits = {"bpu cores": cores * clock_hz / max(bpu_cycles, 1.0)}
+    if ddr_bytes > 0:
+        limits["ddr bandwidth"] = ddr_bytes_per_s / ddr_bytes
+    if cpu_cycles > 0:
+        limits["cpu"] = cpu_cores * clock_hz / (cpu_cycles * cpu_slow)
+    return limits
+
+
 def fuse_output_stage(program: Graph, ops: list[OpCost], hw: Hardware, nodes: list | None = None) -> list[OpCost]:
     """A lookup-table activation reading the only output of a conv/linear that nothing else reads
     runs in the tensor unit's output stage (march ``units.tensor.output_stage_lut``): its table is
@@ -297,11 +312,9 @@ def estimate_program(program: Graph, tensors: dict[str, dict[str, Any]], hw: Har
         bpu = sum(o.cycles for o in ops if o.unit != CPU) + per_frame
         cpu = sum(o.cycles for o in ops if o.unit == CPU)
         ddr = sum(o.ddr_bytes for o in ops)
-        limits = {"bpu cores": hw.cores * hw.clock_hz / bpu}
-        if ddr:
-            limits["ddr bandwidth"] = hw.ddr_sustained_bytes_per_s / ddr
-        if cpu:
-            limits["cpu"] = hw.cpu_cores * hw.clock_hz / (cpu * cpu_slowdown(hw, hw.cpu_cores))
+        limits = throughput_limits(bpu_cycles=bpu, ddr_bytes=ddr, cpu_cycles=cpu, cores=hw.cores, clock_hz=hw.clock_hz,
+                                   ddr_bytes_per_s=hw.ddr_sustained_bytes_per_s, cpu_cores=hw.cpu_cores,
+                                   cpu_slow=cpu_slowdown(hw, hw.cpu_cores))
         bound = min(limits, key=lambda k: limits[k])
         fps = limits[bound]
     else:

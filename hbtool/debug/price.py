@@ -48,6 +48,8 @@ class Int16Prices:
     base_latency_cycles: float = 0.0
     #: "why" per node: the ops whose difference it was charged with (for the report and the tests)
     ops: dict[str, list[str]] = field(default_factory=dict)
+    #: the CPU cluster's slowdown with every core busy (:func:`hbtool.costmodel.schedule.cpu_slowdown`)
+    cpu_slow: float = 1.0
 
     def fps(self, names) -> float:
         """The estimated FPS with the int16 outputs of ``names`` (the schedule's rule on the summed resources)."""
@@ -55,13 +57,13 @@ class Int16Prices:
         extra_cycles = sum(self.cycles[n] for n in names)
         if self.core_num > 1:      # one frame on both cores: 1 / latency
             return self.clock_hz / max(self.base_latency_cycles + extra_cycles / self.core_num, 1.0)
-        limits = [self.cores * self.clock_hz / max(self.base_bpu_cycles + extra_cycles, 1.0)]
-        ddr = self.base_ddr_bytes + sum(self.ddr_bytes[n] for n in names)
-        if ddr > 0:
-            limits.append(self.ddr_bytes_per_s / ddr)
-        if self.base_cpu_cycles > 0:
-            limits.append(self.cpu_cores * self.clock_hz / self.base_cpu_cycles)
-        return min(limits)
+        from hbtool.costmodel.schedule import throughput_limits
+
+        limits = throughput_limits(bpu_cycles=self.base_bpu_cycles + extra_cycles,
+                                   ddr_bytes=self.base_ddr_bytes + sum(self.ddr_bytes[n] for n in names),
+                                   cpu_cycles=self.base_cpu_cycles, cores=self.cores, clock_hz=self.clock_hz,
+                                   ddr_bytes_per_s=self.ddr_bytes_per_s, cpu_cores=self.cpu_cores, cpu_slow=self.cpu_slow)
+        return min(limits.values())
 
     def room(self, floor_fps: float) -> tuple[float, float]:
         """(BPU cycles, DDR bytes) per frame the int16 outputs may add before the FPS falls under ``floor_fps``."""
@@ -94,6 +96,7 @@ def int16_prices(base_perf, wide_perf, program, candidates: list[str]) -> Int16P
     """The prices of ``candidates``' int16 outputs from the costed programs without (``base_perf``) and with all of
     them (``wide_perf``); ``program``: the compiled graph (its ops are named after the calibrated model's nodes)."""
     from hbtool.costmodel.cost import CPU
+    from hbtool.costmodel.schedule import cpu_slowdown
 
     cand = set(candidates)
     producers = program.producer_map()
@@ -121,7 +124,7 @@ def int16_prices(base_perf, wide_perf, program, candidates: list[str]) -> Int16P
     hw = base_perf.hw
     return Int16Prices(cycles, ddr, float(base_perf.bpu_cycles), base_ddr, float(base_perf.cpu_cycles), float(base_perf.fps),
                        int(hw.cores), float(hw.clock_hz), float(hw.ddr_sustained_bytes_per_s), int(hw.cpu_cores),
-                       int(base_perf.core_num), float(base_perf.latency_cycles), why)
+                       int(base_perf.core_num), float(base_perf.latency_cycles), why, cpu_slowdown(hw, hw.cpu_cores))
 
 
 #: how far back through ops that are no candidate (reorders, reshapes, the output's dequantize) an op's wider
