@@ -15,7 +15,8 @@ def write_config(path: Path, cfg: dict[str, Any]) -> Path:
     return path
 
 
-def corpus_config(spec, case: Path, cal_dirs: list[Path], calibration_type: str, cal_samples: int) -> dict[str, Any]:
+def corpus_config(spec, case: Path, cal_dirs: list[Path], calibration_type: str, cal_samples: int,
+                  march: str = "bayes") -> dict[str, Any]:
     """The hbtool config of a corpus model (:class:`benchmarks.zoo.corpus.ModelSpec`): its input as the
     exporter left it, calibration from ``cal_dirs`` (one ``.npy`` folder per input), work folder in ``case``."""
     if spec.inputs == "text":
@@ -46,7 +47,7 @@ def corpus_config(spec, case: Path, cal_dirs: list[Path], calibration_type: str,
             inputs["scale_value"] = " ".join(f"{s:.8g}" for s in spec.scale)
         cal_type = spec.dtype
     return {
-        "model_parameters": {"onnx_model": str(spec.onnx_path), "march": "bayes", "working_dir": str(case / "model_output"),
+        "model_parameters": {"onnx_model": str(spec.onnx_path), "march": march, "working_dir": str(case / "model_output"),
                              "output_model_file_prefix": spec.name},
         "input_parameters": inputs,
         "calibration_parameters": {"cal_data_dir": ";".join(map(str, cal_dirs)), "cal_data_type": cal_type,

@@ -1,7 +1,7 @@
 """Run every corpus model through hbtool checker -> calibrate -> compile -> simulate and print one table.
 
     python -m benchmarks.zoo.export                       # once: writes benchmarks/_models/zoo/
-    python -m benchmarks.zoo.run [--models NAME ...] [--fast] [--strict] [--timeout 900]
+    python -m benchmarks.zoo.run [--models NAME ...] [--fast] [--strict] [--timeout 900] [--march bayes-e]
 
 Each model runs in its own worker process (``run.py --worker NAME``), and inside it every stage
 is the real CLI (``python -m hbtool.cli checker|calibrate|compile|simulate``, :mod:`benchmarks.runner`) in its own
@@ -54,7 +54,7 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
-def write_case(spec: ModelSpec, case: Path, cal: list[dict], calibration_type: str) -> Path:
+def write_case(spec: ModelSpec, case: Path, cal: list[dict], calibration_type: str, march: str = "bayes") -> Path:
     """The calibration samples as one .npy folder per input, and the YAML config that points at them."""
     import numpy as np
 
@@ -65,7 +65,7 @@ def write_case(spec: ModelSpec, case: Path, cal: list[dict], calibration_type: s
         for k, s in enumerate(cal):
             np.save(d / f"cal_{k:02d}.npy", s[name])
         cal_dirs.append(d)
-    return write_config(case / "config.yaml", corpus_config(spec, case, cal_dirs, calibration_type, len(cal)))
+    return write_config(case / "config.yaml", corpus_config(spec, case, cal_dirs, calibration_type, len(cal), march))
 
 
 def eval_inputs(case: Path, held: list[dict]) -> list[str]:
@@ -184,7 +184,7 @@ def work(spec: ModelSpec, args: argparse.Namespace, row: dict) -> dict:
 
     cal = samples(spec, args.cal_samples, 0)
     held = samples(spec, args.eval_samples, HELD_OUT_OFFSET)
-    cfg = write_case(spec, case, cal, args.calibration_type)
+    cfg = write_case(spec, case, cal, args.calibration_type, args.march)
     eval_args = eval_inputs(case, held)
     work_dir = case / "model_output"
 
@@ -379,6 +379,8 @@ def main() -> None:
     ap.add_argument("--cal-samples", type=int, default=8)
     ap.add_argument("--eval-samples", type=int, default=4)
     ap.add_argument("--calibration-type", default="default", help="hbtool's calibration_type (default: hbtool's own default)")
+    ap.add_argument("--march", default="bayes", choices=("bayes", "bayes-e", "bernoulli2"),
+                    help="the BPU every model is built for (default bayes, J5)")
     ap.add_argument("--out", type=Path, default=OUT_DIR, help="where zoo.md / zoo.json / causes.md go")
     ap.add_argument("--update", action="store_true", help="keep the other models' rows of an earlier zoo.json in --out")
     ap.add_argument("--rewrite", action="store_true", help="only rewrite zoo.md / causes.md from --out's zoo.json")
@@ -423,7 +425,7 @@ def main() -> None:
             row_file.unlink(missing_ok=True)
             cmd = [sys.executable, "-m", "benchmarks.zoo.run", "--worker", spec.name, "--timeout", str(args.timeout),
                    "--cal-samples", str(args.cal_samples), "--eval-samples", str(args.eval_samples),
-                   "--calibration-type", args.calibration_type]
+                   "--calibration-type", args.calibration_type, "--march", args.march]
             try:
                 subprocess.run(cmd, timeout=args.timeout + 120, cwd=ROOT, env=hbtool_env())
             except subprocess.TimeoutExpired:
