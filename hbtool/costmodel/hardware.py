@@ -122,12 +122,14 @@ class Hardware:
         return self.ddr_bytes_per_s * self.ddr_efficiency
 
     def tensor_rate(self, *bits: int) -> float:
-        """Fraction of the int8 MAC rate for operands of these widths (one int16 operand: two passes;
-        all operands 4-bit: the march's int4 rate; int8 x int4 runs at the int8 rate)."""
+        """Fraction of the int8 MAC rate for operands of these widths: ``units.tensor.int16_rate`` per
+        int16 operand (an int16 operand is split into signed-int8 digits, each its own pass: int16 x int8
+        at the rate, int16 x int16 at its square); all operands 4-bit: the march's int4 rate; int8 x int4
+        runs at the int8 rate."""
         if bits and all(int(b) <= 4 for b in bits) and self.int4_supported:
             return float(self.int4_tensor_rate)
         wide = sum(1 for b in bits if int(b) > 8)
-        return float(self.tensor_int16_rate) ** (wide / 2.0)
+        return float(self.tensor_int16_rate) ** wide
 
 
 def _int4_values(m: March) -> dict[str, Any]:
