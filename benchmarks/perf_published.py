@@ -141,8 +141,11 @@ def estimate_row(r: Row, recompile: bool = False, tiling: bool = True) -> dict:
             group = residual_group(op)
             by_class[group] = by_class.get(group, 0.0) + op.cycles / res.hw.clock_hz * 1e3
     by_class[RUNTIME_GROUP] = res.per_frame_cycles / res.hw.clock_hz * 1e3
+    from benchmarks.published.split import row_family
+
     out = {"variant": r.variant, "march": r.march, "split": r.split, "class": measurement_class(res)[0],
-           "classes_ms": by_class,
+           "family": row_family(r), "classes_ms": by_class, "limits": res.limits_at(threads),
+           "bpu_runtime_ms": res.hw.per_frame_us * 1e-3,
            "latency_ms": res.latency_ms, "fps": fps, "threads": threads,
            "pub_latency_ms": r.latency_ms, "pub_fps": r.fps_multithread, "bound": res.fps_bound_at(threads)}
     out["latency_err"] = res.latency_ms / r.latency_ms - 1 if r.latency_ms else None
@@ -310,6 +313,12 @@ def main() -> None:
     ap.add_argument("--recompile", action="store_true")
     ap.add_argument("--no-tiling", action="store_true", help="memory plan without row-band tiling of conv chains (the plan before it)")
     ap.add_argument("--cached-only", action="store_true", help="skip rows whose compiled program is not cached yet")
+    ap.add_argument("--cv-family", action="store_true",
+                    help="leave-one-family-out cross-validation over every spent row (implies --holdout --fresh --fresh2 "
+                         "--fresh3): per family, the fitted parameter groups refit without it (benchmarks/published/cv.py)")
+    ap.add_argument("--cv-ridge", type=float, help="the cross-validation's ridge pull towards the frozen parameters "
+                    "(default: benchmarks/published/cv.py RIDGE, the residual analysis's)")
+    ap.add_argument("--results-json", type=Path, help="take the estimates from an earlier --json run instead of estimating")
     ap.add_argument("--classes", action="store_true", help="print CLASS_ERRORS for hbtool/costmodel/classes.py (fit rows)")
     ap.add_argument("--markdown", type=Path)
     ap.add_argument("--plot", type=Path)
@@ -317,6 +326,8 @@ def main() -> None:
     ap.add_argument("--reference-csv", type=Path, help="the fit rows (default: published_perf_calibration.csv in $HBTOOL_REFERENCE)")
     ap.add_argument("--export-python", default=TIMM_PYTHON, help="the export venv's interpreter (default: $HBTOOL_TIMM_PYTHON)")
     args = ap.parse_args()
+    if args.cv_family:
+        args.holdout = args.fresh = args.fresh2 = args.fresh3 = True
     rows = (calibration_rows(args.reference_csv) + (holdout_rows() if args.holdout else []) + (fresh_rows() if args.fresh else [])
             + (fresh2_rows() if args.fresh2 else []))
     if args.fresh3_only:
@@ -345,6 +356,9 @@ def main() -> None:
                 compiled_program(r.onnx, r.march, args.recompile, r.calibration)
         return
     results, skipped = [], []
+    if args.results_json:
+        saved = json.loads(args.results_json.read_text())
+        results, skipped, rows = saved["results"], saved["skipped"], []
     for r in rows:
         if r.onnx is None or not r.onnx.exists():
             skipped.append((r.variant, r.march, SKIPPED.get(r.variant, "no ONNX: not exported (export venv missing, or its export failed: see the export log)")))
@@ -361,7 +375,7 @@ def main() -> None:
         print(f"{o['variant']:24s} {o['march']:10s} {o['split']:7s} lat {o['latency_ms']:8.2f} / {o['pub_latency_ms'] or 0:8.2f} "
               f"{_pct(o['latency_err']):>6s}   fps {o['fps']:8.1f} / {o['pub_fps'] or 0:8.1f} {_pct(o['fps_err']):>6s}  "
               f"{o['class']}, {o['bound']}", flush=True)
-    if args.fresh3:
+    if args.fresh3 and not args.results_json:
         from benchmarks.published.split import row_family
 
         fit_families = {row_family(r) for r in calibration_rows(args.reference_csv)}
@@ -376,6 +390,15 @@ def main() -> None:
         res_lines = residuals([o for o in results if not o["split"].startswith("fresh3 ")])   # each row once
         print("\n".join(res_lines))
         lines += ["", "Per-op-class residuals (latency):", ""] + res_lines
+    if args.cv_family:
+        from benchmarks.published.cv import CV_HEADER, FAMILY_HEADER, RIDGE, cv_summary, family_table, leave_one_family_out
+
+        ridge = RIDGE if args.cv_ridge is None else args.cv_ridge
+        cv = leave_one_family_out([o for o in results if not o["split"].startswith("fresh3 ")], ridge)
+        cv_lines = (markdown_table(CV_HEADER, cv_summary(cv)).splitlines() + [""]
+                    + markdown_table(FAMILY_HEADER, family_table(cv)).splitlines())
+        print("\n".join(cv_lines))
+        lines += ["", f"Leave-one-family-out cross-validation (benchmarks/published/cv.py, ridge {ridge:g}):", ""] + cv_lines
     if args.classes:
         print(class_errors(results))
     if args.markdown:

@@ -67,6 +67,14 @@ class PerfResult:
     def _threads(self, threads: int) -> tuple[float, str]:
         if self.core_num > 1:
             return self.fps, self.fps_bound
+        limits = self.limits_at(threads)
+        bound = min(limits, key=lambda k: limits[k])
+        return limits[bound], bound
+
+    def limits_at(self, threads: int) -> dict[str, float]:
+        """Every throughput limit with ``threads`` frames in flight (:meth:`fps_threads` is the smallest)."""
+        if self.core_num > 1:
+            return dict(self.fps_limits)
         n = max(1, int(threads))
         limits = dict(self.fps_limits)
         slow = cpu_slowdown(self.hw, n)
@@ -78,8 +86,7 @@ class PerfResult:
             limits["cpu"] = active * self.hw.clock_hz / (self.cpu_cycles * slow)
         else:
             limits[f"{n} threads x latency"] = n * self.fps_1core
-        bound = min(limits, key=lambda k: limits[k])
-        return limits[bound], bound
+        return limits
 
     # ---- totals
     @property
