@@ -302,7 +302,9 @@ HOLDOUT_FRESH3: tuple[tuple, ...] = (
     ("YOLOv8n-Seg", "bernoulli2", 640, 640, ("ultralytics", "yolov8n-seg.yaml"), 126.7, 27.3, 8, _X3_YOLOV8_SEG),
     # RDK Ultra (best published FPS: 4 threads)
     ("YOLO11l", "bayes", 640, 640, ("ultralytics", "yolo11l.yaml"), 20.0, 105.6, 4, _ULTRA_YOLO11_2519),
-    # RDK X5 YOLO26 (2 threads)
+    # RDK X5 YOLO26 (2 threads). As published; but the table's m and l latencies look swapped: its 1-thread FPS
+    # columns (m 24.8, l 19.5) match 1000 / the other's latency (40.1, 51.1 ms), as every other row's do its own
+    # (docs/perf.md, costmodel4)
     ("YOLO26n Detect", "bayes-e", 640, 640, ("ultralytics", "yolo26n.yaml"), 11.6, 104.3, 2, _ZOO_YOLO26),
     ("YOLO26m Detect", "bayes-e", 640, 640, ("ultralytics", "yolo26m.yaml"), 51.1, 26.1, 2, _ZOO_YOLO26),
     ("YOLO26l Detect", "bayes-e", 640, 640, ("ultralytics", "yolo26l.yaml"), 40.1, 20.3, 2, _ZOO_YOLO26),
