@@ -17,6 +17,9 @@ held-out rows of ``benchmarks/published/rows.py`` this script
 
     HBTOOL_REFERENCE=DIR .venv/bin/python -m benchmarks.perf_published [--march bayes-e] [--holdout]
         [--markdown docs/perf_published.md] [--plot docs/perf_published_residuals.png] [--json out.json]
+
+``--cv-family``: every row, then a leave-one-family-out cross-validation of the fitted parameter groups
+(:mod:`benchmarks.published.cv`), per march: the honest generalisation number now that every row is spent.
 """
 
 from __future__ import annotations
