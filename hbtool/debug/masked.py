@@ -57,7 +57,9 @@ class DebugNode:
 class MaskedModel:
     """The switchable model and the quantizers it holds."""
 
-    def __init__(self, calibrated: Graph, float_graph: Graph):
+    def __init__(self, calibrated: Graph, float_graph: Graph, threads: int = 0):
+        #: onnxruntime threads of the session (0: every core; a ``--workers`` process runs on one)
+        self.threads = threads
         g = calibrated.copy()
         cal_nodes = [n for n in g.nodes if n.op_type == CALIBRATION_OP]
         producers = g.producer_map()
@@ -225,7 +227,7 @@ class MaskedModel:
 
     def session(self, extra: tuple[str, ...] = ()):
         if extra not in self._sessions:
-            self._sessions[extra] = switched_session(self.graph, self.quantizers, list(extra))
+            self._sessions[extra] = switched_session(self.graph, self.quantizers, list(extra), self.threads)
         return self._sessions[extra]
 
     def run(self, feeds: list[dict[str, np.ndarray]], mask: np.ndarray, names: list[str], extra: tuple[str, ...] = ()) -> list[list[np.ndarray]]:
@@ -274,7 +276,7 @@ def switch_by_if(model: onnx.ModelProto, quantizers: list[Quantizer]) -> onnx.Mo
     return model
 
 
-def switched_session(graph: Graph, quantizers: list[Quantizer], extra_outputs: list[str]):
+def switched_session(graph: Graph, quantizers: list[Quantizer], extra_outputs: list[str], threads: int = 0):
     """An onnxruntime session of the masked graph with ``If`` switches that also returns ``extra_outputs``."""
     import onnxruntime as ort
 
@@ -289,4 +291,7 @@ def switched_session(graph: Graph, quantizers: list[Quantizer], extra_outputs: l
     so = ort.SessionOptions()
     so.log_severity_level = 3
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    if threads:
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
