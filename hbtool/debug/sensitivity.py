@@ -203,3 +203,20 @@ class ActivationGains:
             if self.progress:
                 self.progress("int16 gains", k + 1, len(jobs))
         return out
+
+
+@dataclass(frozen=True)
+class FloatActivationsJob:
+    """The worst output cosine of the switchable model with the activations of ``names`` float and everything else
+    quantized, on every debug sample: what no remedy of those nodes' activations (int16, another threshold) can
+    beat, where float activations dominate every such remedy (an assumption: a coarser step on one node can
+    cancel another's error). A task, like :class:`ActivationLossJob`."""
+
+    names: tuple[str, ...]
+
+    def run(self, session) -> float:
+        model = session.switchable()
+        chosen = set(self.names)
+        idx = [i for n in model.nodes if n.name in chosen for i in n.acts]
+        return evaluate(model, session.samples, model.mask(off=idx), session.output_names, session.float_outputs,
+                        session.metric)[1]
