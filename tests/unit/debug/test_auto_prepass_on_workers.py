@@ -82,18 +82,18 @@ def test_the_search_records_the_prepass_and_runs_it_through_the_runner(tiny, mon
     ideal = session.metric.value(session.float_outputs, session.float_outputs)
     results = [run_auto(session, [], 0.999, 0.10, ideal, nodes=names, int16_gains=ActivationGains(session, 4), workers=w)
                for w in (1, 2)]
-    # per run: the prices and gains as one batch, then the activation bound
+    # per run: the prices and gains as one batch, then the activation reference
     assert len(batches) == 4 and all(b[:2] == [PricingProgram, PricingProgram] and set(b[2:]) == {ActivationLossJob}
                                      for b in batches[::2])
     assert batches[1] == batches[3] == [FloatActivationsJob]
     assert all("prices_and_gains" in r.seconds and "base_measure" in r.seconds for r in results)
     one, two = ([(s.remedy, s.node, s.cosine, s.fps, s.kept) for s in r.steps] for r in results)
     assert one == two and len(one) > 2, one
-    # the activation bound: float activations on 15 % of the nodes (the most activation loss), the same on 2 workers
-    bound = results[0].remedy_bound
-    assert bound == results[1].remedy_bound and bound["nodes"] == int(0.15 * len(names)) == len(bound["names"])
+    # the activation reference: float activations on 15 % of the nodes (the most activation loss), the same on 2 workers
+    bound = results[0].activation_reference
+    assert bound == results[1].activation_reference and bound["nodes"] == int(0.15 * len(names)) == len(bound["names"])
     model = session.switchable()
     full = evaluate(model, session.samples, model.mask(off=[]), session.output_names, session.float_outputs, session.metric)[1]
     assert full < bound["cosine"] <= 1.0           # float activations on the worst nodes recover part of the loss
     assert bound["reaches_target"] == (bound["cosine"] >= 0.999)
-    assert any(n.startswith("activation bound:") and "not a proof" in n for n in results[0].notes)
+    assert any(n.startswith("activation reference:") and "not a proof" in n for n in results[0].notes)
