@@ -188,7 +188,6 @@ def run_debug(cfg: HbConfig, auto: bool = False, target_cosine: float = 0.99, ma
     result.seconds.update({name: v for name, v in spent.items() if v})
     if auto:
         result.seconds.update(result.auto.seconds)
-    if auto:
         result.seconds["auto"] = auto_wall - inside
     result.seconds["total"] = end - t["start"]
     return result
