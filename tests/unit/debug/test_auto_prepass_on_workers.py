@@ -101,3 +101,23 @@ def test_the_search_records_the_prepass_and_runs_it_through_the_runner(tiny, mon
     assert full < bound["cosine"] <= 1.0           # float activations on the worst nodes recover part of the loss
     assert bound["reaches_target"] == (bound["cosine"] >= 0.999)
     assert any(n.startswith("activation reference:") and "not a proof" in n for n in results[0].notes)
+
+
+def test_gains_and_prices_on_a_local_ray_cluster_equal_the_serial_pass(tiny, monkeypatch):
+    """The same tasks on Ray (its workers run the initializer once each): the same numbers, bit for bit."""
+    pytest.importorskip("ray")
+    import hbtool.debug.sensitivity as sensitivity
+    from hbtool.debug.price import price_int16, pricing_programs, prices_from
+    from hbtool.debug.sensitivity import ActivationGains
+    from hbtool.debug.trials import TrialRunner
+
+    session, names, order = tiny
+    monkeypatch.setattr(sensitivity, "GAIN_CHUNK", 8)
+    gains = ActivationGains(session, 4)
+    here = gains(names)
+    jobs = pricing_programs({}, order)
+    with TrialRunner(session, workers=2, cluster="local") as runner:
+        results = list(runner.jobs(jobs + gains.jobs(names)))
+    there = {n: v for part in results[2:] for n, v in part.items()}
+    assert there == here
+    assert prices_from(results[:2], order).cycles == price_int16(session, {}, order).cycles
