@@ -26,12 +26,10 @@ import os
 import time
 from pathlib import Path
 
-import numpy as np
-
 
 def _worst(model, samples, float_out, outputs, mask) -> float:
-    from hbtool.debug.sensitivity import evaluate
     from hbtool.debug.metrics_hook import resolve_metric
+    from hbtool.debug.sensitivity import evaluate
 
     return evaluate(model, samples, mask, outputs, float_out, resolve_metric("cosine", None))[1]
 
