@@ -14,6 +14,10 @@ Prints PTQ and final cosine / metric, nodes changed, estimated FPS before/after 
         --metric cosine debug_metrics:transcription_agreement --time-limit 5m 10m --workers 2 1 --ray
         # issue 34: the all-int8 recogniser with cosine (5 min) and the task metric (10 min), --workers 2 beside 1 and
         # a local Ray cluster; the last lines sum up each search's wall time, the ratio and whether the decisions match
+    python -m benchmarks.debug_auto --models ppocrv5_rec --set calibration_parameters.auto_int16=false \
+        --metric cosine --time-limit 0 --workers 1 2 --whole
+        # the whole command with 1 worker, then again with 2 (no time limit, so the decisions are whole): wall time
+        # of each phase and of the command, their ratio, identical or not
 """
 
 from __future__ import annotations
@@ -139,6 +143,32 @@ def search_again(r, args, workers: int, cluster: str | None, time_limit: str) ->
             "load_average": os.getloadavg()}
 
 
+def whole_again(r, args, path: Path, workers: int, cluster: str | None, time_limit: str, first_wall: float,
+                first_cpu: float) -> str:
+    """The whole ``hbtool debug --auto`` again with ``workers`` (session, analysis, prices and gains, search): the
+    user's wall time for the command beside the first run's, per phase, and whether it decided the same."""
+    from hbtool.config import load_config
+    from hbtool.debug.run import parse_time_limit, run_debug
+
+    t, c = time.perf_counter(), time.process_time() + _children_cpu()
+    again = run_debug(load_config(path), auto=True, samples=args.samples, max_fps_loss=args.max_fps_loss,
+                      sensitivity_samples=args.sensitivity_samples, candidates=args.candidates,
+                      weight_samples=args.weight_samples, weight_candidates=args.weight_candidates,
+                      time_limit=parse_time_limit(time_limit), workers=workers, cluster=cluster)
+    wall, cpu = time.perf_counter() - t, time.process_time() + _children_cpu() - c
+    same = _decisions(again.auto) == _decisions(r.auto)
+    row = {"model": r.session.cfg.model.output_model_file_prefix, "workers": workers, "cluster": cluster, "whole_seconds": wall,
+           "first_whole_seconds": first_wall, "cpu_seconds": cpu, "first_cpu_seconds": first_cpu, "seconds": again.seconds,
+           "first_seconds": r.seconds, "identical": same, "tries": again.auto.tries, "load_average": os.getloadavg()}
+    print(json.dumps(row, default=str), flush=True)
+    phases = ", ".join(f"{k} {r.seconds.get(k, 0):.0f}/{v:.0f}" for k, v in again.seconds.items() if k != "total")
+    return (f"whole command again with workers {workers}{' on local Ray' if cluster else ''}: {wall:.0f} s against "
+            f"{first_wall:.0f} s with workers {args.workers[0]} (ratio workers {args.workers[0]} / workers {workers}: "
+            f"{first_wall / max(wall, 1e-9):.2f}x; phases first/again: {phases}), {again.auto.tries} tries against "
+            f"{r.auto.tries}, identical decisions: {same} (only comparable where neither was cut by the time limit), "
+            f"load {os.getloadavg()[0]:.1f}")
+
+
 def main() -> None:
     from benchmarks.zoo.corpus import select
 
@@ -166,6 +196,9 @@ def main() -> None:
     ap.add_argument("--cluster", default=None, help="hbtool debug --cluster (a Ray address, or local) for the first run")
     ap.add_argument("--ray", action="store_true",
                     help="also the --auto search again on a local Ray cluster (2 workers), checked for the identical result")
+    ap.add_argument("--whole", action="store_true",
+                    help="each extra --workers count (and --ray) runs the whole debug --auto again, not only its search: "
+                         "the user's wall time for the command, per phase, and whether it decided the same")
     ap.add_argument("--check-samples", type=int, default=0,
                     help="a second held-out set (offset 200): PTQ and the --auto result measured on lines the greedy never saw")
     args = ap.parse_args()
@@ -223,6 +256,9 @@ def run_case(spec, args, metric: str | None, time_limit: str) -> list[str]:
     print(json.dumps(row, default=str), flush=True)
     agains = [(w, None) for w in args.workers[1:]] + ([(2, "local")] if args.ray else [])
     for workers, cluster in agains if r.auto is not None else []:
+        if args.whole:
+            lines.append(whole_again(r, args, path, workers, cluster, time_limit, wall, cpu))
+            continue
         again = search_again(r, args, workers, cluster, time_limit)
         print(json.dumps(again, default=str), flush=True)
         lines.append(f"{spec.name} [{r.session.metric.name}] search again with workers {workers}{' on local Ray' if cluster else ''}: "

@@ -105,6 +105,10 @@ PRICE_FLOOR = 0.01
 BUDGET_SHARES = (1.0, 0.8)
 
 
+#: the share of the quantized nodes whose activations the activation reference (:meth:`_AutoSearch._activation_reference`) leaves
+#: float: issue 34's bar on how many nodes a fix may change
+ACTIVATION_REFERENCE_SHARE = 0.15
+
 #: a task-metric difference under this many standard errors (over the folds of the debug samples) is a tie
 NOISE_Z = 2.0
 
@@ -157,6 +161,10 @@ class AutoResult:
     #: the widest int16 try (every candidate output at int16): nodes, cosine, metric, fps, within_fps_budget, reaches_target
     bound: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)   # phases skipped, and why
+    #: float activations on the ACTIVATION_REFERENCE_SHARE of the nodes of the most activation loss: nodes, cosine, reaches_target
+    activation_reference: dict[str, Any] | None = None
+    #: wall seconds of the work before the first round, by part (``prices_and_gains``: the batch on the workers)
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 def merge(node_info: dict[str, dict[str, Any]], node: str, entry: dict[str, str]) -> dict[str, dict[str, Any]]:
@@ -374,6 +382,7 @@ class _AutoSearch:
         base_info = copy.deepcopy(session.cfg.model.node_info or {})
         self.cur = measure_variant(session, session.base, base_info, priced=True, channels=True)
         self.res = AutoResult(base_fps=self.cur.fps, quantized_nodes=quantized_nodes)
+        self.res.seconds["base_measure"] = time.monotonic() - self.started
         self.res.steps.append(Step("ptq", None, self.cur.cosine, _cosines(self.cur), self.cur.metric, self.cur.fps, True))
         self.hook = session.metric.is_hook
         self.floor_fps = self.cur.fps * (1.0 - max_fps_loss)
@@ -591,17 +600,17 @@ class _AutoSearch:
         alone, else the int8 noise their int16 removes, :func:`int16_gains`) per FPS price (:mod:`hbtool.debug.price`, from the cost model) whose summed price fits
         each share of :data:`BUDGET_SHARES` of the FPS budget; distinct sets, none that is a group already.
         Empty where the programs cannot be priced (said in the notes)."""
-        from hbtool.debug.price import budget_set, price_int16
+        from hbtool.debug.price import budget_set
 
         try:
             t0 = time.monotonic()
-            prices = price_int16(self.session, self.cur.node_info, order)
-            gains = (self.gains or functools.partial(int16_gains, self.session))(order)
+            prices, gains = self._prices_and_gains(order)
         except Exception as exc:   # pricing is an aid: without it the groups still run
             self._note(f"no budget set: the int16 prices could not be computed ({type(exc).__name__}: {str(exc)[:120]})")
             return []
         self.prices = prices
-        log.info("auto: int16 prices of %d outputs in %.1f s (FPS %.0f -> %.0f with all)", len(order),
+        self.res.seconds["prices_and_gains"] = time.monotonic() - t0
+        log.info("auto: int16 prices and gains of %d outputs in %.1f s (FPS %.0f -> %.0f with all)", len(order),
                  time.monotonic() - t0, prices.fps([]), prices.fps(order))
         out: list[tuple[float, list[str]]] = []
         for share in BUDGET_SHARES:
@@ -609,6 +618,62 @@ class _AutoSearch:
             if names and len(names) < len(order) and all(set(names) != set(n) for _, n in out):
                 out.append((share, names))
         return out
+
+    def _prices_and_gains(self, order: list[str]):
+        """The int16 prices of ``order`` (two costed programs) and each output's expected gain, computed as one
+        batch of independent tasks on the runner's workers: the two pricing programs first (the longest), then
+        the gains pass in chunks (:class:`hbtool.debug.sensitivity.ActivationGains`), in that fixed order, so the
+        numbers, and the search's decisions, are the same for any worker count. A gains function that cannot be
+        cut into tasks (a plain callable) runs here after the prices."""
+        from hbtool.debug.price import pricing_programs, prices_from
+
+        jobs = pricing_programs(self.cur.node_info, order)
+        gains_src = self.gains or functools.partial(int16_gains, self.session)
+        chunks = gains_src.jobs(order) if hasattr(gains_src, "jobs") else []
+        results = []
+        for k, r in enumerate(self.runner.jobs(jobs + chunks)):
+            results.append(r)
+            if k >= len(jobs):
+                self._tick("int16 gains", k + 1 - len(jobs), len(chunks))
+        prices = prices_from(results[:len(jobs)], order)
+        if not chunks:
+            return prices, gains_src(order)
+        gains: dict[str, float] = {}
+        for r in results[len(jobs):]:
+            gains.update(r)
+        self._activation_reference(gains)
+        return prices, gains
+
+    def _activation_reference(self, gains: dict[str, float]) -> None:
+        """The activations of the :data:`ACTIVATION_REFERENCE_SHARE` of the quantized nodes with the most gain left float in
+        the switchable model (one evaluation on the debug samples, :class:`hbtool.debug.sensitivity.FloatActivationsJob`):
+        what removing those nodes' activation error altogether gives. Said in the notes as a reference, not a bound:
+        on the all-int8 PP-OCRv5 recogniser the KL thresholds on the same 33 nodes gave cosine 0.929 where float
+        activations gave 0.922 (a coarser step there cancels part of the other nodes' error), and another set of
+        33 nodes is not covered (docs/debug.md, issue 34)."""
+        from hbtool.debug.sensitivity import FloatActivationsJob
+
+        count = int(ACTIVATION_REFERENCE_SHARE * self.res.quantized_nodes)
+        top = [n for n in sorted(gains, key=lambda n: (-gains[n], n)) if gains[n] > 0][:count]
+        if not top or self.out_of_time():
+            return
+        try:
+            t0 = time.monotonic()
+            cosine = float(next(iter(self.runner.jobs([FloatActivationsJob(tuple(top))]))))
+        except Exception as exc:   # an aid to the verdict, not a step of the search
+            self._note(f"no activation reference: {type(exc).__name__}: {str(exc)[:120]}")
+            return
+        self.res.seconds["activation_reference"] = time.monotonic() - t0
+        reaches = cosine >= self.target_cosine
+        self.res.activation_reference = {"nodes": len(top), "share": ACTIVATION_REFERENCE_SHARE, "cosine": cosine,
+                                         "reaches_target": reaches, "names": top}
+        self._note(f"activation reference: float activations on the {len(top)} nodes of the most activation loss "
+                   f"({len(top)} of {self.res.quantized_nodes}, {ACTIVATION_REFERENCE_SHARE:.0%}) give worst output cosine {cosine:.4f} "
+                   f"in the fake-quant model, everything else int8"
+                   + (f": removing those nodes' activation error does not reach {self.target_cosine:g}"
+                      if not reaches else f": removing those nodes' activation error reaches {self.target_cosine:g}")
+                   + " (a reference, not a proof: a remedy can beat float activations on a node (a coarser threshold "
+                     "can cancel other nodes' error), and other sets of that size are not covered)")
 
     def _numbers(self, m: Measured) -> str:
         """A try's numbers as the notes say them: worst output cosine (and metric), FPS against the PTQ model's."""

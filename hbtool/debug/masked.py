@@ -16,6 +16,7 @@ model's time per run with the arithmetic switch). The IR graph keeps the arithme
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -57,7 +58,9 @@ class DebugNode:
 class MaskedModel:
     """The switchable model and the quantizers it holds."""
 
-    def __init__(self, calibrated: Graph, float_graph: Graph):
+    def __init__(self, calibrated: Graph, float_graph: Graph, threads: int = 0):
+        #: onnxruntime threads of the session (0: every core; a ``--workers`` process runs on one)
+        self.threads = threads
         g = calibrated.copy()
         cal_nodes = [n for n in g.nodes if n.op_type == CALIBRATION_OP]
         producers = g.producer_map()
@@ -97,6 +100,7 @@ class MaskedModel:
         self.size = len(cal_nodes)
         self.nodes = self._debug_nodes(float_graph)
         self._sessions: dict[tuple[str, ...], object] = {}
+        self._single: MaskedModel | None = None     # the one-thread view (:meth:`single_threaded`)
         self._quant_of = {q.float_name: q.quant_name for q in self.quantizers if q.kind == "act"}
 
     def _switch_corrected_biases(self, g: Graph, float_graph: Graph, masks: dict[int, str]) -> dict[str, str]:
@@ -223,9 +227,23 @@ class MaskedModel:
             m[list(on or [])] = 1.0
         return m
 
+    def single_threaded(self) -> "MaskedModel":
+        """This model with its sessions on one onnxruntime thread (the graph shared; the sessions built on first use).
+
+        Why: onnxruntime's float sums differ in the last bits with the thread count (PP-OCRv5 recogniser: the gains
+        pass on 1 and 2 threads differ by up to 1.5e-7), so a pass whose values must not depend on where it ran
+        (``--workers 1`` here, or N worker processes of one thread each) runs on one thread everywhere."""
+        if self.threads == 1:
+            return self
+        if self._single is None:
+            single = copy.copy(self)
+            single.threads, single._sessions, single._single = 1, {}, None
+            self._single = single
+        return self._single
+
     def session(self, extra: tuple[str, ...] = ()):
         if extra not in self._sessions:
-            self._sessions[extra] = switched_session(self.graph, self.quantizers, list(extra))
+            self._sessions[extra] = switched_session(self.graph, self.quantizers, list(extra), self.threads)
         return self._sessions[extra]
 
     def run(self, feeds: list[dict[str, np.ndarray]], mask: np.ndarray, names: list[str], extra: tuple[str, ...] = ()) -> list[list[np.ndarray]]:
@@ -274,7 +292,7 @@ def switch_by_if(model: onnx.ModelProto, quantizers: list[Quantizer]) -> onnx.Mo
     return model
 
 
-def switched_session(graph: Graph, quantizers: list[Quantizer], extra_outputs: list[str]):
+def switched_session(graph: Graph, quantizers: list[Quantizer], extra_outputs: list[str], threads: int = 0):
     """An onnxruntime session of the masked graph with ``If`` switches that also returns ``extra_outputs``."""
     import onnxruntime as ort
 
@@ -289,4 +307,7 @@ def switched_session(graph: Graph, quantizers: list[Quantizer], extra_outputs: l
     so = ort.SessionOptions()
     so.log_severity_level = 3
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    if threads:
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])

@@ -184,17 +184,38 @@ def budget_set(order: list[str], gains: dict[str, float], prices: Int16Prices, f
 PRICING_CALIBRATION = "max"
 
 
+@dataclass(frozen=True)
+class PricingProgram:
+    """One of the two programs the prices are read from, as a task (here, or on a ``--workers`` process beside the
+    gains pass: :meth:`hbtool.debug.trials.TrialRunner.jobs`): ``node_info`` calibrated with
+    :data:`PRICING_CALIBRATION` on the session's statistics, compiled in memory and costed. Returns the costed
+    program (``PerfResult``) and, with ``keep_program``, the compiled graph (the prices trace through it)."""
+
+    node_info: dict[str, dict[str, Any]]
+    keep_program: bool = False
+
+    def run(self, session) -> tuple[Any, Any]:
+        from hbtool.debug.auto import compile_variant
+
+        result = session.calibrate(self.node_info, method=PRICING_CALIBRATION)
+        compiled = compile_variant(session, result, self.node_info)
+        return perf_of(session, compiled, self.node_info), (compiled.program if self.keep_program else None)
+
+
+def pricing_programs(node_info: dict[str, dict[str, Any]], names: list[str]) -> list[PricingProgram]:
+    """The two programs of :func:`price_int16`: ``node_info`` (the model kept), and it with every ``names`` at int16."""
+    from hbtool.debug.auto import INT16_OUT, with_group
+
+    return [PricingProgram(node_info), PricingProgram(with_group(node_info, names, INT16_OUT[1]), keep_program=True)]
+
+
+def prices_from(programs: list[tuple[Any, Any]], names: list[str]) -> Int16Prices:
+    """The prices of ``names`` from the results of :func:`pricing_programs`' two tasks, in their order."""
+    (base_perf, _), (wide_perf, wide_program) = programs
+    return int16_prices(base_perf, wide_perf, wide_program, names)
+
+
 def price_int16(session, node_info: dict[str, dict[str, Any]], names: list[str]) -> Int16Prices:
     """The int16 prices of ``names`` on top of ``node_info`` (the model kept): the two programs calibrated with
-    :data:`PRICING_CALIBRATION` on the session's statistics, compiled in memory and costed."""
-    from hbtool.debug.auto import INT16_OUT, compile_variant, with_group
-
-    def program(info):
-        result = session.calibrate(info, method=PRICING_CALIBRATION)
-        compiled = compile_variant(session, result, info)
-        return perf_of(session, compiled, info), compiled.program
-
-    base_perf, _ = program(node_info)
-    wide_info = with_group(node_info, names, INT16_OUT[1])
-    wide_perf, wide_program = program(wide_info)
-    return int16_prices(base_perf, wide_perf, wide_program, names)
+    :data:`PRICING_CALIBRATION` on the session's statistics, compiled in memory and costed (here, one after the other)."""
+    return prices_from([job.run(session) for job in pricing_programs(node_info, names)], names)

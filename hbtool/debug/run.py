@@ -24,7 +24,7 @@ from hbtool.debug.auto import WEIGHT_CANDIDATES, AutoResult, run_auto
 from hbtool.debug.masked import MaskedModel
 from hbtool.debug.metrics import DIRECTION
 from hbtool.debug.metrics_hook import resolve_metric
-from hbtool.debug.sensitivity import Sensitivity, WeightGain, activation_losses, rank, rank_weights, weight_share
+from hbtool.debug.sensitivity import ActivationGains, Sensitivity, WeightGain, rank, rank_weights, weight_share
 from hbtool.debug.session import DebugSession, open_session
 from hbtool.debug.trials import probe_cluster
 from hbtool.errors import InputError
@@ -63,7 +63,7 @@ class DebugResult:
     ranked: Callable[[], list[Sensitivity]] | None = None
     ranking_note: str = ""                 # why the ranking is empty, where it is
     weight_ranked: Callable[[], list[WeightGain]] | None = None   # the weight-only ranking, likewise (task metric)
-    #: ``--auto``'s expected gain of each node's int16 output (:func:`activation_losses`), computed when called
+    #: ``--auto``'s expected gain of each node's int16 output (:class:`ActivationGains`), computed when called
     int16_gains: Callable[[list[str]], dict[str, float]] | None = None
 
 
@@ -165,14 +165,10 @@ def run_debug(cfg: HbConfig, auto: bool = False, target_cosine: float = 0.99, ma
         result.weight_ranked = weight_ranked
         result.weight_share = weight_share(model, session.samples[:kw], session.output_names, w_float, metric)
         t["weight_share"] = time.perf_counter()
-    def int16_gains(names: list[str]) -> dict[str, float]:
-        """The expected gain of each node's int16 output for ``--auto``'s budget set: its activations' loss alone."""
-        t0 = time.perf_counter()
-        gains = activation_losses(model, sub, session.output_names, sub_float, metric, names, progress)
-        spent["int16_gains"] = spent.get("int16_gains", 0.0) + time.perf_counter() - t0
-        return gains
-
-    result.int16_gains = int16_gains
+    # the expected gain of each node's int16 output for --auto's budget set: its activations' loss alone, on the
+    # sensitivity samples; the search runs it in chunks on its workers beside the prices (ActivationGains.jobs)
+    session.masked_model = model
+    result.int16_gains = ActivationGains(session, k, progress)
     if auto:
         ideal = metric.value(session.float_outputs, session.float_outputs)
         t0 = time.perf_counter()
@@ -180,9 +176,10 @@ def run_debug(cfg: HbConfig, auto: bool = False, target_cosine: float = 0.99, ma
                                weight_ranking=weight_ranked if metric.is_hook else [],
                                weight_candidates=WEIGHT_CANDIDATES if weight_candidates is None else weight_candidates,
                                deadline=deadline, weight_share=result.weight_share, workers=workers, cluster=cluster,
-                               nodes=[nd.name for nd in model.nodes], int16_gains=int16_gains)
+                               nodes=[nd.name for nd in model.nodes], int16_gains=result.int16_gains)
         auto_wall = time.perf_counter() - t0
-        inside = sum(spent.values())       # rankings a phase asked for: counted as themselves, not as the search
+        # rankings a phase asked for, and the work before the first round: counted as themselves, not as the search
+        inside = sum(spent.values()) + sum(result.auto.seconds.values())
         if not result.ranking:
             _rank_for_the_report(result, ranked, model, sub, session.output_names, sub_float, metric, only, deadline)
     end = time.perf_counter()
@@ -190,6 +187,7 @@ def run_debug(cfg: HbConfig, auto: bool = False, target_cosine: float = 0.99, ma
     result.seconds = {b: t[b] - t[a] for a, b in zip(keys, keys[1:])}
     result.seconds.update({name: v for name, v in spent.items() if v})
     if auto:
+        result.seconds.update(result.auto.seconds)
         result.seconds["auto"] = auto_wall - inside
     result.seconds["total"] = end - t["start"]
     return result
@@ -272,7 +270,7 @@ def to_json(r: DebugResult) -> dict[str, Any]:
         out["auto"] = {"steps": [asdict(st) for st in a.steps], "node_info": fragment(a.node_info)["model_parameters"]["node_info"],
                        "changed": a.changed, "quantized_nodes": a.quantized_nodes, "base_fps": a.base_fps,
                        "final_fps": a.final.fps if a.final else None, "reached": a.reached,
-                       "tries": a.tries, "stopped": a.stopped, "notes": a.notes, "bound": a.bound,
+                       "tries": a.tries, "stopped": a.stopped, "notes": a.notes, "bound": a.bound, "activation_reference": a.activation_reference,
                        "final_outputs": a.final.outputs if a.final else None, "final_metric": a.final.metric if a.final else None}
     return out
 

@@ -159,3 +159,67 @@ def activation_losses(model: MaskedModel, samples, outputs: list[str], float_out
         if progress:
             progress("int16 gains", k + 1, len(names))
     return out
+
+
+#: nodes per task of the gains pass (:class:`ActivationGains`): fixed, so the tasks, and each node's value, never
+#: depend on the worker count; each task pays one extra evaluation (its own float reference), 1/24 more work
+GAIN_CHUNK = 24
+
+
+@dataclass(frozen=True)
+class ActivationLossJob:
+    """One task of the gains pass: :func:`activation_losses` of ``names`` on the session's first ``samples`` debug
+    samples, run where the session is (here, or a ``--workers`` process: :meth:`hbtool.debug.trials.TrialRunner.jobs`).
+
+    A node's value depends only on the switchable model, the samples and the node, not on the other nodes of its
+    task, so chunking changes nothing; and it runs on one onnxruntime thread wherever it runs (the float sums
+    differ in the last bits with the thread count), so the values are bit for bit the same for any worker count."""
+
+    names: tuple[str, ...]
+    samples: int
+
+    def run(self, session) -> dict[str, float]:
+        total = max(len(session.samples), 1)
+        sub = session.samples[: self.samples]
+        sub_float = {o: v[: self.samples * (v.shape[0] // total)] for o, v in session.float_outputs.items()}
+        # one onnxruntime thread here and on every worker: the values are then the same wherever the task ran
+        model = session.switchable().single_threaded()
+        return activation_losses(model, sub, session.output_names, sub_float, session.metric, list(self.names))
+
+
+class ActivationGains:
+    """``--auto``'s expected gain of each node's int16 output (:func:`activation_losses` on the first ``samples``
+    debug samples): callable here on a list of names, or cut into :class:`ActivationLossJob` tasks (:meth:`jobs`)
+    that the search runs on its workers beside the prices, so both cores work before its first round."""
+
+    def __init__(self, session, samples: int, progress: Callable[[str, int, int], None] | None = None):
+        self.session, self.samples, self.progress = session, int(samples), progress
+
+    def jobs(self, names: list[str]) -> list[ActivationLossJob]:
+        return [ActivationLossJob(tuple(names[k:k + GAIN_CHUNK]), self.samples) for k in range(0, len(names), GAIN_CHUNK)]
+
+    def __call__(self, names: list[str]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        jobs = self.jobs(names)
+        for k, job in enumerate(jobs):
+            out.update(job.run(self.session))
+            if self.progress:
+                self.progress("int16 gains", k + 1, len(jobs))
+        return out
+
+
+@dataclass(frozen=True)
+class FloatActivationsJob:
+    """The worst output cosine of the switchable model with the activations of ``names`` float and everything else
+    quantized, on every debug sample: what no remedy of those nodes' activations (int16, another threshold) can
+    beat, where float activations dominate every such remedy (an assumption: a coarser step on one node can
+    cancel another's error). A task, like :class:`ActivationLossJob`."""
+
+    names: tuple[str, ...]
+
+    def run(self, session) -> float:
+        model = session.switchable().single_threaded()
+        chosen = set(self.names)
+        idx = [i for n in model.nodes if n.name in chosen for i in n.acts]
+        return evaluate(model, session.samples, model.mask(off=idx), session.output_names, session.float_outputs,
+                        session.metric)[1]

@@ -59,6 +59,20 @@ class DebugSession:
     #: onnxruntime threads of the debug runs (0: onnxruntime's default, every core); a worker process of
     #: ``--workers N`` runs on one, so N tries share the cores instead of fighting over them
     threads: int = 0
+    #: the switchable model of the sensitivity analyses (:class:`hbtool.debug.masked.MaskedModel`), built on first
+    #: use (:meth:`switchable`): ``hbtool debug`` hands over the one it built; a worker of ``--workers N`` builds its
+    #: own from ``masked_graphs`` (the calibrated and the float graph: a worker's session has no base calibration)
+    masked_model: Any = None
+    masked_graphs: tuple[Any, Any] | None = None
+
+    def switchable(self):
+        """The switchable model (quantizers on and off per tensor), built once per process."""
+        if self.masked_model is None:
+            from hbtool.debug.masked import MaskedModel
+
+            calibrated, graph = self.masked_graphs or (self.base.calibrated, self.base.graph)
+            self.masked_model = MaskedModel(calibrated, graph, threads=self.threads)
+        return self.masked_model
 
     @property
     def output_names(self) -> list[str]:

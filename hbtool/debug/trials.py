@@ -91,11 +91,16 @@ def _init_worker(payload: dict[str, Any]) -> None:
 
     metric = resolve_metric(payload["cfg"].debug.metric, payload["base_dir"])
     worker_state()["session"] = DebugSession(payload["cfg"], None, payload["samples"], payload["float_outputs"], metric,
-                                             payload["stats_cache"], threads=1)
+                                             payload["stats_cache"], threads=1, masked_graphs=payload.get("masked_graphs"))
 
 
 def _run_trial(trial: Trial) -> Measured | Failed:
     return evaluate(worker_state()["session"], trial, keep_result=False)
+
+
+def _run_job(job) -> Any:
+    """A task with a ``run(session)`` method (the gains pass's chunks, the pricing programs) on the worker's session."""
+    return job.run(worker_state()["session"])
 
 
 def probe_cluster(cluster: str | None) -> None:
@@ -142,7 +147,9 @@ class TrialRunner:
             s = self.session
             base_dir = s.cfg.source.parent if s.cfg.source is not None else s.cfg.base_dir
             payload = {"cfg": s.cfg, "base_dir": Path(base_dir), "samples": s.samples, "float_outputs": s.float_outputs,
-                       "stats_cache": s.stats_cache}
+                       "stats_cache": s.stats_cache,
+                       # the gains pass's switchable model, built in a worker on its first gains task
+                       "masked_graphs": s.masked_graphs or ((s.base.calibrated, s.base.graph) if s.base is not None else None)}
             self._pool = TaskPool(self.workers, self.cluster, initializer=_init_worker, initargs=(payload,)).__enter__()
         return self
 
@@ -166,6 +173,16 @@ class TrialRunner:
                 yield from (evaluate(self.session, t) for t in chunk)
             else:
                 yield from self._pool.map(_run_trial, chunk)
+
+    def jobs(self, jobs: list) -> Iterator[Any]:
+        """``job.run(session)`` for each job (an object with that method, picklable), results in the jobs' order:
+        all submitted at once to the workers (the pool keeps two per worker in flight), or run here one by one.
+        What runs before the search's first round (the gains pass, the prices) goes through here, so every
+        worker works from the start; a job's result does not depend on where it ran."""
+        if self._pool is None:
+            yield from (job.run(self.session) for job in jobs)
+        else:
+            yield from self._pool.map(_run_job, jobs)
 
     def materialize(self, m: Measured) -> Measured:
         """``m`` with its calibration (a worker's try comes back without it): calibrated again here with the method
