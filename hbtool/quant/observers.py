@@ -62,15 +62,23 @@ class TensorStats:
         if amax == 0.0:
             self.hist[0] += flat.size
             return
+        index, step = None, 1
         if sample_index is not None and flat.size == x.size and flat.size > sample_index.size:
             # the shared index was drawn for the whole tensor: after dropping non-finite values it no longer fits
-            flat = flat[sample_index]
+            index = sample_index
         elif flat.size > MAX_HIST_SAMPLES:
-            flat = flat[:: int(np.ceil(flat.size / MAX_HIST_SAMPLES))]
+            step = int(np.ceil(flat.size / MAX_HIST_SAMPLES))
         self._grow_to(amax)
         # float64: for a tensor of tiny values (1e-41, as deep randomly initialised networks give)
         # bins / hist_range exceeds float32's range, and a float32 product would overflow to inf
         per_bin = self.bins / self.hist_range
+        # one compiled pass over the picked elements, the GIL released: the counts numpy's passes below give
+        # (hbtool.quant.abs_histogram; tests/unit/quant/test_abs_histogram_kernel.py)
+        from hbtool.quant.abs_histogram import add_abs_counts   # numba: imported by the first histogram, not by every command
+
+        if add_abs_counts(self.hist, flat, per_bin, index, step):
+            return
+        flat = flat[index] if index is not None else flat[::step]
         # |x| is exact in any float type and the float64 product is taken of the float64 value either way: the same
         # indices as min(|float64(x)| * per_bin, bins - 1) in fewer passes (tests/unit/quant/test_histogram_bins_exact.py)
         scaled = np.multiply(np.abs(flat), per_bin, dtype=np.float64)
