@@ -166,10 +166,20 @@ def evaluate_outputs(
     t_names = [tensor_map.get(t, t) for t in f_names]
     acc = {t: RunningErrors() for t in f_names}
     channels = {o: RunningChannelErrors(channel_axis_of(float_graph, o)) for o in outs}
-    # the two models are independent: onnxruntime opens and runs them side by side (two threads), the
-    # errors are then added batch by batch in order, as one thread would
+    # the two models are independent: onnxruntime opens and runs them side by side (two threads); the errors of
+    # batch k are added on a third thread while both models run batch k + 1, batch by batch in order, as one
+    # thread would add them (the same sums in the same order: the same floats)
     t_extra = [tensor_map.get(t, t) for t in node_tensors]
-    with ThreadPoolExecutor(2) as pool:
+
+    def add_errors(f_vals: list[np.ndarray], t_vals: list[np.ndarray]) -> None:
+        for name, a, b in zip(f_names, f_vals, t_vals):
+            if name in scales and name not in outs:
+                b = scales[name](b) if callable(scales[name]) else b * scales[name]
+            acc[name].update(a, b)
+            if name in channels:
+                channels[name].update(a, b)
+
+    with ThreadPoolExecutor(2) as pool, ThreadPoolExecutor(1) as adder:
         if serialized is None:
             t_model = float_model_bytes(test_graph, t_extra)
         else:
@@ -180,16 +190,17 @@ def evaluate_outputs(
         del f_model
         del t_model
         t_sess = t_open.result()
+        added = None
         for feeds in batches:
             t_run = pool.submit(t_sess.run, t_names, test_feeds(feeds) if test_feeds else feeds)
             f_vals = f_sess.run(f_names, feeds)
             t_vals = t_run.result()
-            for name, a, b in zip(f_names, f_vals, t_vals):
-                if name in scales and name not in outs:
-                    b = scales[name](b) if callable(scales[name]) else b * scales[name]
-                acc[name].update(a, b)
-                if name in channels:
-                    channels[name].update(a, b)
+            if added is not None:
+                added.result()   # one batch's errors at a time, in order (and at most two batches' tensors held)
+            added = adder.submit(add_errors, f_vals, t_vals)
+            del f_vals, t_vals
+        if added is not None:
+            added.result()
     if channel_out is not None:
         channel_out.update(channels)
     out_err = {o: acc[o].result() for o in outs}
