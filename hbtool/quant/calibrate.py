@@ -94,7 +94,8 @@ class CalibrationResult:
     # what the ptf / softmax_log2 / smooth_quant options did: {option: {"applied": [...], "skipped": {...}}}
     options: dict[str, Any] = field(default_factory=dict)
     data: CalibrationSet | None = None  # the samples calibrated on (debug_mode dump_calibration_data)
-    # models already serialized as write_outputs writes them ({payload key: bytes}): the evaluation ran them
+    # models already serialized as write_outputs writes them ({payload key: bytes}): the evaluation ran two, the other two
+    # were serialized while it ran (a caller that changes result.original or result.calibrated after that clears this)
     serialized: dict[str, bytes] = field(default_factory=dict, repr=False)
 
 
@@ -475,7 +476,6 @@ class _Calibration:
             self.options["prequantized"] = prequantized_summary(graph, self.cal.calibration_type, self.weights_kept,
                                                                 self.weights_requantized, self.loaded, plan,
                                                                 self.march.has_int16, self.tensors)
-        cgraph, _ = build_calibrated_graph(self.qsrc, plan, self.weights)
         program, qgraph = self.quantized(plan)
         present = {o for n in program.nodes for o in n.outputs}
         node_tensors = [t for t in plan.tensors if t in present and t not in graph.outputs]
@@ -486,10 +486,18 @@ class _Calibration:
             # the two models the evaluation runs are serialized once, as write_outputs writes them (the files)
             serialized = {"optimized_float_model": self.float_bytes,
                           "quantized_model": to_onnx(qgraph, stage="quantized").SerializeToString()}
-            out_err, node_err = evaluate_outputs(graph, qgraph, self.eval_batches, None, node_tensors, node_scales,
-                                                 test_feeds=runtime_feeds(cfg, list(graph.inputs)), channel_out=out_channels,
-                                                 serialized=(serialized["optimized_float_model"], serialized["quantized_model"]))
+            with ThreadPoolExecutor(1) as evaluation:
+                # onnxruntime runs both models (outside the GIL) while this thread builds the calibrated graph and
+                # serializes the two files nobody runs, as write_outputs would (the same calls: the same bytes)
+                errors = evaluation.submit(evaluate_outputs, graph, qgraph, self.eval_batches, None, node_tensors, node_scales,
+                                           test_feeds=runtime_feeds(cfg, list(graph.inputs)), channel_out=out_channels,
+                                           serialized=(serialized["optimized_float_model"], serialized["quantized_model"]))
+                cgraph, _ = build_calibrated_graph(self.qsrc, plan, self.weights)
+                serialized["calibrated_model"] = to_onnx(cgraph, stage="calibrated").SerializeToString()
+                serialized["original_float_model"] = to_onnx(self.original, stage="original_float").SerializeToString()
+                out_err, node_err = errors.result()
         else:
+            cgraph, _ = build_calibrated_graph(self.qsrc, plan, self.weights)
             out_err, node_err = {}, {}
         if not candidates and out_err:
             candidates = {method: _mean_cosine(out_err)}
@@ -702,9 +710,9 @@ def write_outputs(cfg: HbConfig, result: CalibrationResult, report_text: str) ->
     }
     done = result.serialized   # what the evaluation already serialized (the same graphs, the same bytes)
     payloads: dict[str, bytes] = {
-        "original_float_model": to_onnx(result.original, stage="original_float").SerializeToString(),
+        "original_float_model": done.get("original_float_model") or to_onnx(result.original, stage="original_float").SerializeToString(),
         "optimized_float_model": done.get("optimized_float_model") or to_onnx(result.graph, stage="optimized_float").SerializeToString(),
-        "calibrated_model": to_onnx(result.calibrated, stage="calibrated").SerializeToString(),
+        "calibrated_model": done.get("calibrated_model") or to_onnx(result.calibrated, stage="calibrated").SerializeToString(),
         "quantized_model": done.get("quantized_model") or to_onnx(result.quantized, stage="quantized").SerializeToString(),
         "quant_info": (json.dumps(quant_info(result), indent=1) + "\n").encode(),
         "log": report_text.encode(),
