@@ -263,6 +263,7 @@ class _Calibration:
         self.stats_cache = stats_cache
         self.samples = samples
         self.options: dict[str, Any] = {}   # what each option did: {option: {"applied": ..., "skipped": ...}}
+        self.built_plans: dict[Any, tuple[QuantPlan, dict[str, Any]]] = {}   # candidate -> (plan, options after it)
         self.bias_delta: dict[str, Any] | None = None
 
     def run(self, evaluate: bool) -> CalibrationResult:
@@ -442,6 +443,7 @@ class _Calibration:
             models: dict[Any, tuple[ScoringModel, Any]] = {}
             for method in methods:
                 plan = self.plan_for(self.per_tensor_methods() if method == "mix" else method)
+                self.built_plans[method] = (plan, dict(self.options))
                 key = tuple(sorted((t, q.bits, q.scale) for t, q in plan.tensors.items()))
                 if key in seen:  # the same scales as an earlier method (small histograms): same result
                     same_as[method] = seen[key]
@@ -468,7 +470,14 @@ class _Calibration:
     def final_result(self, method: str, candidates: dict[str, float], evaluate: bool) -> CalibrationResult:
         """The chosen plan's calibrated and integer models, their measured errors and the options' summary."""
         cfg, graph = self.cfg, self.graph
-        plan = self.plan_for(self.per_tensor_methods() if method == "mix" else method)
+        if method in self.built_plans and not (self.int4_choice or self.int4_choice.kept):
+            # the plan the candidate was scored with, and what its options reported then: building it again gives the
+            # same plan (a plan is a function of the statistics and the config). Not with int4, whose plans set the
+            # shared weight scales in place (the last plan built set them)
+            plan, options = self.built_plans[method]
+            self.options.update(options)
+        else:
+            plan = self.plan_for(self.per_tensor_methods() if method == "mix" else method)
         if self.loaded is not None:
             apply_loaded_scales(plan, self.loaded)
             method = "load"
