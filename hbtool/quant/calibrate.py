@@ -603,7 +603,8 @@ def _cached_stats(cache: dict[str, Any] | None, graph: Graph, observed: list[str
                 else:
                     stats[t] = st
         return stats
-    stats = collect_stats(graph, observed, data.iter_batches(batch_size), tick, mean_axes, ptf_axes, model=model)
+    stats = collect_stats(graph, observed, data.iter_batches(batch_size), tick, mean_axes, ptf_axes, model=model,
+                          num_samples=data.num_samples)
     if cache is not None:
         cache["stats"] = stats
     return stats

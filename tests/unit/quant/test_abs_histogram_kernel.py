@@ -82,3 +82,18 @@ def test_tensor_stats_are_the_same_with_and_without_the_loop(dtype, monkeypatch)
     assert (compiled.hist_range, compiled.absmax, compiled.count, compiled.nonfinite) == \
         (reference.hist_range, reference.absmax, reference.count, reference.nonfinite)
     assert compiled.nonfinite == 2
+
+
+def test_a_short_pass_keeps_numpy(monkeypatch):
+    """The loop pays for numba's start-up only over a long pass: a short one bins in numpy (the same counts)."""
+    from hbtool.quant.observers import COMPILED_HISTOGRAM_MIN_ELEMENTS, histogram_elements
+
+    assert histogram_elements({"a": 10, "b": 1 << 20}, 8) == (10 + MAX_HIST_SAMPLES) * 8
+    assert histogram_elements(None, 8) == histogram_elements({"a": 10}, None) == float("inf")
+    assert histogram_elements({"a": 1 << 20}, 8) < COMPILED_HISTOGRAM_MIN_ELEMENTS <= histogram_elements({"a": 1 << 20}, 8000)
+    called = []
+    monkeypatch.setattr(abs_histogram, "add_abs_counts", lambda *a, **k: called.append(1) or False)
+    TensorStats("t").update(np.arange(10, dtype=np.float32), compiled=False)
+    assert not called
+    TensorStats("t").update(np.arange(10, dtype=np.float32))
+    assert called
