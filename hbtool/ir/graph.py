@@ -251,7 +251,47 @@ class Graph:
         self.values = {k: v for k, v in self.values.items() if k in referenced}
 
     def toposort(self) -> None:
-        """Order nodes so every input is produced before it is read (stable otherwise)."""
+        """Order nodes so every input is produced before it is read (stable otherwise).
+
+        The order is the one of repeated passes over the nodes left, each pass taking in turn every node whose
+        inputs are available (:meth:`_toposort_by_passes`), computed without the passes: a node is taken in pass
+        ``max(1, P(m) + [m comes after it])`` over its producers m, and the passes' order is the nodes sorted by
+        (pass, position). The passes cost one scan of the graph per level of depth (0.6 s per call on a
+        recogniser with its calibration nodes appended at the end, profiled); this is one scan and a sort.
+        ``tests/unit/ir/test_toposort_order.py`` compares the two orders on random graphs."""
+        available = set(self.inputs) | {k for k, v in self.values.items() if v.is_const} | {""}
+        position = {id(n): k for k, n in enumerate(self.nodes)}
+        producers: dict[str, Node] = {}
+        for n in self.nodes:
+            for o in n.outputs:
+                if o:
+                    if o in producers:   # two producers of one name: only the passes say which one counts
+                        return self._toposort_by_passes()
+                    producers[o] = n
+        preds: dict[int, list[Node]] = {}
+        users: dict[int, list[Node]] = {id(n): [] for n in self.nodes}
+        for n in self.nodes:
+            ps = {id(m): m for i in (*n.inputs, *outer_reads(n)) if i not in available and (m := producers.get(i)) is not None}
+            preds[id(n)] = list(ps.values())
+            for m in ps.values():
+                users[id(m)].append(n)
+        waiting = {id(n): len(preds[id(n)]) for n in self.nodes}
+        ready = [n for n in self.nodes if not waiting[id(n)]]
+        taken_in: dict[int, int] = {}
+        while ready:
+            n = ready.pop()
+            k = position[id(n)]
+            taken_in[id(n)] = max([1] + [taken_in[id(m)] + (position[id(m)] > k) for m in preds[id(n)]])
+            for u in users[id(n)]:
+                waiting[id(u)] -= 1
+                if not waiting[id(u)]:
+                    ready.append(u)
+        if len(taken_in) != len(self.nodes):   # a cycle: the passes name the node it runs through
+            return self._toposort_by_passes()
+        self.nodes = sorted(self.nodes, key=lambda n: (taken_in[id(n)], position[id(n)]))
+
+    def _toposort_by_passes(self) -> None:
+        """:meth:`toposort` as repeated passes: the definition of its order, and the cycle's error."""
         available = set(self.inputs) | {k for k, v in self.values.items() if v.is_const} | {""}
         pending = list(self.nodes)
         ordered: list[Node] = []

@@ -94,7 +94,8 @@ class CalibrationResult:
     # what the ptf / softmax_log2 / smooth_quant options did: {option: {"applied": [...], "skipped": {...}}}
     options: dict[str, Any] = field(default_factory=dict)
     data: CalibrationSet | None = None  # the samples calibrated on (debug_mode dump_calibration_data)
-    # models already serialized as write_outputs writes them ({payload key: bytes}): the evaluation ran them
+    # models already serialized as write_outputs writes them ({payload key: bytes}): the evaluation ran two, the other two
+    # were serialized while it ran (a caller that changes result.original or result.calibrated after that clears this)
     serialized: dict[str, bytes] = field(default_factory=dict, repr=False)
 
 
@@ -166,10 +167,20 @@ def evaluate_outputs(
     t_names = [tensor_map.get(t, t) for t in f_names]
     acc = {t: RunningErrors() for t in f_names}
     channels = {o: RunningChannelErrors(channel_axis_of(float_graph, o)) for o in outs}
-    # the two models are independent: onnxruntime opens and runs them side by side (two threads), the
-    # errors are then added batch by batch in order, as one thread would
+    # the two models are independent: onnxruntime opens and runs them side by side (two threads); the errors of
+    # batch k are added on a third thread while both models run batch k + 1, batch by batch in order, as one
+    # thread would add them (the same sums in the same order: the same floats)
     t_extra = [tensor_map.get(t, t) for t in node_tensors]
-    with ThreadPoolExecutor(2) as pool:
+
+    def add_errors(f_vals: list[np.ndarray], t_vals: list[np.ndarray]) -> None:
+        for name, a, b in zip(f_names, f_vals, t_vals):
+            if name in scales and name not in outs:
+                b = scales[name](b) if callable(scales[name]) else b * scales[name]
+            acc[name].update(a, b)
+            if name in channels:
+                channels[name].update(a, b)
+
+    with ThreadPoolExecutor(2) as pool, ThreadPoolExecutor(1) as adder:
         if serialized is None:
             t_model = float_model_bytes(test_graph, t_extra)
         else:
@@ -180,16 +191,17 @@ def evaluate_outputs(
         del f_model
         del t_model
         t_sess = t_open.result()
+        added = None
         for feeds in batches:
             t_run = pool.submit(t_sess.run, t_names, test_feeds(feeds) if test_feeds else feeds)
             f_vals = f_sess.run(f_names, feeds)
             t_vals = t_run.result()
-            for name, a, b in zip(f_names, f_vals, t_vals):
-                if name in scales and name not in outs:
-                    b = scales[name](b) if callable(scales[name]) else b * scales[name]
-                acc[name].update(a, b)
-                if name in channels:
-                    channels[name].update(a, b)
+            if added is not None:
+                added.result()   # one batch's errors at a time, in order (and at most two batches' tensors held)
+            added = adder.submit(add_errors, f_vals, t_vals)
+            del f_vals, t_vals
+        if added is not None:
+            added.result()
     if channel_out is not None:
         channel_out.update(channels)
     out_err = {o: acc[o].result() for o in outs}
@@ -251,6 +263,7 @@ class _Calibration:
         self.stats_cache = stats_cache
         self.samples = samples
         self.options: dict[str, Any] = {}   # what each option did: {option: {"applied": ..., "skipped": ...}}
+        self.built_plans: dict[Any, tuple[QuantPlan, dict[str, Any]]] = {}   # candidate -> (plan, options after it)
         self.bias_delta: dict[str, Any] | None = None
 
     def run(self, evaluate: bool) -> CalibrationResult:
@@ -430,6 +443,7 @@ class _Calibration:
             models: dict[Any, tuple[ScoringModel, Any]] = {}
             for method in methods:
                 plan = self.plan_for(self.per_tensor_methods() if method == "mix" else method)
+                self.built_plans[method] = (plan, dict(self.options))
                 key = tuple(sorted((t, q.bits, q.scale) for t, q in plan.tensors.items()))
                 if key in seen:  # the same scales as an earlier method (small histograms): same result
                     same_as[method] = seen[key]
@@ -456,7 +470,14 @@ class _Calibration:
     def final_result(self, method: str, candidates: dict[str, float], evaluate: bool) -> CalibrationResult:
         """The chosen plan's calibrated and integer models, their measured errors and the options' summary."""
         cfg, graph = self.cfg, self.graph
-        plan = self.plan_for(self.per_tensor_methods() if method == "mix" else method)
+        if method in self.built_plans and not (self.int4_choice or self.int4_choice.kept):
+            # the plan the candidate was scored with, and what its options reported then: building it again gives the
+            # same plan (a plan is a function of the statistics and the config). Not with int4, whose plans set the
+            # shared weight scales in place (the last plan built set them)
+            plan, options = self.built_plans[method]
+            self.options.update(options)
+        else:
+            plan = self.plan_for(self.per_tensor_methods() if method == "mix" else method)
         if self.loaded is not None:
             apply_loaded_scales(plan, self.loaded)
             method = "load"
@@ -464,7 +485,6 @@ class _Calibration:
             self.options["prequantized"] = prequantized_summary(graph, self.cal.calibration_type, self.weights_kept,
                                                                 self.weights_requantized, self.loaded, plan,
                                                                 self.march.has_int16, self.tensors)
-        cgraph, _ = build_calibrated_graph(self.qsrc, plan, self.weights)
         program, qgraph = self.quantized(plan)
         present = {o for n in program.nodes for o in n.outputs}
         node_tensors = [t for t in plan.tensors if t in present and t not in graph.outputs]
@@ -475,10 +495,18 @@ class _Calibration:
             # the two models the evaluation runs are serialized once, as write_outputs writes them (the files)
             serialized = {"optimized_float_model": self.float_bytes,
                           "quantized_model": to_onnx(qgraph, stage="quantized").SerializeToString()}
-            out_err, node_err = evaluate_outputs(graph, qgraph, self.eval_batches, None, node_tensors, node_scales,
-                                                 test_feeds=runtime_feeds(cfg, list(graph.inputs)), channel_out=out_channels,
-                                                 serialized=(serialized["optimized_float_model"], serialized["quantized_model"]))
+            with ThreadPoolExecutor(1) as evaluation:
+                # onnxruntime runs both models (outside the GIL) while this thread builds the calibrated graph and
+                # serializes the two files nobody runs, as write_outputs would (the same calls: the same bytes)
+                errors = evaluation.submit(evaluate_outputs, graph, qgraph, self.eval_batches, None, node_tensors, node_scales,
+                                           test_feeds=runtime_feeds(cfg, list(graph.inputs)), channel_out=out_channels,
+                                           serialized=(serialized["optimized_float_model"], serialized["quantized_model"]))
+                cgraph, _ = build_calibrated_graph(self.qsrc, plan, self.weights)
+                serialized["calibrated_model"] = to_onnx(cgraph, stage="calibrated").SerializeToString()
+                serialized["original_float_model"] = to_onnx(self.original, stage="original_float").SerializeToString()
+                out_err, node_err = errors.result()
         else:
+            cgraph, _ = build_calibrated_graph(self.qsrc, plan, self.weights)
             out_err, node_err = {}, {}
         if not candidates and out_err:
             candidates = {method: _mean_cosine(out_err)}
@@ -575,7 +603,8 @@ def _cached_stats(cache: dict[str, Any] | None, graph: Graph, observed: list[str
                 else:
                     stats[t] = st
         return stats
-    stats = collect_stats(graph, observed, data.iter_batches(batch_size), tick, mean_axes, ptf_axes, model=model)
+    stats = collect_stats(graph, observed, data.iter_batches(batch_size), tick, mean_axes, ptf_axes, model=model,
+                          num_samples=data.num_samples)
     if cache is not None:
         cache["stats"] = stats
     return stats
@@ -691,9 +720,9 @@ def write_outputs(cfg: HbConfig, result: CalibrationResult, report_text: str) ->
     }
     done = result.serialized   # what the evaluation already serialized (the same graphs, the same bytes)
     payloads: dict[str, bytes] = {
-        "original_float_model": to_onnx(result.original, stage="original_float").SerializeToString(),
+        "original_float_model": done.get("original_float_model") or to_onnx(result.original, stage="original_float").SerializeToString(),
         "optimized_float_model": done.get("optimized_float_model") or to_onnx(result.graph, stage="optimized_float").SerializeToString(),
-        "calibrated_model": to_onnx(result.calibrated, stage="calibrated").SerializeToString(),
+        "calibrated_model": done.get("calibrated_model") or to_onnx(result.calibrated, stage="calibrated").SerializeToString(),
         "quantized_model": done.get("quantized_model") or to_onnx(result.quantized, stage="quantized").SerializeToString(),
         "quant_info": (json.dumps(quant_info(result), indent=1) + "\n").encode(),
         "log": report_text.encode(),

@@ -17,7 +17,7 @@ from onnx import helper
 from hbtool.errors import InputError
 from hbtool.ir.graph import Graph
 from hbtool.ir.onnx_export import _value_info, to_onnx
-from hbtool.quant.observers import MAX_HIST_SAMPLES, TensorStats
+from hbtool.quant.observers import COMPILED_HISTOGRAM_MIN_ELEMENTS, MAX_HIST_SAMPLES, TensorStats, histogram_elements
 from hbtool.quant.pieces import PiecewiseSession, plan_pieces, run_each, static_sizes
 
 
@@ -145,6 +145,7 @@ def collect_stats(
     channel_means: dict[str, int] | None = None,
     channel_maxes: dict[str, int] | None = None,
     model: bytes | None = None,
+    num_samples: int | None = None,
 ) -> dict[str, TensorStats]:
     """Observe ``tensors`` while running the float graph on every batch.
 
@@ -154,6 +155,8 @@ def collect_stats(
     ``channel_maxes`` ``{tensor: channel axis}``: also keep the per-channel max |x| of those
     tensors (``TensorStats.channel_absmax``), which PTF and SmoothQuant need.
     ``model``: ``to_onnx(graph)`` serialized, when the caller has it (not built again).
+    ``num_samples``: how many samples ``batches`` holds, when known: a short pass bins its histograms in numpy
+    rather than start numba (the same counts either way).
     """
     channel_means = channel_means or {}
     channel_maxes = channel_maxes or {}
@@ -165,6 +168,7 @@ def collect_stats(
     batch_dims = {name: (graph.shape(name) or (1,))[0] for name in graph.inputs}
     rng = np.random.default_rng(0)
     subsets: dict[int, np.ndarray] = {}
+    compiled = histogram_elements(static_sizes(graph, tensors), num_samples) >= COMPILED_HISTOGRAM_MIN_ELEMENTS
 
     def observe(name: str, arr: np.ndarray) -> None:
         if name in channel_means:
@@ -182,7 +186,7 @@ def collect_stats(
             return
         if arr.size > MAX_HIST_SAMPLES and arr.size not in subsets:
             subsets[arr.size] = np.sort(rng.choice(arr.size, MAX_HIST_SAMPLES, replace=False))
-        st.update(arr, subsets.get(arr.size))
+        st.update(arr, subsets.get(arr.size), compiled=compiled)
 
     if isinstance(sess, PiecewiseSession):
         # a graph too large to expose at once: pieces hand tensors out in their own order, so draw the histogram

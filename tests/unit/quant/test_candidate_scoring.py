@@ -96,3 +96,23 @@ def test_feeds_carry_the_plan_numbers(tmp_path):
         assert float(feeds[s]) == np.float32(tq.scale)
         assert float(feeds[qmax]) == {8: 127, 16: 32767}[tq.bits] or tq.code_range is not None
         assert float(feeds[qmin]) == -float(feeds[qmax]) - 1 or tq.code_range is not None
+
+
+@pytest.mark.parametrize("model, options", [("tiny_cnn", {}), ("tiny_swin", {"ptf": True, "softmax_log2": True})])
+def test_the_scored_plan_is_the_plan_built_again(tmp_path, model, options):
+    """final_result takes the chosen candidate's plan (and what its options reported) from the scoring instead of
+    building it again: the same plan, the same quant_info and calibrated model as a plan built afresh."""
+    from hbtool.ir.onnx_export import to_onnx
+
+    def result(reuse: bool):
+        (tmp_path / str(reuse)).mkdir()
+        run = _prepared(tmp_path / str(reuse), model, **options)
+        method, candidates = run.choose_method()
+        if not reuse:
+            run.built_plans.clear()
+        return method, run.final_result(method, candidates, evaluate=False)
+
+    (m1, reused), (m2, rebuilt) = result(True), result(False)
+    assert m1 == m2
+    assert calib.quant_info(reused) == calib.quant_info(rebuilt)
+    assert to_onnx(reused.calibrated).SerializeToString() == to_onnx(rebuilt.calibrated).SerializeToString()

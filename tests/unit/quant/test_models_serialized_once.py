@@ -73,3 +73,7 @@ def test_written_files_are_the_returned_models(swin):
     files = write_outputs(cfg, result, "")
     assert files["optimized_float_model"].read_bytes() == to_onnx(result.graph, stage="optimized_float").SerializeToString()
     assert files["quantized_model"].read_bytes() == to_onnx(result.quantized, stage="quantized").SerializeToString()
+    # the calibrated and original float models were serialized while the evaluation ran: still the returned graphs' bytes
+    assert set(result.serialized) == {"optimized_float_model", "quantized_model", "calibrated_model", "original_float_model"}
+    assert files["calibrated_model"].read_bytes() == to_onnx(result.calibrated, stage="calibrated").SerializeToString()
+    assert files["original_float_model"].read_bytes() == to_onnx(result.original, stage="original_float").SerializeToString()
