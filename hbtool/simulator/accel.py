@@ -396,12 +396,14 @@ def _pointwise_integer_matmul(kernel, w: np.ndarray, threads: int | None):
     return _session(model, threads)
 
 
-def conv_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.ndarray] | None:
+def conv_fast(kernel, threads: int | None = None, in_shape: tuple | None = None) -> Callable[[np.ndarray], np.ndarray] | None:
     """``requantize(conv(x, W) + b)`` of a Conv kernel: an exact product in onnxruntime, one fused pass.
 
-    Pointwise convolutions of int8 weights run as integer GEMMs (:func:`_pointwise_integer_conv`;
-    int16 activations as two base-256 digits in one call, as in :func:`linear_fast`); the
-    others as float32 convolutions of the operands or of their digit parts.
+    Depthwise convolutions on large enough planes (``in_shape``: one sample's input shape, when
+    known) run as one fused loop (:func:`depthwise_in_loop`); pointwise convolutions of int8
+    weights as integer GEMMs (:func:`_pointwise_integer_conv`; int16 activations as two base-256
+    digits in one call, as in :func:`linear_fast`); the others as float32 convolutions of the
+    operands or of their digit parts.
     """
     w = np.asarray(kernel.weight, np.int64)
     attrs = dict(kernel_shape=list(w.shape[2:]), strides=list(kernel.strides), pads=list(kernel.pads),
@@ -409,6 +411,8 @@ def conv_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.n
     C = w.shape[0]
     rq = RequantParams(kernel.requant, C)
     bias = _bias(kernel, C)
+    if depthwise_in_loop(kernel, in_shape):
+        return _depthwise_runner(kernel, rq, bias)
     gemm = _pointwise_integer_matmul(kernel, w, threads)
     if gemm is not None:
         return _pointwise_gemm_runner(gemm, kernel.in_bits, w, rq, bias)
@@ -437,6 +441,69 @@ def conv_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.n
         return None
     session, factors = _weight_digit_session("Conv", w, sw, sx, np.dtype(np.float32), attrs, threads)
     return _float_conv_runner(session, factors, sx, C, rq, bias)
+
+
+# The smallest output plane (OH * OW) a depthwise layer runs in the fused loop at: measured in
+# MobileNetV2 at batch 1, one thread, best of 30 interleaved runs (docs/simulate.md), the loop took
+# 0.49-0.92x the session route's time on planes of 28 x 28 and larger, 1.2-3.4x on 14 x 14 and 7 x 7,
+# where its per-plane work is too short to vectorise and onnxruntime's channel-blocked kernel wins.
+DEPTHWISE_LOOP_MIN_PLANE = 28 * 28
+
+
+def depthwise_in_loop(kernel, in_shape: tuple | None = None) -> bool:
+    """Whether a Conv on inputs of ``in_shape`` (one sample, NCHW) runs as :func:`fused.depthwise_rows`
+    (one pass from codes to requantized codes) rather than a one-node onnxruntime session and a
+    requantizing pass. Unknown shape: the session (the loop loses on small planes).
+
+    Depthwise 2-D convolutions (one input channel per group) whose sums are exact in float64
+    (``2**(in_bits-1) * sum|w| < 2**53``; float32 while ``<= 2**24``) with an output plane of at
+    least :data:`DEPTHWISE_LOOP_MIN_PLANE`. A one-node session reorders NCHW to onnxruntime's
+    blocked layout and back on every call, its float accumulators take a second pass to
+    requantize, and its input is handed over as float32 (four bytes a code, the loop reads int8).
+    """
+    w = kernel.weight
+    if not (w.ndim == 4 and w.shape[1] == 1 and int(kernel.group) > 1 and w.shape[0] % int(kernel.group) == 0
+            and kernel.in_bits <= 16 and (1 << (kernel.in_bits - 1)) * int(kernel.wsum) < F64_EXACT):
+        return False
+    if in_shape is None or len(in_shape) != 4 or not all(isinstance(d, (int, np.integer)) and d > 0 for d in in_shape[2:]):
+        return False
+    return _depthwise_plane(kernel, int(in_shape[2]), int(in_shape[3])) >= DEPTHWISE_LOOP_MIN_PLANE
+
+
+def _depthwise_plane(kernel, H: int, W: int) -> int:
+    """The output plane's size OH * OW of a 2-D convolution on an ``H x W`` input."""
+    kh, kw = kernel.weight.shape[2:]
+    (sh, sw), (dh, dw) = kernel.strides, kernel.dilations
+    ph, pw, ph_end, pw_end = kernel.pads
+    oh = (H + ph + ph_end - dh * (kh - 1) - 1) // sh + 1
+    ow = (W + pw + pw_end - dw * (kw - 1) - 1) // sw + 1
+    return max(oh, 0) * max(ow, 0)
+
+
+def _depthwise_runner(kernel, rq: "RequantParams", bias: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """The runner of :func:`depthwise_in_loop`'s route: int8/int16 codes in, requantized codes out."""
+    bound = (1 << (kernel.in_bits - 1)) * int(kernel.wsum)
+    w = np.ascontiguousarray(np.asarray(kernel.weight)[:, 0], np.float32 if bound <= F32_EXACT else np.float64)
+    cout, kh, kw = w.shape
+    cin = int(kernel.group)
+    sh, sw = kernel.strides
+    ph, pw, ph_end, pw_end = kernel.pads
+    dh, dw = kernel.dilations
+    geometry = np.array([sh, sw, ph, pw, dh, dw, ph_end, pw_end], np.int64)
+
+    def run(x: np.ndarray) -> np.ndarray:
+        if x.dtype not in (np.int8, np.int16) or not x.flags.c_contiguous:
+            x = as_stored(x)
+        n, _, H, W = x.shape
+        oh = (H + ph + ph_end - dh * (kh - 1) - 1) // sh + 1
+        ow = (W + pw + pw_end - dw * (kw - 1) - 1) // sw + 1
+        out = np.empty((n * cout, oh, ow), rq.out_dtype)
+        fused.depthwise_rows(x.reshape(n * cin, H, W), w, bias, rq.M, rq.n, rq.half, rq.clamp, rq.pre, rq.lo, rq.hi,
+                             rq.mode, rq.simple, geometry, out)
+        return out.reshape(n, cout, oh, ow)
+
+    run.depthwise_loop = True
+    return _marked(run, rq, {0: np.int8} if kernel.in_bits <= 8 else {})
 
 
 def _base256_digits(x: np.ndarray) -> np.ndarray:
@@ -881,10 +948,11 @@ _BUILDERS = {
 }
 
 
-def accelerate(kernel, threads: int | None = None) -> Callable | None:
+def accelerate(kernel, threads: int | None = None, in_shape: tuple | None = None) -> Callable | None:
     """An equivalent faster function for ``kernel.apply_numpy``, or None to keep the kernel's own.
 
     ``threads``: onnxruntime intra-op threads of the product sessions (None: one per core).
+    ``in_shape``: one sample's shape of the first input, where known (a Conv picks its route by it).
     """
     kind = type(kernel).__name__
     if fused is None:
@@ -894,7 +962,10 @@ def accelerate(kernel, threads: int | None = None) -> Callable | None:
             fast = tabulate_unary(kernel, int(kernel.in_bits))
         else:
             build = _BUILDERS.get(kind)
-            fast = build(kernel, threads) if build is not None else None
+            if build is conv_fast:
+                fast = conv_fast(kernel, threads, in_shape)
+            else:
+                fast = build(kernel, threads) if build is not None else None
     except Exception:  # an unexpected kernel layout: the kernel's own form is always correct
         return None
     return fast
