@@ -120,7 +120,8 @@ def main(argv=None) -> int:
                 kern = st.node.meta["kernel"]
                 shape = tuple(ex.program.shape(st.inputs[0]))
                 extra = f"  {other[k] * 1e3:>7.3f}  {best[k] / other[k]:.2f}x" if other else ""
-                print(f"  {st.node.name[-32:]:<32} {_route(st):<26} in {str(shape):<20} s{kern.strides[0]}  "
+                geometry = f"s{kern.strides[0]}" if hasattr(kern, "strides") else f"w{tuple(np.shape(getattr(kern, 'weight', ())))}"
+                print(f"  {st.node.name[-32:]:<32} {_route(st):<26} in {str(shape):<20} {geometry}  "
                       f"{best[k] * 1e3:>7.3f}{extra}")
     return 0
 

@@ -380,13 +380,16 @@ def _pointwise_integer_matmul(kernel, w: np.ndarray, threads: int | None):
 
     NCHW is already the GEMM's layout (``(Cin, H*W)`` per sample), and uint8 x int8 is the form
     VNNI/AMX multiply natively: measured (one thread) 1.7-6x faster than ``ConvInteger``'s
-    uint8 x uint8 on MobileNetV2 / PP-OCR layers of 96-480 input channels, but 2-4x slower on
-    narrow expansions (16 -> 96, 24 -> 144 channels), which keep ``ConvInteger``. Only where this
-    CPU's kernel never saturates a pair of products (:func:`_cpu_integer_gemm_never_saturates`).
+    uint8 x uint8 on MobileNetV2 / PP-OCR layers of 96-480 input channels, but 1.5-4x slower on
+    narrow expansions (16 -> 96, 24 -> 144 channels), which keep ``ConvInteger``. Expansions of
+    32 input channels or more take it too (whole step, one thread, 2026-12-06: 32 -> 192 at 28 x 28
+    0.72x ``ConvInteger``'s time, 64 -> 384 0.63x, 96 -> 576 0.48x, 160 -> 960 at 7 x 7 0.33x; they
+    were kept on ``ConvInteger`` by an output-width limit, ``cout <= 4 * cin``, until then). Only
+    where this CPU's kernel never saturates a pair of products (:func:`_cpu_integer_gemm_never_saturates`).
     """
     cout, cin = w.shape[:2]
     if (any(k != 1 for k in w.shape[2:]) or int(kernel.group) != 1 or any(int(s) != 1 for s in kernel.strides)
-            or any(int(p) for p in kernel.pads) or kernel.in_bits not in (8, 16) or cin < 32 or cout > 4 * cin):
+            or any(int(p) for p in kernel.pads) or kernel.in_bits not in (8, 16) or cin < 32):
         return None
     if w.min(initial=0) < -128 or w.max(initial=0) > 127 or not _cpu_integer_gemm_never_saturates():
         return None
