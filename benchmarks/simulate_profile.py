@@ -123,6 +123,9 @@ def main(argv=None) -> int:
                 geometry = f"s{kern.strides[0]}" if hasattr(kern, "strides") else f"w{tuple(np.shape(getattr(kern, 'weight', ())))}"
                 print(f"  {st.node.name[-32:]:<32} {_route(st):<26} in {str(shape):<20} {geometry}  "
                       f"{best[k] * 1e3:>7.3f}{extra}")
+        chosen = [k for k, st in enumerate(ex.steps) if _route(st).startswith(args.kind)]
+        print(f"  sum {sum(best[k] for k in chosen) * 1e3:.3f} ms"
+              + (f" / {sum(other[k] for k in chosen) * 1e3:.3f} ms" if other else ""))
     return 0
 
 

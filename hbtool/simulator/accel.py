@@ -14,6 +14,9 @@ thousands of images, so its hot paths are replaced here by equivalent computatio
   onnxruntime, so past ``2**24`` its operands are split into digits (int16 activations as
   ``256 * hi + lo``, int8 weights as ``16 * hi + lo``, the kernels' own ONNX forms use the
   same splits) and the parts recombined.
+* **Depthwise convolutions on large planes** run product and requantization in one fused loop
+  (:func:`depthwise_in_loop`): on a ``28 x 28`` plane or larger it beats the one-node session,
+  whose layout reorders and separate requantizing pass cost more than the convolution.
 * **Everything after the product** (bias, digit recombination, requantization) and the
   elementwise and row kernels (Add, Mul, LayerNorm, Softmax, table lookups) run as the
   single-pass integer loops of :mod:`.fused`, writing int16 tensors instead of int64.
