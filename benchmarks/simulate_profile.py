@@ -5,12 +5,12 @@ runner's artifact (``benchmarks/zoo/run.py``) at ``--batch`` samples per call, o
 default, interleaved with onnxruntime float32 on the same model and samples. Steps are summed by
 kind (op type; for a Conv its route: depthwise loop or session, 1x1, bit width) and listed by
 total; a step's time is its best over the repeats (the machine is shared: the best is what load
-did not add to). ``--depthwise both`` builds a second executor with every depthwise layer as a
-one-node onnxruntime session (the route before the fused loop) and runs the two interleaved, step
-beside step.
+did not add to). ``--without ROUTE`` builds a second executor without one route (``depthwise-loop``:
+every depthwise layer as a one-node onnxruntime session; ``matmul-integer``: activation MatMuls as
+float GEMMs), runs the two interleaved and lists the steps of ``--kind`` side by side.
 
     python -m benchmarks.simulate_profile --model hf_mobilenet_v2 [--batch 1] [--repeat 20] [--top 15] \\
-        [--depthwise both --kind "Conv depthwise"]
+        [--without depthwise-loop --kind "Conv depthwise"]
 """
 
 from __future__ import annotations
@@ -20,6 +20,13 @@ import time
 from collections import defaultdict
 
 import numpy as np
+
+
+# routes an executor can be built without (--without): the accel function to replace and its stand-in
+_ROUTES = {
+    "depthwise-loop": ("depthwise_in_loop", lambda kernel, in_shape=None: False),
+    "matmul-integer": ("_integer_matmul", lambda kernel, threads: None),
+}
 
 
 def _route(step) -> str:
@@ -34,7 +41,9 @@ def _route(step) -> str:
         elif all(k == 1 for k in w.shape[2:]):
             kind += " 1x1"
         kind += f" int{kernel.in_bits}"
-    elif kind in ("Linear", "MatMul"):
+    elif kind == "MatMul":
+        kind += f" int{kernel.a_bits}x{kernel.b_bits}"
+    elif kind == "Linear":
         kind += f" int{getattr(kernel, 'in_bits', getattr(kernel, 'a_bits', 0))}"
     return kind
 
@@ -59,7 +68,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--kind", help="also list every step of this kind (a prefix, e.g. 'Conv depthwise')")
-    ap.add_argument("--depthwise", choices=["auto", "both"], default="auto")
+    ap.add_argument("--without", choices=sorted(_ROUTES), default=None,
+                    help="also run an executor built without this route (its kernels take the route before it), interleaved")
     args = ap.parse_args(argv)
 
     from benchmarks.simulate_speed import ZOO_OUT, _samples, _session, _slice
@@ -70,13 +80,14 @@ def main(argv=None) -> int:
     wd = ZOO_OUT / args.model / "model_output"
     art = read_artifact(wd / f"{args.model}.bin")
     executors = {"now": Executor(art, threads=args.threads)}
-    if args.depthwise == "both":
-        keep = accel.depthwise_in_loop
-        accel.depthwise_in_loop = lambda kernel, in_shape=None: False
+    if args.without:
+        name, off = _ROUTES[args.without]
+        keep = getattr(accel, name)
+        setattr(accel, name, off)
         try:
-            executors["session"] = Executor(art, threads=args.threads)
+            executors["without"] = Executor(art, threads=args.threads)
         finally:
-            accel.depthwise_in_loop = keep
+            setattr(accel, name, keep)
     shapes = {d["name"]: tuple(d["shape"]) for d in art.header["inputs"]}
     feeds = _slice(_samples(args.model, art.header["inputs"], args.batch), shapes, 0, args.batch)
     spent = {label: _timed(ex) for label, ex in executors.items()}
@@ -113,8 +124,8 @@ def main(argv=None) -> int:
     for kind, (s, c) in sorted(by_kind.items(), key=lambda kv: -kv[1][0])[:args.top]:
         print(f"  {kind:<28} {s * 1e3:>8.3f} {s / steps_total:>6.1%} {c:>6}")
     if args.kind:
-        other = {k: min(v) for k, v in spent["session"].items()} if "session" in spent else None
-        print(f"steps of kind {args.kind!r}, best ms" + (" (now / all-session)" if other else "") + ":")
+        other = {k: min(v) for k, v in spent["without"].items()} if "without" in spent else None
+        print(f"steps of kind {args.kind!r}, best ms" + (f" (now / without {args.without})" if other else "") + ":")
         for k, st in enumerate(ex.steps):
             if _route(st).startswith(args.kind):
                 kern = st.node.meta["kernel"]

@@ -592,19 +592,21 @@ def _float_conv_runner(session, factors, sx: bool, C: int, rq: "RequantParams", 
 
 
 def _integer_matmul(kernel, threads: int | None) -> Callable[[np.ndarray, np.ndarray], np.ndarray] | None:
-    """``requantize(a @ b)`` as onnxruntime ``MatMulInteger`` (uint8 x int8, batched), or None.
+    """``requantize(a @ b)`` of an int16 ``a`` and an int8-range ``b`` as two onnxruntime
+    ``MatMulInteger`` products (uint8 x int8, batched), or None.
 
-    For an int8-range ``b`` and an int8 or int16 ``a``, where this CPU's kernel never saturates a
-    pair of products (:func:`_cpu_integer_gemm_never_saturates`) and ``k * 255 * 128 < 2**31``: an
-    int8 ``a`` as ``a + 128`` with zero point 128, one call; an int16 ``a`` as its base-256 digits
-    (``fused.digits_u8``: ``hi + 128`` with zero point 128, and ``lo = a & 255`` with zero point
-    0), two calls, recombined ``256 * hi + lo`` in the requantizing pass. Measured on DeiT-Tiny's
-    attention (one thread, whole step): Q @ K^T (int8, 3 x 198 x 64 x 198) 0.62x the float32 GEMM
-    route's time, probabilities @ V (int16 x int8, K = 198) 0.44x, where the float route needed two
-    float32 digit products.
+    ``a``'s base-256 digits (``fused.digits_u8``: ``hi + 128`` with zero point 128, ``lo = a & 255``
+    with zero point 0) are multiplied by ``b`` in two calls and recombined ``256 * hi + lo`` in the
+    requantizing pass; only where this CPU's kernel never saturates a pair of products
+    (:func:`_cpu_integer_gemm_never_saturates`) and ``k * 255 * 128 < 2**31``. The float route
+    needs two float32 digit products for these (attention's probabilities @ V). Measured, whole
+    step, one thread: DeiT-Tiny's 3 x 198 x 198 @ 198 x 64 0.33x the float route's time alone and
+    0.56-0.65x inside the model, Swin-T's windows 0.68-0.99x inside the model. An int8 ``a`` (Q @ K^T)
+    keeps the float32 GEMM: the integer product was 0.62x alone but 1.02-1.2x inside both models
+    (docs/simulate.md).
     """
     k = int(kernel.k)
-    if kernel.b_bits > 8 or kernel.a_bits not in (8, 16) or k * 255 * 128 >= 2**31 or not _cpu_integer_gemm_never_saturates():
+    if kernel.b_bits > 8 or kernel.a_bits != 16 or k * 255 * 128 >= 2**31 or not _cpu_integer_gemm_never_saturates():
         return None
 
     def session(zero_point: int):
@@ -615,31 +617,16 @@ def _integer_matmul(kernel, threads: int | None) -> Callable[[np.ndarray, np.nda
 
     rq = RequantParams(kernel.requant, 1)
     zero = np.zeros(1, np.int64)
-    high = session(128)
-
-    def shaped(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        nd = max(a.ndim, b.ndim)
-        return a.reshape((1,) * (nd - a.ndim) + a.shape), b.reshape((1,) * (nd - b.ndim) + b.shape)
-
-    if kernel.a_bits <= 8:
-        def run8(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-            a, b = shaped(a, b)
-            y = high.run(None, {"a": offset_u8(a), "b": np.ascontiguousarray(b, dtype=np.int8)})[0]
-            if y.size == 0:
-                return np.zeros(y.shape, rq.out_dtype)
-            return rq.apply((y.reshape(-1, y.shape[-1]),), _ONE, zero, True).reshape(y.shape)
-
-        return _marked(run8, rq, {1: np.int8})
-    low = session(0)
+    high, low = session(128), session(0)
     factors = [256, 1]
 
-    def run16(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        a, b = shaped(a, b)
-        a = as_stored(a)
+    def run(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        nd = max(a.ndim, b.ndim)
+        a = as_stored(a.reshape((1,) * (nd - a.ndim) + a.shape))
+        b8 = np.ascontiguousarray(b.reshape((1,) * (nd - b.ndim) + b.shape), dtype=np.int8)
         digits = np.empty((2,) + a.shape, np.uint8)
         if a.size:
             fused.digits_u8(a.reshape(-1, a.shape[-1]), digits.reshape(2, -1, a.shape[-1]))
-        b8 = np.ascontiguousarray(b, dtype=np.int8)
         y_hi = high.run(None, {"a": digits[0], "b": b8})[0]
         y_lo = low.run(None, {"a": digits[1], "b": b8})[0]
         if y_hi.size == 0:
@@ -647,14 +634,14 @@ def _integer_matmul(kernel, threads: int | None) -> Callable[[np.ndarray, np.nda
         n = y_hi.shape[-1]
         return rq.apply((y_hi.reshape(-1, n), y_lo.reshape(-1, n)), factors, zero, True).reshape(y_hi.shape)
 
-    return _marked(run16, rq, {1: np.int8})
+    return _marked(run, rq, {1: np.int8})
 
 
 def matmul_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray, np.ndarray], np.ndarray] | None:
     """``requantize(a @ b)`` of two activations: exact batched GEMMs and one fused pass.
 
-    ``MatMulInteger`` where ``b`` is int8 and this CPU's kernel is exact (:func:`_integer_matmul`);
-    otherwise float32 when ``k * |a|max * |b|max <= 2**24``, else with the int16 operand(s) split
+    ``MatMulInteger`` for an int16 ``a`` and an int8 ``b`` where this CPU's kernel is exact
+    (:func:`_integer_matmul`); otherwise float32 when ``k * |a|max * |b|max <= 2**24``, else with the int16 operand(s) split
     into base-256 digits stacked on a new leading axis (one broadcast MatMul computes every digit
     product); float64 when even that does not fit.
     """
