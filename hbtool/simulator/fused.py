@@ -488,6 +488,7 @@ def _requant_row(src, dst, b, m, nn, h, cl, pr, lo, hi, mode, simple):
         for i in range(dst.shape[0]):
             dst[i] = _requant_one(b + np.int64(src[i]), m, nn, cl, pr, lo, hi, mode)
 
+
 # ------------------------------------------------------------------------------ entry points (rows over the cores)
 def requantize_parts(parts, factors, bias, M, n, clamp, pre, lo, hi, mode, per_col, out):
     """:func:`_requantize_parts` over all rows, split across the cores when the tensor is big enough."""
