@@ -14,6 +14,9 @@ thousands of images, so its hot paths are replaced here by equivalent computatio
   onnxruntime, so past ``2**24`` its operands are split into digits (int16 activations as
   ``256 * hi + lo``, int8 weights as ``16 * hi + lo``, the kernels' own ONNX forms use the
   same splits) and the parts recombined.
+* **Depthwise convolutions on large planes** run product and requantization in one fused loop
+  (:func:`depthwise_in_loop`): on a ``28 x 28`` plane or larger it beats the one-node session,
+  whose layout reorders and separate requantizing pass cost more than the convolution.
 * **Everything after the product** (bias, digit recombination, requantization) and the
   elementwise and row kernels (Add, Mul, LayerNorm, Softmax, table lookups) run as the
   single-pass integer loops of :mod:`.fused`, writing int16 tensors instead of int64.
@@ -380,13 +383,16 @@ def _pointwise_integer_matmul(kernel, w: np.ndarray, threads: int | None):
 
     NCHW is already the GEMM's layout (``(Cin, H*W)`` per sample), and uint8 x int8 is the form
     VNNI/AMX multiply natively: measured (one thread) 1.7-6x faster than ``ConvInteger``'s
-    uint8 x uint8 on MobileNetV2 / PP-OCR layers of 96-480 input channels, but 2-4x slower on
-    narrow expansions (16 -> 96, 24 -> 144 channels), which keep ``ConvInteger``. Only where this
-    CPU's kernel never saturates a pair of products (:func:`_cpu_integer_gemm_never_saturates`).
+    uint8 x uint8 on MobileNetV2 / PP-OCR layers of 96-480 input channels, but 1.5-4x slower on
+    narrow expansions (16 -> 96, 24 -> 144 channels), which keep ``ConvInteger``. Expansions of
+    32 input channels or more take it too (whole step, one thread, 2026-12-06: 32 -> 192 at 28 x 28
+    0.72x ``ConvInteger``'s time, 64 -> 384 0.63x, 96 -> 576 0.48x, 160 -> 960 at 7 x 7 0.33x; they
+    were kept on ``ConvInteger`` by an output-width limit, ``cout <= 4 * cin``, until then). Only
+    where this CPU's kernel never saturates a pair of products (:func:`_cpu_integer_gemm_never_saturates`).
     """
     cout, cin = w.shape[:2]
     if (any(k != 1 for k in w.shape[2:]) or int(kernel.group) != 1 or any(int(s) != 1 for s in kernel.strides)
-            or any(int(p) for p in kernel.pads) or kernel.in_bits not in (8, 16) or cin < 32 or cout > 4 * cin):
+            or any(int(p) for p in kernel.pads) or kernel.in_bits not in (8, 16) or cin < 32):
         return None
     if w.min(initial=0) < -128 or w.max(initial=0) > 127 or not _cpu_integer_gemm_never_saturates():
         return None
@@ -396,12 +402,14 @@ def _pointwise_integer_matmul(kernel, w: np.ndarray, threads: int | None):
     return _session(model, threads)
 
 
-def conv_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.ndarray] | None:
+def conv_fast(kernel, threads: int | None = None, in_shape: tuple | None = None) -> Callable[[np.ndarray], np.ndarray] | None:
     """``requantize(conv(x, W) + b)`` of a Conv kernel: an exact product in onnxruntime, one fused pass.
 
-    Pointwise convolutions of int8 weights run as integer GEMMs (:func:`_pointwise_integer_conv`;
-    int16 activations as two base-256 digits in one call, as in :func:`linear_fast`); the
-    others as float32 convolutions of the operands or of their digit parts.
+    Depthwise convolutions on large enough planes (``in_shape``: one sample's input shape, when
+    known) run as one fused loop (:func:`depthwise_in_loop`); pointwise convolutions of int8
+    weights as integer GEMMs (:func:`_pointwise_integer_conv`; int16 activations as two base-256
+    digits in one call, as in :func:`linear_fast`); the others as float32 convolutions of the
+    operands or of their digit parts.
     """
     w = np.asarray(kernel.weight, np.int64)
     attrs = dict(kernel_shape=list(w.shape[2:]), strides=list(kernel.strides), pads=list(kernel.pads),
@@ -409,6 +417,8 @@ def conv_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.n
     C = w.shape[0]
     rq = RequantParams(kernel.requant, C)
     bias = _bias(kernel, C)
+    if depthwise_in_loop(kernel, in_shape):
+        return _depthwise_runner(kernel, rq, bias)
     gemm = _pointwise_integer_matmul(kernel, w, threads)
     if gemm is not None:
         return _pointwise_gemm_runner(gemm, kernel.in_bits, w, rq, bias)
@@ -437,6 +447,69 @@ def conv_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.n
         return None
     session, factors = _weight_digit_session("Conv", w, sw, sx, np.dtype(np.float32), attrs, threads)
     return _float_conv_runner(session, factors, sx, C, rq, bias)
+
+
+# The smallest output plane (OH * OW) a depthwise layer runs in the fused loop at: measured in
+# MobileNetV2 at batch 1, one thread, best of 30 interleaved runs (docs/simulate.md), the loop took
+# 0.49-0.92x the session route's time on planes of 28 x 28 and larger, 1.2-3.4x on 14 x 14 and 7 x 7,
+# where its per-plane work is too short to vectorise and onnxruntime's channel-blocked kernel wins.
+DEPTHWISE_LOOP_MIN_PLANE = 28 * 28
+
+
+def depthwise_in_loop(kernel, in_shape: tuple | None = None) -> bool:
+    """Whether a Conv on inputs of ``in_shape`` (one sample, NCHW) runs as :func:`fused.depthwise_rows`
+    (one pass from codes to requantized codes) rather than a one-node onnxruntime session and a
+    requantizing pass. Unknown shape: the session (the loop loses on small planes).
+
+    Depthwise 2-D convolutions (one input channel per group) whose sums are exact in float64
+    (``2**(in_bits-1) * sum|w| < 2**53``; float32 while ``<= 2**24``) with an output plane of at
+    least :data:`DEPTHWISE_LOOP_MIN_PLANE`. A one-node session reorders NCHW to onnxruntime's
+    blocked layout and back on every call, its float accumulators take a second pass to
+    requantize, and its input is handed over as float32 (four bytes a code, the loop reads int8).
+    """
+    w = kernel.weight
+    if not (w.ndim == 4 and w.shape[1] == 1 and int(kernel.group) > 1 and w.shape[0] % int(kernel.group) == 0
+            and kernel.in_bits <= 16 and (1 << (kernel.in_bits - 1)) * int(kernel.wsum) < F64_EXACT):
+        return False
+    if in_shape is None or len(in_shape) != 4 or not all(isinstance(d, (int, np.integer)) and d > 0 for d in in_shape[2:]):
+        return False
+    return _depthwise_plane(kernel, int(in_shape[2]), int(in_shape[3])) >= DEPTHWISE_LOOP_MIN_PLANE
+
+
+def _depthwise_plane(kernel, H: int, W: int) -> int:
+    """The output plane's size OH * OW of a 2-D convolution on an ``H x W`` input."""
+    kh, kw = kernel.weight.shape[2:]
+    (sh, sw), (dh, dw) = kernel.strides, kernel.dilations
+    ph, pw, ph_end, pw_end = kernel.pads
+    oh = (H + ph + ph_end - dh * (kh - 1) - 1) // sh + 1
+    ow = (W + pw + pw_end - dw * (kw - 1) - 1) // sw + 1
+    return max(oh, 0) * max(ow, 0)
+
+
+def _depthwise_runner(kernel, rq: "RequantParams", bias: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """The runner of :func:`depthwise_in_loop`'s route: int8/int16 codes in, requantized codes out."""
+    bound = (1 << (kernel.in_bits - 1)) * int(kernel.wsum)
+    w = np.ascontiguousarray(np.asarray(kernel.weight)[:, 0], np.float32 if bound <= F32_EXACT else np.float64)
+    cout, kh, kw = w.shape
+    cin = int(kernel.group)
+    sh, sw = kernel.strides
+    ph, pw, ph_end, pw_end = kernel.pads
+    dh, dw = kernel.dilations
+    geometry = np.array([sh, sw, ph, pw, dh, dw, ph_end, pw_end], np.int64)
+
+    def run(x: np.ndarray) -> np.ndarray:
+        if x.dtype not in (np.int8, np.int16) or not x.flags.c_contiguous:
+            x = as_stored(x)
+        n, _, H, W = x.shape
+        oh = (H + ph + ph_end - dh * (kh - 1) - 1) // sh + 1
+        ow = (W + pw + pw_end - dw * (kw - 1) - 1) // sw + 1
+        out = np.empty((n * cout, oh, ow), rq.out_dtype)
+        fused.depthwise_rows(x.reshape(n * cin, H, W), w, bias, rq.M, rq.n, rq.half, rq.clamp, rq.pre, rq.lo, rq.hi,
+                             rq.mode, rq.simple, geometry, out)
+        return out.reshape(n, cout, oh, ow)
+
+    run.depthwise_loop = True
+    return _marked(run, rq, {0: np.int8} if kernel.in_bits <= 8 else {})
 
 
 def _base256_digits(x: np.ndarray) -> np.ndarray:
@@ -518,13 +591,63 @@ def _float_conv_runner(session, factors, sx: bool, C: int, rq: "RequantParams", 
     return _marked(run, rq, {} if sx else {0: np.float32})
 
 
-def matmul_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray, np.ndarray], np.ndarray] | None:
-    """``requantize(a @ b)`` of two activations: exact float batched GEMMs and one fused pass.
+def _integer_matmul(kernel, threads: int | None) -> Callable[[np.ndarray, np.ndarray], np.ndarray] | None:
+    """``requantize(a @ b)`` of an int16 ``a`` and an int8-range ``b`` as two onnxruntime
+    ``MatMulInteger`` products (uint8 x int8, batched), or None.
 
-    float32 when ``k * |a|max * |b|max <= 2**24``, else with the int16 operand(s) split into
-    base-256 digits stacked on a new leading axis (one broadcast MatMul computes every digit
+    ``a``'s base-256 digits (``fused.digits_u8``: ``hi + 128`` with zero point 128, ``lo = a & 255``
+    with zero point 0) are multiplied by ``b`` in two calls and recombined ``256 * hi + lo`` in the
+    requantizing pass; only where this CPU's kernel never saturates a pair of products
+    (:func:`_cpu_integer_gemm_never_saturates`) and ``k * 255 * 128 < 2**31``. The float route
+    needs two float32 digit products for these (attention's probabilities @ V). Measured, whole
+    step, one thread: DeiT-Tiny's 3 x 198 x 198 @ 198 x 64 0.33x the float route's time alone and
+    0.56-0.65x inside the model, Swin-T's windows 0.68-0.99x inside the model. An int8 ``a`` (Q @ K^T)
+    keeps the float32 GEMM: the integer product was 0.62x alone but 1.02-1.2x inside both models
+    (docs/simulate.md).
+    """
+    k = int(kernel.k)
+    if kernel.b_bits > 8 or kernel.a_bits != 16 or k * 255 * 128 >= 2**31 or not _cpu_integer_gemm_never_saturates():
+        return None
+
+    def session(zero_point: int):
+        model = onnx_bytes.model([onnx_bytes.node("MatMulInteger", ["a", "b", "az"], ["y"])],
+                                 {"a": ElemType.UINT8, "b": ElemType.INT8}, {"y": ElemType.INT32},
+                                 {"az": np.array(zero_point, np.uint8)})
+        return _session(model, threads)
+
+    rq = RequantParams(kernel.requant, 1)
+    zero = np.zeros(1, np.int64)
+    high, low = session(128), session(0)
+    factors = [256, 1]
+
+    def run(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        nd = max(a.ndim, b.ndim)
+        a = as_stored(a.reshape((1,) * (nd - a.ndim) + a.shape))
+        b8 = np.ascontiguousarray(b.reshape((1,) * (nd - b.ndim) + b.shape), dtype=np.int8)
+        digits = np.empty((2,) + a.shape, np.uint8)
+        if a.size:
+            fused.digits_u8(a.reshape(-1, a.shape[-1]), digits.reshape(2, -1, a.shape[-1]))
+        y_hi = high.run(None, {"a": digits[0], "b": b8})[0]
+        y_lo = low.run(None, {"a": digits[1], "b": b8})[0]
+        if y_hi.size == 0:
+            return np.zeros(y_hi.shape, rq.out_dtype)
+        n = y_hi.shape[-1]
+        return rq.apply((y_hi.reshape(-1, n), y_lo.reshape(-1, n)), factors, zero, True).reshape(y_hi.shape)
+
+    return _marked(run, rq, {1: np.int8})
+
+
+def matmul_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray, np.ndarray], np.ndarray] | None:
+    """``requantize(a @ b)`` of two activations: exact batched GEMMs and one fused pass.
+
+    ``MatMulInteger`` for an int16 ``a`` and an int8 ``b`` where this CPU's kernel is exact
+    (:func:`_integer_matmul`); otherwise float32 when ``k * |a|max * |b|max <= 2**24``, else with the int16 operand(s) split
+    into base-256 digits stacked on a new leading axis (one broadcast MatMul computes every digit
     product); float64 when even that does not fit.
     """
+    integer = _integer_matmul(kernel, threads)
+    if integer is not None:
+        return integer
     k = int(kernel.k)
     amax, bmax = 1 << (kernel.a_bits - 1), 1 << (kernel.b_bits - 1)
     plan = None
@@ -881,10 +1004,11 @@ _BUILDERS = {
 }
 
 
-def accelerate(kernel, threads: int | None = None) -> Callable | None:
+def accelerate(kernel, threads: int | None = None, in_shape: tuple | None = None) -> Callable | None:
     """An equivalent faster function for ``kernel.apply_numpy``, or None to keep the kernel's own.
 
     ``threads``: onnxruntime intra-op threads of the product sessions (None: one per core).
+    ``in_shape``: one sample's shape of the first input, where known (a Conv picks its route by it).
     """
     kind = type(kernel).__name__
     if fused is None:
@@ -894,7 +1018,10 @@ def accelerate(kernel, threads: int | None = None) -> Callable | None:
             fast = tabulate_unary(kernel, int(kernel.in_bits))
         else:
             build = _BUILDERS.get(kind)
-            fast = build(kernel, threads) if build is not None else None
+            if build is conv_fast:
+                fast = conv_fast(kernel, threads, in_shape)
+            else:
+                fast = build(kernel, threads) if build is not None else None
     except Exception:  # an unexpected kernel layout: the kernel's own form is always correct
         return None
     return fast

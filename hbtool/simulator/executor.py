@@ -66,7 +66,9 @@ def _kernel_step(node: Node, program: Graph, fast: bool, threads: int | None) ->
     """The kernel on a batch (merged into its first axis where :func:`.batching.mergeable`, else sample by
     sample), and its accelerated form (None: the numpy form runs)."""
     kernel = node.meta["kernel"]
-    accelerated = accelerate(kernel, threads) if fast else None
+    shape = program.shape(node.inputs[0]) if node.inputs and node.inputs[0] and not node.meta.get("in_perms") else None
+    in_shape = tuple(shape) if shape is not None else None
+    accelerated = accelerate(kernel, threads, in_shape) if fast else None
     apply = numpy_until_compiled(accelerated, kernel.apply_numpy) if accelerated is not None else kernel.apply_numpy
     if mergeable(node, program):
         return merged_kernel(node, program, apply), accelerated

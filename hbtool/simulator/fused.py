@@ -36,7 +36,7 @@ from hbtool.simulator.jit import (  # noqa: F401  the loops' controls, used thro
 __all__ = ["MODE_CODES", "background", "call_skipped", "compile_in_background", "end_call", "set_threads", "skipped_calls",
            "start_call", "threads", "requantize_parts", "requantize_cols", "requantize_rows", "split_digits", "layernorm_rows",
            "requantize_cols_one", "requantize_rows_one", "softmax_rows", "add_rows", "mul_rows", "mul_rowscalar", "add_rowscalar", "mul_rowscalar_simple", "add_rowscalar_simple", "add_rows_simple",
-           "mul_rows_simple", "lookup", "digits_u8", "quantize"]
+           "mul_rows_simple", "lookup", "digits_u8", "quantize", "depthwise_rows"]
 
 MODE_CODES = {"floor": 0, "half_up": 1, "half_away": 2, "half_even": 3}
 
@@ -414,6 +414,81 @@ def _digits_u8(r0_, r1_, x, out):
             out[1, r, q] = np.uint8(v & 255)
 
 
+@jit()
+def _depthwise_rows(r0_, r1_, x, w, bias, M, n, half, clamp, pre, lo, hi, mode, simple, geometry, out):
+    """A depthwise convolution and its requantization in one pass, no accumulator tensor.
+
+    ``x (N*C, H, W)`` int8/int16 codes, ``w (Cout, KH, KW)`` float32 or float64 holding the
+    integer weights (the type the sums are exact in, chosen by the caller: float32 while
+    ``2**(in_bits-1) * sum|w| <= 2**24``), ``out (N*Cout, OH, OW)``; row ``r`` is output channel
+    ``r % Cout`` of sample ``r // Cout``. ``geometry``: int64 ``[sh, sw, ph, pw, dh, dw, ph_end,
+    pw_end]`` (zero padding, as the kernel's numpy form).
+
+    Each input plane is copied once into a zero-padded scratch plane of width ``Wp``. At stride 1
+    (rows) the accumulator is the whole output plane laid out at that width, columns at stride 1
+    (the columns past the last output and, for column stride ``sw > 1``, between outputs are
+    computed and never read), so each kernel tap is one multiply-add over one contiguous run,
+    the loop that vectorises however narrow the plane; a row stride accumulates each output row
+    at column stride 1 and reads every ``sw``-th sum. Float, not int32, sums: numba
+    widens int32 arithmetic to int64, which halves the lanes; every partial sum is an integer
+    the float type holds exactly, in any order. The requantization is int64: ``simple``
+    (floor / half_up, no clamp or pre-shift) spelled out as in :func:`_requantize_rows_one`,
+    else :func:`_requant_one`.
+    """
+    R, OH, OW = out.shape
+    Cout, KH, KW = w.shape
+    H, W = x.shape[1], x.shape[2]
+    C = x.shape[0] // (R // Cout)
+    mult = Cout // C
+    sh, sw, ph, pw, dh, dw = geometry[0], geometry[1], geometry[2], geometry[3], geometry[4], geometry[5]
+    Hp = H + ph + geometry[6]
+    Wp = W + pw + geometry[7]
+    xp = np.zeros(Hp * Wp + (KW - 1) * dw + 1, w.dtype)
+    unit = sh == 1
+    run = (OW - 1) * sw + 1  # the output columns of one row at column stride 1
+    L = OH * Wp if unit else run
+    acc = np.empty(L, w.dtype)
+    for r in range(r0_, r1_):
+        c = r % Cout
+        ri = (r // Cout) * C + c // mult
+        if r == r0_ or c % mult == 0:  # a new input plane: copy it inside the zero border
+            for iy in range(H):
+                row = xp[(iy + ph) * Wp + pw:(iy + ph) * Wp + pw + W]
+                xr = x[ri, iy]
+                for ix in range(W):
+                    row[ix] = xr[ix]
+        b, m, nn, h, cl, pr = bias[c], M[c], n[c], half[c], clamp[c], pre[c]
+        for oy in range(1 if unit else OH):
+            acc[:] = 0
+            for ky in range(KH):
+                for kx in range(KW):
+                    wv = w[c, ky, kx]
+                    o = (oy * sh + ky * dh) * Wp + kx * dw
+                    xs = xp[o:o + L]
+                    for p in range(L):
+                        acc[p] += wv * xs[p]
+            if unit and sw == 1:
+                for oy2 in range(OH):
+                    _requant_row(acc[oy2 * Wp:oy2 * Wp + OW], out[r, oy2], b, m, nn, h, cl, pr, lo, hi, mode, simple)
+            elif unit:
+                for oy2 in range(OH):
+                    _requant_row(acc[oy2 * Wp:oy2 * Wp + run:sw], out[r, oy2], b, m, nn, h, cl, pr, lo, hi, mode, simple)
+            else:
+                _requant_row(acc[0:run:sw], out[r, oy], b, m, nn, h, cl, pr, lo, hi, mode, simple)
+
+
+@jit(inline="always")
+def _requant_row(src, dst, b, m, nn, h, cl, pr, lo, hi, mode, simple):
+    """``dst[i] = requant(b + src[i])`` of one row of exact float sums (see :func:`_depthwise_rows`)."""
+    if simple:
+        for i in range(dst.shape[0]):
+            v = ((b + np.int64(src[i])) * m + h) >> nn
+            dst[i] = min(max(v, lo), hi)
+    else:
+        for i in range(dst.shape[0]):
+            dst[i] = _requant_one(b + np.int64(src[i]), m, nn, cl, pr, lo, hi, mode)
+
+
 # ------------------------------------------------------------------------------ entry points (rows over the cores)
 def requantize_parts(parts, factors, bias, M, n, clamp, pre, lo, hi, mode, per_col, out):
     """:func:`_requantize_parts` over all rows, split across the cores when the tensor is big enough."""
@@ -508,3 +583,8 @@ def quantize(x, scale, qmin, qmax, out):
 def digits_u8(x, out):
     """:func:`_digits_u8` over all rows, split across the cores when the tensor is big enough."""
     over_rows(_digits_u8, x.shape[0], x.size, x, out)
+
+
+def depthwise_rows(x, w, bias, M, n, half, clamp, pre, lo, hi, mode, simple, geometry, out):
+    """:func:`_depthwise_rows` over all output planes, split across the cores when the tensor is big enough."""
+    over_rows(_depthwise_rows, out.shape[0], 9 * out.size, x, w, bias, M, n, half, clamp, pre, lo, hi, mode, simple, geometry, out)

@@ -1,0 +1,78 @@
+"""The fused depthwise loop (``fused.depthwise_rows``) against the Conv kernel's numpy form, at 0 LSB.
+
+Random depthwise layers: channel multipliers, rectangular kernels, strides and dilations per
+axis, asymmetric padding (wider than the kernel too), planes down to one pixel, int8 and int16
+codes (float32 and float64 sums), every rounding mode (the spelled-out floor / half_up pass and
+the generic one), ReLU and 8/16-bit outputs, codes at both ends of their range; then the rule
+that picks the loop over the one-node session by output plane.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hbtool.kernels import Conv
+from hbtool.simulator import accel
+
+ROUNDINGS = ["floor", "half_up", "half_away", "half_even"]
+
+
+def _layer(rng):
+    C = int(rng.integers(1, 9))
+    mult = int(rng.choice([1, 1, 2]))
+    kh, kw = (int(v) for v in rng.integers(1, 6, 2))
+    sh, sw = (int(v) for v in rng.integers(1, 4, 2))
+    dh, dw = (int(v) for v in rng.choice([1, 1, 2], 2))
+    pads = [int(v) for v in rng.integers(0, 4, 4)]
+    H = int(rng.integers(max(1, dh * (kh - 1) + 1 - pads[0] - pads[2]), 14))
+    W = int(rng.integers(max(1, dw * (kw - 1) + 1 - pads[1] - pads[3]), 14))
+    in_bits = int(rng.choice([8, 16]))
+    w = rng.integers(-128, 128, size=(C * mult, 1, kh, kw))
+    if rng.random() < 0.3:
+        w[:] = rng.choice([127, -128])  # every product at its largest, one sign
+    bias = rng.integers(-5000, 5000, C * mult) if rng.random() < 0.7 else None
+    kern = Conv.build(w, bias, 0.03, rng.uniform(0.001, 0.02, C * mult), float(rng.uniform(0.05, 2.0)),
+                      strides=[sh, sw], pads=pads, dilations=[dh, dw], group=C, in_bits=in_bits,
+                      out_bits=int(rng.choice([8, 16])), relu=bool(rng.random() < 0.5), rounding=str(rng.choice(ROUNDINGS)))
+    lo, hi = -(1 << (in_bits - 1)), (1 << (in_bits - 1)) - 1
+    x = rng.integers(lo, hi + 1, size=(int(rng.integers(1, 4)), C, H, W))
+    x.reshape(-1)[: min(4, x.size)] = [lo, hi, lo, hi][: min(4, x.size)]
+    if rng.random() < 0.2:
+        x[:] = rng.choice([lo, hi])
+    return kern, x
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_depthwise_loop_equals_the_numpy_form(seed):
+    rng = np.random.default_rng(1000 + seed)
+    kern, x = _layer(rng)
+    cout = kern.weight.shape[0]
+    run = accel._depthwise_runner(kern, accel.RequantParams(kern.requant, cout), accel._bias(kern, cout))
+    want = kern.apply_numpy(x)
+    for dtype in ([np.int8, np.int16] if kern.in_bits <= 8 else [np.int16]):
+        got = run(x.astype(dtype))
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got.astype(np.int64), want)
+    np.testing.assert_array_equal(run(x).astype(np.int64), want)  # int64 codes from a numpy-form producer
+
+
+def test_the_loop_runs_on_large_planes_and_the_session_on_small_ones():
+    rng = np.random.default_rng(3)
+    kern = Conv.build(rng.integers(-128, 128, (16, 1, 3, 3)), None, 0.03, 0.01, 0.5, pads=[1, 1, 1, 1], group=16)
+    strided = Conv.build(rng.integers(-128, 128, (16, 1, 3, 3)), None, 0.03, 0.01, 0.5, strides=[2, 2], pads=[1, 1, 1, 1],
+                         group=16)
+    assert accel.depthwise_in_loop(kern, (1, 16, 28, 28))
+    assert not accel.depthwise_in_loop(kern, (1, 16, 14, 14))
+    assert not accel.depthwise_in_loop(strided, (1, 16, 28, 28))  # a 14 x 14 output plane
+    assert accel.depthwise_in_loop(strided, (1, 16, 56, 56))
+    assert not accel.depthwise_in_loop(kern, None)  # shape unknown: the session route
+    assert not accel.depthwise_in_loop(kern, (1, 16, "h", 28))
+    fast = accel.accelerate(kern, in_shape=(1, 16, 32, 32))
+    assert getattr(fast, "depthwise_loop", False)
+    assert accel.reader_dtype(fast, 0) == np.int8  # the producer hands over int8 codes, not float32
+    assert not getattr(accel.accelerate(kern, in_shape=(1, 16, 8, 8)), "depthwise_loop", False)
+    x = rng.integers(-128, 128, (2, 16, 32, 32)).astype(np.int8)
+    np.testing.assert_array_equal(fast(x).astype(np.int64), kern.apply_numpy(x))
+    pointwise = Conv.build(rng.integers(-128, 128, (16, 16, 1, 1)), None, 0.03, 0.01, 0.5)
+    assert not accel.depthwise_in_loop(pointwise, (1, 16, 64, 64))
