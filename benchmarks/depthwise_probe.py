@@ -14,9 +14,10 @@ numpy form bit for bit.
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
+
+from benchmarks._timing import best_of
 
 # (channels, input px, stride, in_bits): MobileNetV2's depthwise layers at 224 x 224, then
 # int16 inputs and a 5 x 5 kernel (EfficientNet-style) for coverage
@@ -35,15 +36,6 @@ def _kernel(C: int, stride: int, in_bits: int, k: int, rng):
     sw = rng.uniform(0.5, 2.0, size=C) / 127
     return Conv.build(w, b, 0.05, sw, 0.05, strides=[stride] * 2, pads=[k // 2] * 4, group=C, in_bits=in_bits,
                       out_bits=8, relu=True)
-
-
-def _best(fn, x, repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn(x)
-        best = min(best, time.perf_counter() - t)
-    return best
 
 
 def main(argv=None) -> int:
@@ -72,8 +64,8 @@ def main(argv=None) -> int:
             xf = x.astype(np.float32) if bits <= 8 else x  # what the session route is fed (narrowed producers)
             t_old, t_new = float("inf"), float("inf")
             for _ in range(3):  # interleaved rounds
-                t_old = min(t_old, _best(session_run, xf, args.repeat))
-                t_new = min(t_new, _best(fused_run, x, args.repeat))
+                t_old = min(t_old, best_of(session_run, xf, args.repeat))
+                t_new = min(t_new, best_of(fused_run, x, args.repeat))
             print(f"{C:>4} {px:>4} {stride:>2} {bits:>4} {k:>2} {n:>3}  {t_old * 1e3:>18.3f}  {t_new * 1e3:>13.3f}  "
                   f"{t_new / t_old:>5.2f}  {'yes' if exact else 'NO'}")
     return 0

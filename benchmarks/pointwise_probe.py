@@ -12,20 +12,12 @@ MobileNetV2's expansions, and checks both against the kernel's numpy form bit fo
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
+from benchmarks._timing import best_of
+
 SHAPES = [(16, 96, 112), (24, 144, 56), (32, 192, 28), (64, 384, 14), (96, 576, 14), (160, 960, 7), (320, 1280, 7)]
-
-
-def _best(fn, x, repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn(x)
-        best = min(best, time.perf_counter() - t)
-    return best
 
 
 def main(argv=None) -> int:
@@ -62,8 +54,8 @@ def main(argv=None) -> int:
         exact = all(np.array_equal(f(x).astype(np.int64), want) for f in (conv_integer, matmul_integer))
         a = b = float("inf")
         for _ in range(3):
-            a = min(a, _best(conv_integer, x, args.repeat))
-            b = min(b, _best(matmul_integer, x, args.repeat))
+            a = min(a, best_of(conv_integer, x, args.repeat))
+            b = min(b, best_of(matmul_integer, x, args.repeat))
         print(f"{f'{cin}->{cout}':>10} {px:>4}  {a * 1e3:>14.3f}  {b * 1e3:>16.3f}  {b / a:>5.2f}  {'yes' if exact else 'NO':>5}  ({taken})")
     return 0
 
