@@ -188,10 +188,10 @@ def residuals(results: list[dict], min_share: float = 0.15, ridge: float = 1.0) 
     classes = sorted({k for o in rows for k in o["classes_ms"]})
     if not rows or not classes:
         return []
+    from benchmarks.published.cv import ridge_scales
+
     a = np.array([[o["classes_ms"].get(k, 0.0) / o["pub_latency_ms"] for k in classes] for o in rows])
-    lhs = np.vstack([a, np.sqrt(ridge) * np.eye(len(classes))])
-    rhs = np.concatenate([np.ones(len(rows)), np.sqrt(ridge) * np.ones(len(classes))])
-    scale = np.linalg.lstsq(lhs, rhs, rcond=None)[0]
+    scale = ridge_scales(a, ridge)
     cells = []
     for j, k in enumerate(classes):
         shares = [o["classes_ms"].get(k, 0.0) / o["latency_ms"] for o in rows]

@@ -69,6 +69,20 @@ def group_times(row: dict) -> dict[str, float]:
     return out
 
 
+def ridge_scales(relative_parts, ridge: float = RIDGE):
+    """The scales ``s`` that make ``relative_parts @ s`` closest to 1 (row ``i``, column ``k``: part ``k`` of row
+    ``i``'s estimate over its published latency, so each row counts by its relative error), each scale pulled
+    towards 1 by ``ridge`` (a part needs evidence in the rows to move; with few rows an unregularised fit is
+    degenerate). The one such fit of the published-row analyses (the residual classes, the cross-validation)."""
+    import numpy as np
+
+    a = np.asarray(relative_parts, dtype=float)
+    n, k = a.shape
+    lhs = np.vstack([a, np.sqrt(ridge) * np.eye(k)])
+    rhs = np.concatenate([np.ones(n), np.sqrt(ridge) * np.ones(k)])
+    return np.linalg.lstsq(lhs, rhs, rcond=None)[0]
+
+
 def fit_scales(rows: Iterable[dict], ridge: float = RIDGE) -> dict[str, float]:
     """One scale per parameter group so that scaled group times match the rows' published latencies."""
     import numpy as np
@@ -77,10 +91,7 @@ def fit_scales(rows: Iterable[dict], ridge: float = RIDGE) -> dict[str, float]:
     if not rows:
         return dict.fromkeys(PARAMETER_GROUPS, 1.0)
     a = np.array([[group_times(r)[g] / r["pub_latency_ms"] for g in PARAMETER_GROUPS] for r in rows])
-    k = len(PARAMETER_GROUPS)
-    lhs = np.vstack([a, np.sqrt(ridge) * np.eye(k)])
-    rhs = np.concatenate([np.ones(len(rows)), np.sqrt(ridge) * np.ones(k)])
-    scale = np.linalg.lstsq(lhs, rhs, rcond=None)[0]
+    scale = ridge_scales(a, ridge)
     return {g: float(max(scale[i], 0.05)) for i, g in enumerate(PARAMETER_GROUPS)}
 
 
