@@ -9,8 +9,14 @@ did not add to). ``--without ROUTE`` builds a second executor without one route 
 every depthwise layer as a one-node onnxruntime session; ``matmul-integer``: activation MatMuls as
 float GEMMs), runs the two interleaved and lists the steps of ``--kind`` side by side.
 
+``--cores`` (use with ``--threads 2``) also records each step's process CPU time beside its wall
+time and lists, by kind, how many cores a step kept busy (CPU / wall; onnxruntime's pools do not
+spin, so an idle thread adds nothing), and the same for the whole run of both sides: which steps
+run on one core while the float graph uses more. On a loaded machine the ratio reads low for every
+step alike (a preempted step's wall grows, its CPU does not); compare steps with each other.
+
     python -m benchmarks.simulate_profile --model hf_mobilenet_v2 [--batch 1] [--repeat 20] [--top 15] \\
-        [--without depthwise-loop --kind "Conv depthwise"]
+        [--without depthwise-loop --kind "Conv depthwise"] [--threads 2 --cores]
 """
 
 from __future__ import annotations
@@ -48,16 +54,42 @@ def _route(step) -> str:
     return kind
 
 
-def _timed(ex) -> dict[int, list]:
+def _timed(ex, cpu: dict[int, list] | None = None) -> dict[int, list]:
+    """Wrap every step's run in a wall-clock timer (and a process-CPU one into ``cpu``, when given)."""
     spent: dict[int, list] = defaultdict(list)
     for k, step in enumerate(ex.steps):
         def timed(xs, _run=step.run, _k=k):
+            c = time.process_time() if cpu is not None else 0.0
             t = time.perf_counter()
             y = _run(xs)
             spent[_k].append(time.perf_counter() - t)
+            if cpu is not None:
+                cpu[_k].append(time.process_time() - c)
             return y
         step.run = timed
     return spent
+
+
+def _cores_table(ex, wall: dict[int, list], cpu: dict[int, list], totals: dict[str, tuple[float, float]]) -> None:
+    """Per kind: mean wall and CPU ms per run, CPU / wall (cores busy), and the share of wall in one-core steps."""
+    by_kind: dict[str, list] = defaultdict(lambda: [0.0, 0.0, 0])
+    one_core = all_wall = 0.0
+    runs = max(len(v) for v in wall.values())
+    for k in wall:
+        w, c = sum(wall[k]) / runs, sum(cpu[k]) / runs
+        entry = by_kind[_route(ex.steps[k])]
+        entry[0] += w
+        entry[1] += c
+        entry[2] += 1
+        all_wall += w
+        if c < 1.25 * w:
+            one_core += w
+    print("whole runs, CPU / wall (cores busy): " + ", ".join(f"{label} {c / w:.2f} ({w * 1e3:.2f} ms wall)"
+                                                               for label, (w, c) in totals.items()))
+    print(f"steps with CPU < 1.25 x wall (one core busy): {one_core / all_wall:.1%} of the steps' wall")
+    print(f"  {'kind':<28} {'wall ms':>8} {'cpu ms':>8} {'cores':>6} {'steps':>6}")
+    for kind, (w, c, n) in sorted(by_kind.items(), key=lambda kv: -kv[1][0]):
+        print(f"  {kind:<28} {w * 1e3:>8.3f} {c * 1e3:>8.3f} {c / w:>6.2f} {n:>6}")
 
 
 def main(argv=None) -> int:
@@ -68,6 +100,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--kind", help="also list every step of this kind (a prefix, e.g. 'Conv depthwise')")
+    ap.add_argument("--cores", action="store_true", help="also list CPU / wall per kind of step (cores kept busy)")
     ap.add_argument("--without", choices=sorted(_ROUTES), default=None,
                     help="also run an executor built without this route (its kernels take the route before it), interleaved")
     args = ap.parse_args(argv)
@@ -90,30 +123,36 @@ def main(argv=None) -> int:
             setattr(accel, name, keep)
     shapes = {d["name"]: tuple(d["shape"]) for d in art.header["inputs"]}
     feeds = _slice(_samples(args.model, art.header["inputs"], args.batch), shapes, 0, args.batch)
-    spent = {label: _timed(ex) for label, ex in executors.items()}
+    cpu: dict[int, list] = defaultdict(list)
+    spent = {label: _timed(ex, cpu if args.cores and label == "now" else None) for label, ex in executors.items()}
     first = {label: ex.run(feeds) for label, ex in executors.items()}
     for label, y in first.items():
         for name in y:
             assert np.array_equal(y[name], first["now"][name]), f"{label} differs from now on {name}"
-    for s in spent.values():
+    for s in list(spent.values()) + [cpu]:
         s.clear()
     sess = _session(wd / f"{args.model}_original_float_model.onnx", args.threads)
     outs = executors["now"].output_names
-    total = defaultdict(float)
+    total, total_cpu = defaultdict(float), defaultdict(float)
     for _ in range(args.repeat):
         for label, ex in executors.items():
-            t = time.perf_counter()
+            c, t = time.process_time(), time.perf_counter()
             ex.run(feeds)
             total[label] += time.perf_counter() - t
-        t = time.perf_counter()
+            total_cpu[label] += time.process_time() - c
+        c, t = time.process_time(), time.perf_counter()
         for k in range(args.batch):  # the float model's own batch (often fixed at 1), sample by sample
             sess.run(outs, _slice(feeds, shapes, k))
         total["ort"] += time.perf_counter() - t
+        total_cpu["ort"] += time.process_time() - c
     r = args.repeat
     print(f"{args.model} batch {args.batch}, {args.threads} thread(s), {r} interleaved runs (mean ms): "
           + ", ".join(f"simulate[{label}] {total[label] / r * 1e3:.2f} ({total[label] / total['ort']:.2f}x)"
                       for label in executors) + f", onnxruntime float32 {total['ort'] / r * 1e3:.2f}")
     ex, best = executors["now"], {k: min(v) for k, v in spent["now"].items()}
+    if args.cores:
+        _cores_table(ex, spent["now"], cpu, {"simulate": (total["now"] / r, total_cpu["now"] / r),
+                                             "onnxruntime float32": (total["ort"] / r, total_cpu["ort"] / r)})
     steps_total = sum(best.values())
     by_kind: dict[str, list] = defaultdict(lambda: [0.0, 0])
     for k, s in best.items():

@@ -21,7 +21,9 @@ PP-OCRv5 recogniser: text lines) through ``python -m hbtool.cli simulate`` again
 process running onnxruntime float32 on the same ``.npy`` line by line, process start included,
 interleaved over ``--rounds``. ``--baseline DIR`` runs another checkout's code beside this one
 (its hbtool in the CLI row, its own copy of this benchmark for the warm rows) so old and new are
-compared in the same run; the CLI outputs of both must be identical. The five models of issue 34:
+compared in the same run; the CLI outputs of both must be identical. ``--threads 1 2`` measures every
+model at one and at two threads back to back and prints how each side scales (on a loaded machine the
+one-thread ratios and the CPU-time ratios are the honest ones). The five models of issue 34:
 
     python -m benchmarks.simulate_speed --models hf_mobilenet_v2 ppocrv5_rec hf_deit_tiny hf_resnet50 hf_swin_t \
         --cli-lines 200 [--baseline /path/to/old/checkout]
@@ -202,6 +204,20 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def scaling(rows: list[dict], counts: list[int]) -> str:
+    """How each side speeds up from the first thread count to the others (wall time ratios, same run)."""
+    first = counts[0]
+    lines = [f"\nscaling from {first} thread(s) (time at {first} / time at n; 2.0 = twice as fast):",
+             "| model | n | simulate b1 | ORT float b1 | simulate b16 | ORT float b16 |", "|---|---|---|---|---|---|"]
+    for name in dict.fromkeys(r["model"] for r in rows):
+        base = next(r for r in rows if r["model"] == name and r["threads"] == first)
+        for r in rows:
+            if r["model"] == name and r["threads"] != first:
+                lines.append(f"| {name} | {r['threads']} | " + " | ".join(
+                    f"{base[k] / r[k]:.2f}x" for k in ("sim_b1_ms", "ort_b1_ms", "sim_b16_ms", "ort_b16_ms")) + " |")
+    return "\n".join(lines)
+
+
 _ORT_LINES = """
 import sys, time
 import numpy as np
@@ -292,7 +308,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=list(MODELS))
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=None, help="both sides (default: all cores)")
+    ap.add_argument("--threads", type=int, nargs="+", default=None,
+                    help="both sides (default: all cores); several (e.g. 1 2): every model at each, one after another, "
+                         "and how each side scales (its time at the first count over its time at each other)")
     ap.add_argument("--zoo-out", type=Path, default=ZOO_OUT, help="the corpus runner's --out folder")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--cli-lines", type=int, default=0, help="samples of the command-line row (0: no CLI row)")
@@ -307,15 +325,17 @@ def main() -> None:
     if args.parallel_passes:  # read by every Executor of this process and of the CLI row's hbtool
         os.environ["HBTOOL_SIM_PARALLEL_PASSES"] = "1"
 
-    threads = args.threads or len(os.sched_getaffinity(0))
+    counts = args.threads or [len(os.sched_getaffinity(0))]
+    threads = counts[-1]  # the CLI row's
     rows, old_rows, cli = [], [], None
     for name in args.models:
-        row = run_model(name, args.rounds, threads)
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-        if args.baseline is not None:  # right after, so both see the same load
-            old_rows += _baseline_rows(args.baseline, [name], args.rounds, threads)
-            print("baseline:", json.dumps(old_rows[-1]), flush=True)
+        for count in counts:  # back to back, so the thread counts see the same load
+            row = dict(run_model(name, args.rounds, count), threads=count)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            if args.baseline is not None:  # right after, so both see the same load
+                old_rows += [dict(r, threads=count) for r in _baseline_rows(args.baseline, [name], args.rounds, count)]
+                print("baseline:", json.dumps(old_rows[-1]), flush=True)
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps({"rows": rows, "baseline_rows": old_rows}, indent=1))
@@ -324,10 +344,15 @@ def main() -> None:
         print(json.dumps(cli), flush=True)
         if args.json:
             args.json.write_text(json.dumps({"rows": rows, "baseline_rows": old_rows, "cli": cli}, indent=1))
-    print(table(rows))
-    if old_rows:
-        print(f"\nbaseline ({args.baseline}):")
-        print(table(old_rows))
+    for count in counts:
+        if len(counts) > 1:
+            print(f"\n{count} thread(s):")
+        print(table([r for r in rows if r["threads"] == count]))
+        if old_rows:
+            print(f"\nbaseline ({args.baseline}), {count} thread(s):")
+            print(table([r for r in old_rows if r["threads"] == count]))
+    if len(counts) > 1:
+        print(scaling(rows, counts))
     if cli is not None:
         labels = [k[:-2] for k in cli if k.endswith(" s")]
         print(f"\ncommand line, {cli['lines']} samples of {cli['model']}, process start included (mean of {args.rounds}):")
