@@ -7,7 +7,7 @@ kind (op type; for a Conv its route: depthwise loop or session, 1x1, bit width) 
 total; a step's time is its best over the repeats (the machine is shared: the best is what load
 did not add to). ``--without ROUTE`` builds a second executor without one route (``depthwise-loop``:
 every depthwise layer as a one-node onnxruntime session; ``matmul-integer``: activation MatMuls as
-float GEMMs), runs the two interleaved and lists the steps of ``--kind`` side by side.
+float GEMMs; ``same-shape-flat``: an Add / Mul of operands of one shape in rows of the last axis), runs the two interleaved and lists the steps of ``--kind`` side by side.
 
 ``--cores`` (use with ``--threads 2``) also records each step's process CPU time beside its wall
 time and lists, by kind, how many cores a step kept busy (CPU / wall; onnxruntime's pools do not
@@ -32,6 +32,7 @@ import numpy as np
 _ROUTES = {
     "depthwise-loop": ("depthwise_in_loop", lambda kernel, in_shape=None: False),
     "matmul-integer": ("_integer_matmul", lambda kernel, threads: None),
+    "same-shape-flat": ("SAME_SHAPE_FLAT", False),
 }
 
 

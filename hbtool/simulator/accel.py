@@ -831,6 +831,14 @@ def _per_channel(v, C: int) -> np.ndarray:
     return np.ascontiguousarray(np.broadcast_to(arr, (C,)) if arr.size == 1 else arr)
 
 
+# An Add / Mul of two operands of one shape with per-tensor parameters and floor / half_up rounding
+# runs as one flat pass (fused.add_same_simple / mul_same_simple) rather than rows of the last axis
+# (7-56 elements on a CNN's planes, no vectorising) with per-channel arrays and a row plan worked out
+# per call: MobileNetV2's ten residual Adds (docs/simulate.md). A switch only for
+# ``benchmarks.simulate_profile --without same-shape-flat``.
+SAME_SHAPE_FLAT = True
+
+
 def add_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """:meth:`Add.apply_numpy` as one fused pass (operands broadcast by rows)."""
     A = np.asarray(kernel.A, np.int64)
@@ -841,9 +849,20 @@ def add_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray, np.nda
     mode = fused.MODE_CODES[kernel.rounding]
 
     scalar = A.size == 1 and B.size == 1 and n.size == 1
+    # two operands of one shape, per-tensor parameters, floor / half_up (a residual connection):
+    # one flat pass, everything but the operands worked out here once
+    same = SAME_SHAPE_FLAT and scalar and kernel.rounding in ("floor", "half_up") and int(n.reshape(())) >= 0
+    if same:
+        n0 = int(n.reshape(()))
+        same_args = (np.int64(A.reshape(())), np.int64(B.reshape(())), np.int64(n0),
+                     np.int64(1 << (n0 - 1) if kernel.rounding == "half_up" and n0 > 0 else 0), lo, hi)
 
     def run(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         a, b = np.asarray(a), np.asarray(b)
+        if same and a.shape == b.shape and a.size:
+            out = np.empty(a.shape, dtype)
+            fused.add_same_simple(as_stored(a).reshape(-1), as_stored(b).reshape(-1), *same_args, out.reshape(-1))
+            return out
         by_row = _row_scalars(a, b) if scalar else None
         if by_row is not None:
             big, small, swapped, shape = by_row
@@ -883,9 +902,15 @@ def mul_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray, np.nda
     if np.size(rq.M) != 1:
         return None
     p = RequantParams(rq, 1)
+    same = SAME_SHAPE_FLAT and p.simple and p.n[0] >= 0  # operands of one shape: one flat pass (see SAME_SHAPE_FLAT)
 
     def run(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         a, b = np.asarray(a), np.asarray(b)
+        if same and a.shape == b.shape and a.size:
+            out = np.empty(a.shape, p.dtype)
+            fused.mul_same_simple(as_stored(a).reshape(-1), as_stored(b).reshape(-1), p.M[0], p.n[0], p.half[0], p.lo, p.hi,
+                                  out.reshape(-1))
+            return out
         by_row = _row_scalars(a, b)
         if by_row is not None:
             big, small, _, shape = by_row

@@ -36,7 +36,8 @@ from hbtool.simulator.jit import (  # noqa: F401  the loops' controls, used thro
 __all__ = ["MODE_CODES", "background", "call_skipped", "compile_in_background", "end_call", "set_threads", "skipped_calls",
            "start_call", "threads", "requantize_parts", "requantize_cols", "requantize_rows", "split_digits", "layernorm_rows",
            "requantize_cols_one", "requantize_rows_one", "softmax_rows", "add_rows", "mul_rows", "mul_rowscalar", "add_rowscalar", "mul_rowscalar_simple", "add_rowscalar_simple", "add_rows_simple",
-           "mul_rows_simple", "lookup", "digits_u8", "quantize", "depthwise_rows"]
+           "mul_rows_simple", "lookup", "digits_u8", "quantize", "depthwise_rows", "add_same_simple",
+           "mul_same_simple"]
 
 MODE_CODES = {"floor": 0, "half_up": 1, "half_away": 2, "half_even": 3}
 
@@ -372,6 +373,30 @@ def _add_rowscalar_simple(r0_, r1_, a, b, A, B, n, half, lo, hi, out):
 
 
 @jit()
+def _add_same_simple(r0_, r1_, a, b, A, B, n, half, lo, hi, out):
+    """:func:`_add_rows_simple` of two operands of one shape with per-tensor ``A``, ``B`` (signed), ``n``,
+    ``half``, on flat (1-D) arrays: the row form's rows are the last axis, 7 to 56 elements on a
+    CNN's planes, too short to vectorise and each element reading three per-channel arrays."""
+    as_ = a[r0_:r1_]
+    bs = b[r0_:r1_]
+    os_ = out[r0_:r1_]
+    for i in range(os_.shape[0]):
+        v = (np.int64(as_[i]) * A + B * np.int64(bs[i]) + half) >> n
+        os_[i] = min(max(v, lo), hi)
+
+
+@jit()
+def _mul_same_simple(r0_, r1_, a, b, m, n, half, lo, hi, out):
+    """:func:`_mul_rows_simple` of two operands of one shape on flat (1-D) arrays (see :func:`_add_same_simple`)."""
+    as_ = a[r0_:r1_]
+    bs = b[r0_:r1_]
+    os_ = out[r0_:r1_]
+    for i in range(os_.shape[0]):
+        v = (np.int64(as_[i]) * np.int64(bs[i]) * m + half) >> n
+        os_[i] = min(max(v, lo), hi)
+
+
+@jit()
 def _lookup(r0_, r1_, x, table, offset, out):
     """``out[i] = table[x[i] + offset]`` (a whole-code-range table of an elementwise kernel).
 
@@ -568,6 +593,16 @@ def add_rowscalar_simple(a, b, A, B, n, half, lo, hi, out):
 def add_rowscalar(a, b, A, B, n, lo, hi, mode, out):
     """:func:`_add_rowscalar` over all rows, split across the cores when the tensor is big enough."""
     over_rows(_add_rowscalar, out.shape[0], out.size, a, b, A, B, n, lo, hi, mode, out)
+
+
+def add_same_simple(a, b, A, B, n, half, lo, hi, out):
+    """:func:`_add_same_simple` over all elements (1-D), split across the cores when the tensor is big enough."""
+    over_rows(_add_same_simple, out.size, out.size, a, b, A, B, n, half, lo, hi, out)
+
+
+def mul_same_simple(a, b, m, n, half, lo, hi, out):
+    """:func:`_mul_same_simple` over all elements (1-D), split across the cores when the tensor is big enough."""
+    over_rows(_mul_same_simple, out.size, out.size, a, b, m, n, half, lo, hi, out)
 
 
 def lookup(x, table, offset, out):
