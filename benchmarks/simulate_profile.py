@@ -7,7 +7,8 @@ kind (op type; for a Conv its route: depthwise loop or session, 1x1, bit width) 
 total; a step's time is its best over the repeats (the machine is shared: the best is what load
 did not add to). ``--without ROUTE`` builds a second executor without one route (``depthwise-loop``:
 every depthwise layer as a one-node onnxruntime session; ``matmul-integer``: activation MatMuls as
-float GEMMs; ``same-shape-flat``: an Add / Mul of operands of one shape in rows of the last axis), runs the two interleaved and lists the steps of ``--kind`` side by side.
+float GEMMs; ``same-shape-flat``: an Add / Mul of operands of one shape in rows of the last axis; ``avgpool-loop``:
+AvgPool in its numpy form), runs the two interleaved and lists the steps of ``--kind`` side by side.
 
 ``--cores`` (use with ``--threads 2``) also records each step's process CPU time beside its wall
 time and lists, by kind, how many cores a step kept busy (CPU / wall; onnxruntime's pools do not
@@ -33,6 +34,7 @@ _ROUTES = {
     "depthwise-loop": ("depthwise_in_loop", lambda kernel, in_shape=None: False),
     "matmul-integer": ("_integer_matmul", lambda kernel, threads: None),
     "same-shape-flat": ("SAME_SHAPE_FLAT", False),
+    "avgpool-loop": ("_BUILDERS", lambda builders: {k: v for k, v in builders.items() if k != "AvgPool"}),
 }
 
 
@@ -117,7 +119,7 @@ def main(argv=None) -> int:
     if args.without:
         name, off = _ROUTES[args.without]
         keep = getattr(accel, name)
-        setattr(accel, name, off)
+        setattr(accel, name, off(keep) if name == "_BUILDERS" else off)  # the builders' table: a copy without one kind
         try:
             executors["without"] = Executor(art, threads=args.threads)
         finally:
