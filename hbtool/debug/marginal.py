@@ -170,6 +170,8 @@ class GreedyStep:
     cosine: float
     evaluations: int
     seconds: float
+    #: the cosine of the set with each candidate of the round added (the round's measurements, for the record)
+    values: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -209,7 +211,8 @@ def greedy_marginal(run_jobs: Callable[[list], Iterable[Any]], candidates: list[
         added = ranked[: min(take, size - len(chosen))]
         chosen += added
         left = [n for n in left if n not in added]
-        step = GreedyStep(added, values[added[-1]] if len(added) == 1 else float("nan"), len(values), time.perf_counter() - t)
+        step = GreedyStep(added, values[added[-1]] if len(added) == 1 else float("nan"), len(values), time.perf_counter() - t,
+                          values)
         # the set's own cosine after the round: the best single value is exact only for take == 1
         if len(added) > 1:
             step.cosine = float(next(iter(run_jobs([SetCosineJob(tuple(chosen), samples, remedy)]))))
