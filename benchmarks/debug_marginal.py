@@ -46,7 +46,7 @@ def main() -> None:
     from hbtool.debug.price import pricing_programs, prices_from
     from hbtool.debug.sensitivity import ActivationGains
     from hbtool.debug.session import open_session
-    from hbtool.debug.trials import Trial, TrialRunner, evaluate
+    from hbtool.debug.trials import Trial, TrialRunner
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", type=Path, required=True)
