@@ -54,6 +54,9 @@ def main() -> None:
     ap.add_argument("--gain-samples", type=int, default=4)
     ap.add_argument("--select-samples", type=int, default=8)
     ap.add_argument("--pool", type=int, default=80)
+    ap.add_argument("--pool-values", type=Path, default=None,
+                    help="JSON {node: cosine}, higher first: the pool by these values (e.g. a greedy round's values over "
+                         "every node: the de-quantize-alone cosine) instead of the single-node loss")
     ap.add_argument("--take", type=int, default=4)
     ap.add_argument("--size", type=int, default=48)
     ap.add_argument("--curve", type=int, nargs="+", default=[8, 16, 24, 33, 40, 48])
@@ -91,6 +94,10 @@ def main() -> None:
                                         for k, v in p.items()})
         by_loss = sorted(order, key=lambda n: (-gains.get(n, 0.0), n))
         pool = by_loss[: args.pool]
+        if args.pool_values is not None:
+            pool_values = json.loads(args.pool_values.read_text())
+            pool = sorted(pool_values, key=lambda n: (-pool_values[n], n))[: args.pool]
+            out["pool"] = pool
         sizes = sorted(set(args.curve))
         stage("quantized_cosine", lambda: run_jobs([SetCosineJob((), 0)])[0])
         stage("top_loss_float", lambda: dict(zip(map(str, sizes), run_jobs([SetCosineJob(tuple(by_loss[:k]), 0) for k in sizes]))))
