@@ -16,7 +16,8 @@ On a model calibrated all-int8 (``auto_int16: false``), metric cosine:
 Every stage is cached in ``--cache`` (JSON), so a cut run goes on where it stopped.
 
     nice python -m benchmarks.debug_marginal --config benchmarks/_out/debug_auto/ppocrv5_rec/config.yaml \
-        --workers 2 --cache /tmp/marginal
+        --workers 2 --cache /tmp/marginal          # docs/debug.md's table (issue 34), about 30 minutes at load 6
+    ... --cache /tmp/marginal2 --pool 222 --take 8 --size 8 --remedies float --no-compile   # one round over every node
 """
 
 from __future__ import annotations
@@ -52,14 +53,14 @@ def main() -> None:
     ap.add_argument("--config", type=Path, required=True)
     ap.add_argument("--samples", type=int, default=32)
     ap.add_argument("--gain-samples", type=int, default=4)
-    ap.add_argument("--select-samples", type=int, default=8)
+    ap.add_argument("--select-samples", type=int, default=6)
     ap.add_argument("--pool", type=int, default=80)
     ap.add_argument("--pool-values", type=Path, default=None,
                     help="JSON {node: cosine}, higher first: the pool by these values (e.g. a greedy round's values over "
                          "every node: the de-quantize-alone cosine) instead of the single-node loss")
-    ap.add_argument("--take", type=int, default=4)
-    ap.add_argument("--size", type=int, default=48)
-    ap.add_argument("--curve", type=int, nargs="+", default=[8, 16, 24, 33, 40, 48])
+    ap.add_argument("--take", type=int, default=6)
+    ap.add_argument("--size", type=int, default=42)
+    ap.add_argument("--curve", type=int, nargs="+", default=[6, 12, 18, 24, 30, 33, 36, 42])
     ap.add_argument("--check-k", type=int, nargs="+", default=[33])
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--remedies", nargs="+", default=["float", "int16"])
