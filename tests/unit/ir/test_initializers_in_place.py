@@ -79,3 +79,35 @@ def test_import_serializes_once_with_the_old_size_rule():
     assert _serialized_below(model, size - 1) is None                          # over it: the external-data route
     assert _serialized_below(model, 100) is None                               # tensors past half the limit: ByteSize decides
     assert _serialized_below(model, 10 * size) == model.SerializeToString()
+
+
+def test_the_checker_reads_the_file_bytes_with_the_same_verdict(tmp_path):
+    """A model read from a file is checked on the file's bytes (no serialization of the parsed model): the same
+    message for a bad model as the ModelProto gets; text and external-data files are checked as parsed."""
+    from hbtool.errors import ModelError
+    from hbtool.ir.onnx_import import _load_onnx_with_bytes, import_onnx
+
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])
+    opset = [helper.make_opsetid("", 17)]
+    bad = helper.make_model(helper.make_graph([helper.make_node("Relu", ["nowhere"], ["y"], name="r")], "g", [x], [y]), opset_imports=opset)
+    path = tmp_path / "bad.onnx"
+    onnx.save(bad, str(path))
+    with pytest.raises(ModelError) as from_file:
+        import_onnx(path)
+    with pytest.raises(ModelError) as from_proto:
+        import_onnx(bad)
+    assert str(from_file.value) == str(from_proto.value) and "ONNX checker rejects" in str(from_file.value)
+
+    w = numpy_helper.from_array(np.ones((1, 4), np.float32), "w")
+    good = helper.make_model(helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"], name="a")], "g", [x], [y], [w]),
+                             opset_imports=opset)
+    onnx.save(good, str(tmp_path / "good.onnx"))
+    model, data = _load_onnx_with_bytes(tmp_path / "good.onnx")
+    assert data == (tmp_path / "good.onnx").read_bytes() and onnx.ModelProto.FromString(data) == model == good
+    onnx.save(good, str(tmp_path / "good.textproto"))
+    model, data = _load_onnx_with_bytes(tmp_path / "good.textproto")
+    assert data is None and model == good
+    onnx.save(good, str(tmp_path / "ext.onnx"), save_as_external_data=True, location="ext.data", size_threshold=0)
+    model, data = _load_onnx_with_bytes(tmp_path / "ext.onnx")
+    assert data is None and numpy_helper.to_array(model.graph.initializer[0]).tolist() == [[1, 1, 1, 1]]
