@@ -9,6 +9,7 @@ sizes) get distinct function names ``Op__1``, ``Op__2``; the importer maps them 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,27 @@ def _value_info(graph: Graph, name: str) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, elem, list(v.shape) if v.shape is not None else None)
 
 
+# numpy types whose TensorProto is the array's little-endian bytes in ``raw_data`` (numpy_helper.from_array's plain case:
+# no string data, no 2/4/6-bit packing)
+_RAW_DTYPES = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
+                                              np.uint8, np.uint16, np.uint32, np.uint64, np.bool_))
+
+
+def put_tensor(tensor: onnx.TensorProto, array: np.ndarray, name: str) -> None:
+    """Fill an empty ``tensor`` (already in its model, e.g. ``graph.initializer.add()``) with what
+    ``numpy_helper.from_array(array, name)`` holds: the same fields set, so the same serialized bytes, without
+    building the message apart and copying it in (a 100 MB weight set was copied twice more that way).
+    ``tests/unit/ir/test_initializers_in_place.py`` compares the bytes for every type."""
+    if array.dtype not in _RAW_DTYPES or sys.byteorder != "little":
+        tensor.CopyFrom(numpy_helper.from_array(array, name))   # strings, bfloat16, float8, packed int4 / int2 ...
+        return
+    tensor.dims.extend(array.shape)
+    if name:
+        tensor.name = name
+    tensor.data_type = helper.np_dtype_to_tensor_dtype(array.dtype)
+    tensor.raw_data = array.tobytes()   # a native little-endian type: from_array's bytes
+
+
 class DanglingTensorError(RuntimeError):
     """The IR reads a tensor that nothing defines: a bug in hbtool, never the user's model."""
 
@@ -133,14 +155,12 @@ def to_onnx(graph: Graph, stage: str | None = None, producer: str = "hbtool") ->
             functions[key] = _make_function(node, fname, graph.opset)
         node_protos.append(_make_node(node, graph.opset, op_type=functions[key].name))
 
-    initializers = []
     referenced = set(graph.outputs)
     for n in graph.nodes:
         referenced.update(n.inputs)
-    for name, v in graph.values.items():
-        if v.is_const and name in referenced and name not in graph.inputs:
-            initializers.append(numpy_helper.from_array(np.asarray(v.data), name))
-    consts = {i.name for i in initializers}
+    constants = [(name, v.data) for name, v in graph.values.items()
+                 if v.is_const and name in referenced and name not in graph.inputs]
+    consts = {name for name, _ in constants}
     produced = [o for n in graph.nodes for o in n.outputs if o and o not in graph.outputs]
     value_info = [_value_info(graph, o) for o in produced if graph.values.get(o) is not None and graph.values[o].shape is not None]
     g = helper.make_graph(
@@ -148,13 +168,16 @@ def to_onnx(graph: Graph, stage: str | None = None, producer: str = "hbtool") ->
         graph.name,
         [_value_info(graph, i) for i in graph.inputs],
         [_value_info(graph, o) for o in graph.outputs],
-        initializer=initializers,
         value_info=[vi for vi in value_info if vi.name not in consts],
     )
     opsets = [helper.make_opsetid("", graph.opset)]
     if functions or any(n.domain == HBTOOL_DOMAIN for n in graph.nodes):
         opsets.append(helper.make_opsetid(HBTOOL_DOMAIN, 1))
     model = helper.make_model(g, opset_imports=opsets, producer_name=producer, producer_version=__version__, functions=list(functions.values()))
+    # the weights go straight into the model's own graph: a TensorProto built apart and passed to make_graph is copied
+    # into the graph (extend) and the graph into the model (make_model's CopyFrom), two more copies of every weight
+    for name, data in constants:
+        put_tensor(model.graph.initializer.add(), np.asarray(data), name)
     model.ir_version = min(model.ir_version, 9)
     meta = dict(graph.metadata)
     if stage:

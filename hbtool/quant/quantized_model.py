@@ -14,6 +14,7 @@ import numpy as np
 from hbtool.ir.graph import Graph, Node
 from hbtool.ir.onnx_export import to_onnx
 from hbtool.ir.onnx_import import attr_value
+from hbtool.kernels.movement import DATA_MOVEMENT_OPS, MODE_DEPENDENT_MOVES
 
 import onnx
 
@@ -65,6 +66,28 @@ def build_quantized_graph(program: Graph) -> Graph:
             del inner_attrs
         g.nodes.append(new)
     return g
+
+
+def computes_exactly(program: Graph) -> bool:
+    """Whether the quantized model of ``program`` computes the same numbers under any onnxruntime optimization level.
+
+    True when every node is an integer kernel (its body: integer codes in float64, convolutions and matrix products
+    split so that every float32 partial sum is an exact integer; the boundary quantize and dequantize are elementwise)
+    or moves values without arithmetic (a Resize may interpolate: not counted). Exact integer arithmetic gives one
+    result in any order or memory layout, so onnxruntime's blocked-layout convolutions and fusions change the time,
+    not the numbers. A float node (a CPU op, a BPU op without an integer lowering) computes in float, where the level
+    can change the rounding: then False."""
+    for node in program.nodes:
+        if "kernel" in node.meta and not node.meta.get("fallback"):
+            continue
+        if node.meta.get("float_carrier") or (node.op_type in EXACT_MOVES and not node.meta.get("fallback")):
+            continue
+        return False
+    return True
+
+
+# ops whose outputs are copies or picks of input values: exact in any layout (a linear Resize interpolates)
+EXACT_MOVES = DATA_MOVEMENT_OPS - MODE_DEPENDENT_MOVES
 
 
 def to_quantized_onnx(program: Graph) -> onnx.ModelProto:
