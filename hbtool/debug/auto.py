@@ -481,7 +481,7 @@ class _AutoSearch:
     def _record(self, t: _Try, note: str = "") -> bool:
         """The try's step; True when it is within the FPS budget."""
         m = t.measured
-        ok = m.fps is None or m.fps >= self.floor_fps
+        ok = self.in_budget(m)
         if not ok:
             note = f"over the FPS budget ({m.fps:.1f} < {self.floor_fps:.1f})" + (f": {note}" if note else "")
         t.step = len(self.res.steps)
