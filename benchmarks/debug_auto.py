@@ -15,9 +15,9 @@ Prints PTQ and final cosine / metric, nodes changed, estimated FPS before/after 
         # issue 34: the all-int8 recogniser with cosine (5 min) and the task metric (10 min), --workers 2 beside 1 and
         # a local Ray cluster; the last lines sum up each search's wall time, the ratio and whether the decisions match
     python -m benchmarks.debug_auto --models ppocrv5_rec --set calibration_parameters.auto_int16=false \
-        --metric cosine --time-limit 0 --workers 1 2 --whole
-        # the whole command with 1 worker, then again with 2 (no time limit, so the decisions are whole): wall time
-        # of each phase and of the command, their ratio, identical or not
+        --metric cosine --time-limit 0 --target-cosine 0.97 --workers 1 2 --whole
+        # the whole command with 1 worker, then again with 2 (no time limit and a target the search reaches, so the
+        # decisions are whole): wall and CPU seconds of each phase and of the command, the ratio, "identical: yes/no"
 """
 
 from __future__ import annotations
@@ -38,18 +38,44 @@ from benchmarks.paths import OUT
 HERE = Path(__file__).resolve().parent
 
 
-def _printer():
-    """Progress as one line per stage every 10 % (a log file, not a terminal)."""
-    shown: dict[str, int] = {}
-    t0 = time.perf_counter()
+def _tree_cpu() -> float:
+    """CPU seconds of this process (all threads) and of its children, the live ones (``--workers`` processes, read
+    from /proc) and the finished ones: the command's CPU so far."""
+    total = time.process_time() + _children_cpu()
+    me, tick = os.getpid(), os.sysconf("SC_CLK_TCK")
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == me:              # ppid; utime and stime are fields 14 and 15 of the stat line
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
 
-    def tick(stage: str, done: int, total: int) -> None:
+
+class _printer:
+    """Progress as one line per stage every 10 % (a log file, not a terminal), and the wall and CPU seconds of each
+    stage (``stages``: the time from one progress tick to the next goes to the next tick's stage)."""
+
+    def __init__(self):
+        self.shown: dict[str, int] = {}
+        self.t0 = self.last = time.perf_counter()
+        self.cpu = _tree_cpu()
+        self.stages: dict[str, list[float]] = {}
+        self.stage = ""
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        now = time.perf_counter()
+        if stage != self.stage or now - self.last >= 1.0 or done >= total:   # /proc read at most once a second a stage
+            cpu = _tree_cpu()
+            acc = self.stages.setdefault(stage, [0.0, 0.0])
+            acc[0] += now - self.last
+            acc[1] += cpu - self.cpu
+            self.last, self.cpu, self.stage = now, cpu, stage
         step = int(10 * done / max(total, 1))
-        if shown.get(stage) != step:
-            shown[stage] = step
-            print(f"  [{time.perf_counter() - t0:7.1f}s] {stage} {done}/{total}", file=sys.stderr, flush=True)
-
-    return tick
+        if self.shown.get(stage) != step:
+            self.shown[stage] = step
+            print(f"  [{now - self.t0:7.1f}s] {stage} {done}/{total}", file=sys.stderr, flush=True)
 
 
 def check_on_unseen(r, folders: list[Path], count: int) -> dict:
@@ -128,7 +154,7 @@ def search_again(r, args, workers: int, cluster: str | None, time_limit: str) ->
     if limit:   # the first run's limit counted from its start: the search again gets what the first search had
         limit -= sum(r.seconds.get(k, 0.0) for k in ("calibrate", "analysis", "weight_share"))
     t, c = time.perf_counter(), time.process_time() + _children_cpu()
-    again = run_auto(s, r.ranked, 0.99, args.max_fps_loss, s.metric.value(s.float_outputs, s.float_outputs), args.candidates,
+    again = run_auto(s, r.ranked, args.target_cosine, args.max_fps_loss, s.metric.value(s.float_outputs, s.float_outputs), args.candidates,
                      weight_ranking=r.weight_ranked or r.weight_ranking, weight_share=r.weight_share, workers=workers, cluster=cluster,
                      nodes=[n.name for n in r.model.nodes], int16_gains=r.int16_gains,
                      weight_candidates=WEIGHT_CANDIDATES if args.weight_candidates is None else args.weight_candidates,
@@ -144,29 +170,40 @@ def search_again(r, args, workers: int, cluster: str | None, time_limit: str) ->
 
 
 def whole_again(r, args, path: Path, workers: int, cluster: str | None, time_limit: str, first_wall: float,
-                first_cpu: float) -> str:
+                first_cpu: float, first_stages: dict[str, list[float]]) -> list[str]:
     """The whole ``hbtool debug --auto`` again with ``workers`` (session, analysis, prices and gains, search): the
     user's wall time for the command beside the first run's, per phase, and whether it decided the same."""
     from hbtool.config import load_config
     from hbtool.debug.run import parse_time_limit, run_debug
 
-    t, c = time.perf_counter(), time.process_time() + _children_cpu()
-    again = run_debug(load_config(path), auto=True, samples=args.samples, max_fps_loss=args.max_fps_loss,
-                      sensitivity_samples=args.sensitivity_samples, candidates=args.candidates,
-                      weight_samples=args.weight_samples, weight_candidates=args.weight_candidates,
+    progress = _printer()
+    t, c = time.perf_counter(), _tree_cpu()
+    again = run_debug(load_config(path), auto=True, target_cosine=args.target_cosine, samples=args.samples,
+                      max_fps_loss=args.max_fps_loss, sensitivity_samples=args.sensitivity_samples, candidates=args.candidates,
+                      weight_samples=args.weight_samples, weight_candidates=args.weight_candidates, progress=progress,
                       time_limit=parse_time_limit(time_limit), workers=workers, cluster=cluster)
-    wall, cpu = time.perf_counter() - t, time.process_time() + _children_cpu() - c
+    wall, cpu = time.perf_counter() - t, _tree_cpu() - c
     same = _decisions(again.auto) == _decisions(r.auto)
     row = {"model": r.session.cfg.model.output_model_file_prefix, "workers": workers, "cluster": cluster, "whole_seconds": wall,
            "first_whole_seconds": first_wall, "cpu_seconds": cpu, "first_cpu_seconds": first_cpu, "seconds": again.seconds,
-           "first_seconds": r.seconds, "identical": same, "tries": again.auto.tries, "load_average": os.getloadavg()}
+           "first_seconds": r.seconds, "identical": same, "tries": again.auto.tries, "load_average": os.getloadavg(),
+           "stages": progress.stages, "first_stages": first_stages}
     print(json.dumps(row, default=str), flush=True)
-    phases = ", ".join(f"{k} {r.seconds.get(k, 0):.0f}/{v:.0f}" for k, v in again.seconds.items() if k != "total")
-    return (f"whole command again with workers {workers}{' on local Ray' if cluster else ''}: {wall:.0f} s against "
-            f"{first_wall:.0f} s with workers {args.workers[0]} (ratio workers {args.workers[0]} / workers {workers}: "
-            f"{first_wall / max(wall, 1e-9):.2f}x; phases first/again: {phases}), {again.auto.tries} tries against "
-            f"{r.auto.tries}, identical decisions: {same} (only comparable where neither was cut by the time limit), "
-            f"load {os.getloadavg()[0]:.1f}")
+    a, b = f"workers {args.workers[0]}", f"workers {workers}" + (" on local Ray" if cluster else "")
+    lines = [f"whole command, {a} against {b} (wall s; the phases run_debug reports):",
+             f"  {'phase':<24}{a:>14}{b:>22}"]
+    for k in dict.fromkeys(list(r.seconds) + list(again.seconds)):
+        lines.append(f"  {k:<24}{r.seconds.get(k, 0.0):>14.1f}{again.seconds.get(k, 0.0):>22.1f}")
+    lines.append(f"  {'(wall, CPU s) per stage':<24}{a:>14}{b:>22}   (stages of the progress ticks; CPU: process + workers)")
+    for k in dict.fromkeys(list(first_stages) + list(progress.stages)):
+        x, y = first_stages.get(k, [0.0, 0.0]), progress.stages.get(k, [0.0, 0.0])
+        lines.append(f"  {k:<24}{f'{x[0]:.0f}, {x[1]:.0f}':>14}{f'{y[0]:.0f}, {y[1]:.0f}':>22}")
+    lines.append(f"  {'command':<24}{f'{first_wall:.0f}, {first_cpu:.0f}':>14}{f'{wall:.0f}, {cpu:.0f}':>22}")
+    stopped = " (a search was cut by the time limit: the decisions are not comparable)" if (r.auto.stopped or again.auto.stopped) else ""
+    lines.append(f"ratio {a} / {b}: {first_wall / max(wall, 1e-9):.2f}x wall ({first_cpu / max(cpu, 1e-9):.2f}x CPU); "
+                 f"tries {r.auto.tries} / {again.auto.tries}; reached {r.auto.reached} / {again.auto.reached}; "
+                 f"identical: {'yes' if same else 'no'}{stopped}; load average {os.getloadavg()[0]:.1f}")
+    return lines
 
 
 def main() -> None:
@@ -183,6 +220,9 @@ def main() -> None:
     ap.add_argument("--weight-candidates", type=int, default=None, help="single nodes of the weight ranking tried after the groups")
     ap.add_argument("--no-auto", action="store_true")
     ap.add_argument("--max-fps-loss", type=float, default=0.10)
+    ap.add_argument("--target-cosine", type=float, default=0.99,
+                    help="hbtool debug --target-cosine (e.g. 0.97: a target the search reaches, so both --whole runs end by "
+                         "themselves and their decisions are comparable)")
     ap.add_argument("--metric", nargs="+", default=[None],
                     help="debug_parameters.metric (default: transcription agreement for recognisers, else cosine); several: "
                          "one run per metric, e.g. --metric cosine debug_metrics:transcription_agreement")
@@ -222,13 +262,14 @@ def run_case(spec, args, metric: str | None, time_limit: str) -> list[str]:
 
     t0 = time.perf_counter()
     case, path, dirs = prepare_case(spec, args, metric)
-    t1, c1 = time.perf_counter(), time.process_time()
-    r = run_debug(load_config(path), auto=not args.no_auto, samples=args.samples, max_fps_loss=args.max_fps_loss,
-                  sensitivity_samples=args.sensitivity_samples, candidates=args.candidates, weight_samples=args.weight_samples,
-                  weight_candidates=args.weight_candidates, progress=_printer(),
+    progress = _printer()
+    t1, c1 = time.perf_counter(), _tree_cpu()
+    r = run_debug(load_config(path), auto=not args.no_auto, target_cosine=args.target_cosine, samples=args.samples,
+                  max_fps_loss=args.max_fps_loss, sensitivity_samples=args.sensitivity_samples, candidates=args.candidates,
+                  weight_samples=args.weight_samples, weight_candidates=args.weight_candidates, progress=progress,
                   time_limit=parse_time_limit(time_limit), workers=args.workers[0], cluster=args.cluster)
     wall = time.perf_counter() - t1
-    cpu = time.process_time() - c1 + _children_cpu()
+    cpu = _tree_cpu() - c1
     write_debug(r, case / "debug")
     row = {"model": spec.name, "metric": r.session.metric.name, "quantized_nodes": len(r.model.nodes), "seconds": r.seconds,
            "data_seconds": t1 - t0,
@@ -257,7 +298,7 @@ def run_case(spec, args, metric: str | None, time_limit: str) -> list[str]:
     agains = [(w, None) for w in args.workers[1:]] + ([(2, "local")] if args.ray else [])
     for workers, cluster in agains if r.auto is not None else []:
         if args.whole:
-            lines.append(whole_again(r, args, path, workers, cluster, time_limit, wall, cpu))
+            lines += whole_again(r, args, path, workers, cluster, time_limit, wall, cpu, progress.stages)
             continue
         again = search_again(r, args, workers, cluster, time_limit)
         print(json.dumps(again, default=str), flush=True)

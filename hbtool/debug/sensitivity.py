@@ -63,31 +63,52 @@ def evaluate(model: MaskedModel, samples, mask: np.ndarray, outputs: list[str], 
     return metric.value(q, f), worst(per_output(f, q), "cosine")
 
 
+def references(model: MaskedModel, samples, outputs: list[str], float_out: dict[str, np.ndarray],
+               metric: Metric) -> tuple[float, float, float]:
+    """(metric with every quantizer off, metric and worst output cosine with every quantizer on): the reference
+    points the four-way effects are measured from."""
+    ideal, _ = evaluate(model, samples, model.mask(on=[]), outputs, float_out, metric)
+    full, full_cos = evaluate(model, samples, model.mask(off=[]), outputs, float_out, metric)
+    return ideal, full, full_cos
+
+
+def node_sensitivity(model: MaskedModel, samples, outputs: list[str], float_out: dict[str, np.ndarray], metric: Metric,
+                     n, ideal: float, full: float, full_cos: float) -> Sensitivity:
+    """The four-way effects of one node of ``model`` (up to four masked evaluations)."""
+    qo, do, cq, cd = {}, {}, {}, {}
+    for kind, idx in (("weights", n.weights), ("activations", n.acts)):
+        if not idx:
+            continue
+        v, c = evaluate(model, samples, model.mask(on=idx), outputs, float_out, metric)
+        qo[kind], cq[kind] = ideal - v, c
+        v, c = evaluate(model, samples, model.mask(off=idx), outputs, float_out, metric)
+        do[kind], cd[kind] = v - full, c
+    ce = {kind: max(1.0 - cq[kind], cd[kind] - full_cos, 0.0) for kind in cq}
+    return Sensitivity(n.name, n.op_type, bool(n.weights), qo, do, cq, cd, ce)
+
+
+def _not_evaluated(n) -> Sensitivity:
+    return Sensitivity(n.name, n.op_type, bool(n.weights), {}, {}, {}, {}, {}, evaluated=False)
+
+
+def _ordered(out: list[Sensitivity]) -> list[Sensitivity]:
+    return sorted(out, key=lambda s: (not s.evaluated, *(-v for v in s.order)))
+
+
 def rank(model: MaskedModel, samples, outputs: list[str], float_out: dict[str, np.ndarray], metric: Metric,
          progress: Callable[[str, int, int], None] | None = None, only: set[str] | None = None) -> tuple[list[Sensitivity], dict[str, float]]:
     """Every node's sensitivity (of ``only``'s nodes, when given), most sensitive first, and the reference points."""
-    ideal, _ = evaluate(model, samples, model.mask(on=[]), outputs, float_out, metric)
-    full, full_cos = evaluate(model, samples, model.mask(off=[]), outputs, float_out, metric)
+    ideal, full, full_cos = references(model, samples, outputs, float_out, metric)
     out = []
     total = len(model.nodes)
     for k, n in enumerate(model.nodes):
         if only is not None and n.name not in only:
-            out.append(Sensitivity(n.name, n.op_type, bool(n.weights), {}, {}, {}, {}, {}, evaluated=False))
+            out.append(_not_evaluated(n))
             continue
-        qo, do, cq, cd = {}, {}, {}, {}
-        for kind, idx in (("weights", n.weights), ("activations", n.acts)):
-            if not idx:
-                continue
-            v, c = evaluate(model, samples, model.mask(on=idx), outputs, float_out, metric)
-            qo[kind], cq[kind] = ideal - v, c
-            v, c = evaluate(model, samples, model.mask(off=idx), outputs, float_out, metric)
-            do[kind], cd[kind] = v - full, c
-        ce = {kind: max(1.0 - cq[kind], cd[kind] - full_cos, 0.0) for kind in cq}
-        out.append(Sensitivity(n.name, n.op_type, bool(n.weights), qo, do, cq, cd, ce))
+        out.append(node_sensitivity(model, samples, outputs, float_out, metric, n, ideal, full, full_cos))
         if progress:
             progress("sensitivity", k + 1, total)
-    out.sort(key=lambda s: (not s.evaluated, *(-v for v in s.order)))
-    return out, {"float": ideal, "quantized": full, "quantized_cosine": full_cos}
+    return _ordered(out), {"float": ideal, "quantized": full, "quantized_cosine": full_cos}
 
 
 @dataclass
@@ -223,3 +244,115 @@ class FloatActivationsJob:
         idx = [i for n in model.nodes if n.name in chosen for i in n.acts]
         return evaluate(model, session.samples, model.mask(off=idx), session.output_names, session.float_outputs,
                         session.metric)[1]
+
+
+def first_samples(session, count: int) -> tuple[list, dict[str, np.ndarray]]:
+    """The session's first ``count`` debug samples and the float outputs of those (stacked per output)."""
+    total = max(len(session.samples), 1)
+    return session.samples[:count], {o: v[: count * (v.shape[0] // total)] for o, v in session.float_outputs.items()}
+
+
+#: nodes per task of the four-way ranking on the workers (:class:`SensitivityJob`): fixed, so the tasks never depend
+#: on the worker count; each task pays two extra evaluations (its own reference points), on the recogniser about
+#: 2 of 26
+RANK_CHUNK = 8
+#: weighted nodes per task of the weight-only ranking (:class:`WeightGainJob`; one extra evaluation each)
+WEIGHT_CHUNK = 12
+
+
+@dataclass(frozen=True)
+class SensitivityJob:
+    """One task of the four-way ranking: :func:`node_sensitivity` of ``names`` on the session's first ``samples``
+    debug samples, with the reference points (:func:`references`), run where the session is (here, or a
+    ``--workers`` process: :meth:`hbtool.debug.trials.TrialRunner.jobs`). On one onnxruntime thread wherever it
+    runs, like :class:`ActivationLossJob`, so the values are bit for bit the same for any worker count."""
+
+    names: tuple[str, ...]
+    samples: int
+
+    def run(self, session) -> tuple[tuple[float, float, float], list[Sensitivity]]:
+        model = session.switchable().single_threaded()
+        sub, sub_float = first_samples(session, self.samples)
+        refs = references(model, sub, session.output_names, sub_float, session.metric)
+        nodes = {n.name: n for n in model.nodes}
+        return refs, [node_sensitivity(model, sub, session.output_names, sub_float, session.metric, nodes[name], *refs)
+                      for name in self.names]
+
+
+@dataclass(frozen=True)
+class WeightGainJob:
+    """One task of the weight-only ranking (:func:`rank_weights`): the gain of de-quantizing only each of ``names``'
+    weights, on the session's first ``samples`` debug samples, one onnxruntime thread (see :class:`SensitivityJob`)."""
+
+    names: tuple[str, ...]
+    samples: int
+
+    def run(self, session) -> list[WeightGain]:
+        model = session.switchable().single_threaded()
+        sub, sub_float = first_samples(session, self.samples)
+        full, full_cos = evaluate(model, sub, model.mask(off=[]), session.output_names, sub_float, session.metric)
+        nodes = {n.name: n for n in model.nodes}
+        out = []
+        for name in self.names:
+            v, c = evaluate(model, sub, model.mask(off=nodes[name].weights), session.output_names, sub_float, session.metric)
+            out.append(WeightGain(name, nodes[name].op_type, v - full, c - full_cos))
+        return out
+
+
+def _run_jobs(runner, session, jobs: list, progress, stage: str, deadline: float | None = None) -> list:
+    """``job.run`` of each job, in order: on ``runner``'s workers (anything with ``jobs(list)`` and ``workers``:
+    :class:`hbtool.debug.trials.TrialRunner`), or here on ``session`` where ``runner`` is None. With ``deadline`` (a
+    :func:`time.monotonic` value) the jobs go in waves of one per worker, and no wave starts that the last one's
+    time says would end after it: the results are then the first jobs' only."""
+    import time
+
+    def run(part: list):
+        return runner.jobs(part) if runner is not None else (job.run(session) for job in part)
+
+    out: list = []
+    width = max(1, int(getattr(runner, "workers", 1))) if deadline is not None else max(len(jobs), 1)
+    wave = 0.0
+    for k in range(0, len(jobs), width):
+        started = time.monotonic()
+        if deadline is not None and started + wave > deadline:
+            break
+        for r in run(jobs[k:k + width]):
+            out.append(r)
+            if progress:
+                progress(stage, len(out), len(jobs))
+        wave = time.monotonic() - started
+    return out
+
+
+def rank_on(runner, session, samples: int, only: set[str] | None = None, order: list[str] | None = None,
+            progress: Callable[[str, int, int], None] | None = None,
+            deadline: float | None = None) -> tuple[list[Sensitivity], dict[str, float], int]:
+    """:func:`rank` as :class:`SensitivityJob` tasks on ``runner`` (its workers, or here one by one), on the session's
+    switchable model and its first ``samples`` debug samples: the same numbers whatever the worker count.
+
+    ``order``: the nodes in the order to evaluate them (default: the graph's), so that a ``deadline`` (no chunk
+    started that the last wave's time says ends after it) leaves out the least likely ones; the nodes not evaluated
+    (outside ``only``, or past the deadline) are listed last as such. Returns the ranking, the reference points
+    (empty where nothing ran) and how many nodes were evaluated."""
+    model = session.switchable()
+    nodes = {n.name: n for n in model.nodes}
+    names = [name for name in (order or list(nodes)) if only is None or name in only]
+    jobs = [SensitivityJob(tuple(names[k:k + RANK_CHUNK]), samples) for k in range(0, len(names), RANK_CHUNK)]
+    results = _run_jobs(runner, session, jobs, progress, "sensitivity", deadline)
+    got = {s.name: s for _, part in results for s in part}
+    out = [got.get(n.name) or _not_evaluated(n) for n in model.nodes]
+    reference = {}
+    if results:
+        ideal, full, full_cos = results[0][0]
+        reference = {"float": ideal, "quantized": full, "quantized_cosine": full_cos}
+    return _ordered(out), reference, len(got)
+
+
+def rank_weights_on(runner, session, samples: int,
+                    progress: Callable[[str, int, int], None] | None = None) -> list[WeightGain]:
+    """:func:`rank_weights` as :class:`WeightGainJob` tasks on ``runner`` (see :func:`rank_on`)."""
+    weighted = [n.name for n in session.switchable().nodes if n.weights]
+    jobs = [WeightGainJob(tuple(weighted[k:k + WEIGHT_CHUNK]), samples) for k in range(0, len(weighted), WEIGHT_CHUNK)]
+    out = [g for part in _run_jobs(runner, session, jobs, progress, "weight sensitivity") for g in part]
+    out.sort(key=lambda g: tuple(-v for v in g.order))
+    return out
