@@ -78,3 +78,14 @@ def write_config(tmp: Path, model: Path, shape: str, extra_cal: dict | None = No
     path = tmp / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
+
+
+def all_int8_session(tmp: Path, samples: int = 8):
+    """The tests' transformer calibrated all-int8 (``auto_int16: false``) as a debug session ranked by cosine on
+    ``samples`` samples: the model the search, pricing and ranking tests share."""
+    from hbtool.config import load_config
+    from hbtool.debug.metrics_hook import resolve_metric
+    from hbtool.debug.session import open_session
+
+    cfg = load_config(write_config(tmp, tiny_transformer(tmp / "m.onnx"), "1x16x32", {"auto_int16": False}))
+    return open_session(cfg, resolve_metric("cosine", None), samples)

@@ -109,14 +109,9 @@ def test_the_ranking_is_computed_when_the_per_node_pass_needs_it(groups):
 # ---------------------------------------------------------------------------------------- on a real model
 @pytest.fixture(scope="module")
 def session(tmp_path_factory):
-    from hbtool.config import load_config
-    from hbtool.debug.metrics_hook import resolve_metric
-    from hbtool.debug.session import open_session
-    from tests.debug_models import tiny_transformer, write_config
+    from tests.debug_models import all_int8_session
 
-    tmp = tmp_path_factory.mktemp("debug_bound")
-    cfg = load_config(write_config(tmp, tiny_transformer(tmp / "m.onnx"), "1x16x32", {"auto_int16": False}))
-    return open_session(cfg, resolve_metric("cosine", None), 8)
+    return all_int8_session(tmp_path_factory.mktemp("debug_bound"))
 
 
 def test_a_try_on_the_simulator_measures_its_quantized_model_bit_for_bit(session):

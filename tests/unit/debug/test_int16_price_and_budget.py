@@ -19,17 +19,12 @@ from hbtool.debug.price import Int16Prices, budget_set
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """The tests' transformer calibrated all-int8 (``auto_int16: false``): its session, candidates and prices."""
-    from hbtool.config import load_config
     from hbtool.debug.auto import int16_groups
     from hbtool.debug.masked import MaskedModel
-    from hbtool.debug.metrics_hook import resolve_metric
     from hbtool.debug.price import price_int16
-    from hbtool.debug.session import open_session
-    from tests.debug_models import tiny_transformer, write_config
+    from tests.debug_models import all_int8_session
 
-    tmp = tmp_path_factory.mktemp("int16_price")
-    cfg = load_config(write_config(tmp, tiny_transformer(tmp / "m.onnx"), "1x16x32", {"auto_int16": False}))
-    session = open_session(cfg, resolve_metric("cosine", None), 8)
+    session = all_int8_session(tmp_path_factory.mktemp("int16_price"))
     names = [n.name for n in MaskedModel(session.base.calibrated, session.base.graph).nodes]
     order = int16_groups(session, names)[-1]
     return session, order, price_int16(session, {}, order)

@@ -16,16 +16,11 @@ import pytest
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """The tests' transformer calibrated all-int8, its int16 candidates and the dual-precision session."""
-    from hbtool.config import load_config
     from hbtool.debug.auto import INT16_OUT, int16_candidates, with_group
     from hbtool.debug.marginal import dual_precision_graph
-    from hbtool.debug.metrics_hook import resolve_metric
-    from hbtool.debug.session import open_session
-    from tests.debug_models import tiny_transformer, write_config
+    from tests.debug_models import all_int8_session
 
-    tmp = tmp_path_factory.mktemp("marginal")
-    cfg = load_config(write_config(tmp, tiny_transformer(tmp / "m.onnx"), "1x16x32", {"auto_int16": False}))
-    session = open_session(cfg, resolve_metric("cosine", None), 8)
+    session = all_int8_session(tmp_path_factory.mktemp("marginal"))
     order = [n for _, n in int16_candidates(session, [n.name for n in session.switchable().nodes])]
     wide = session.calibrate(with_group({}, order, INT16_OUT[1]))
     dual = dataclasses.replace(session, masked_model=None,

@@ -15,14 +15,9 @@ import pytest
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from hbtool.config import load_config
-    from hbtool.debug.metrics_hook import resolve_metric
-    from hbtool.debug.session import open_session
-    from tests.debug_models import tiny_transformer, write_config
+    from tests.debug_models import all_int8_session
 
-    tmp = tmp_path_factory.mktemp("rank_workers")
-    cfg = load_config(write_config(tmp, tiny_transformer(tmp / "m.onnx"), "1x16x32", {"auto_int16": False}))
-    return open_session(cfg, resolve_metric("cosine", None), 8)
+    return all_int8_session(tmp_path_factory.mktemp("rank_workers"))
 
 
 def _numbers(ranking):
