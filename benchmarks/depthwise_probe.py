@@ -17,7 +17,7 @@ import argparse
 
 import numpy as np
 
-from benchmarks._timing import best_of
+from benchmarks._timing import interleaved_best
 
 # (channels, input px, stride, in_bits): MobileNetV2's depthwise layers at 224 x 224, then
 # int16 inputs and a 5 x 5 kernel (EfficientNet-style) for coverage
@@ -62,10 +62,7 @@ def main(argv=None) -> int:
             exact = (np.array_equal(fused_run(x).astype(np.int64), want)
                      and np.array_equal(session_run(x.astype(np.float32) if bits <= 8 else x).astype(np.int64), want))
             xf = x.astype(np.float32) if bits <= 8 else x  # what the session route is fed (narrowed producers)
-            t_old, t_new = float("inf"), float("inf")
-            for _ in range(3):  # interleaved rounds
-                t_old = min(t_old, best_of(session_run, xf, args.repeat))
-                t_new = min(t_new, best_of(fused_run, x, args.repeat))
+            t_old, t_new = interleaved_best([(session_run, xf), (fused_run, x)], args.repeat)
             print(f"{C:>4} {px:>4} {stride:>2} {bits:>4} {k:>2} {n:>3}  {t_old * 1e3:>18.3f}  {t_new * 1e3:>13.3f}  "
                   f"{t_new / t_old:>5.2f}  {'yes' if exact else 'NO'}")
     return 0

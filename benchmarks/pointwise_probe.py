@@ -21,7 +21,7 @@ import argparse
 
 import numpy as np
 
-from benchmarks._timing import best_of
+from benchmarks._timing import interleaved_best
 
 def _fused_loop():
     """The one-pass candidate: ``out[c, p] = requant_c(bias[c] + sum_k w[c, k] * x[k, p])`` (floor / half_up),
@@ -98,11 +98,7 @@ def main(argv=None) -> int:
         x = rng.integers(-128, 128, (1, cin, px, px)).astype(np.int8)
         want = kern.apply_numpy(x.astype(np.int64))
         exact = all(np.array_equal(f(x).astype(np.int64), want) for f in (conv_integer, matmul_integer, fused_loop))
-        a = b = c = float("inf")
-        for _ in range(3):
-            a = min(a, best_of(conv_integer, x, args.repeat))
-            b = min(b, best_of(matmul_integer, x, args.repeat))
-            c = min(c, best_of(fused_loop, x, args.repeat))
+        a, b, c = interleaved_best([(conv_integer, x), (matmul_integer, x), (fused_loop, x)], args.repeat)
         print(f"{f'{cin}->{cout}':>10} {px:>4}  {a * 1e3:>14.3f}  {b * 1e3:>16.3f}  {b / a:>5.2f}  {c * 1e3:>13.3f}  {c / a:>5.2f}"
               f"  {'yes' if exact else 'NO':>5}  ({taken})")
     return 0
