@@ -163,7 +163,8 @@ def per_channel_scales(session, names: list[str], pow2: bool) -> dict[str, tuple
             scales = np.minimum(tq.scale, np.maximum(m, 1e-12) / qmax)
         tq.axis_scales, tq.scale_axis = np.asarray(scales, np.float64), axes[t]
         ratios.append(float(m.max() / max(float(np.median(m)), 1e-30)))
-    calibrated, _ = build_calibrated_graph(base.graph, plan, base.weight_scales)
+    # the graph the calibration quantized (bias corrections folded): with no tensor changed, the session's own model
+    calibrated, _ = build_calibrated_graph(base.quantized_source or base.graph, plan, base.weight_scales)
     mm = MaskedModel(calibrated, base.graph, threads=session.threads)
     cos = evaluate(mm, session.samples, mm.mask(off=[]), session.output_names, session.float_outputs,
                    resolve_metric("cosine", None))[1]
@@ -300,7 +301,7 @@ def report(out: dict) -> None:
         in_rank = [n for n in touched if n in rank]
         share = sum(max(gains[n], 0.0) for n in in_rank) / total if total else 0.0
         print(f"nodes any option changes: {len(touched)}; their single-node activation losses: "
-              f"{share:.1%} of the sum over the {len(gains)} candidates; ranks "
+              f"{share:.2%} of the sum over the {len(gains)} candidates; ranks "
               f"{sorted(rank[n] for n in in_rank)}")
         for r in rows.values():
             if r.get("smooth_ratios"):
