@@ -207,6 +207,12 @@ def _session(model, threads: int | None = None):
     # many small sessions take turns with the parallel numba loops: idle ORT threads must not
     # spin on the cores (measured: spinning makes Swin-T simulate 5x slower on 2 cores)
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    # no per-session memory arena: each of the 50+ one-node sessions would keep its own arena, so
+    # a step's outputs and scratch (the NCHWc reorders) sit at addresses no other step touched since
+    # the last sample and come from L3 or memory; from the process heap they take the blocks the
+    # previous steps just freed, still in L2. Measured one thread, batch 1, CPU time, interleaved:
+    # MobileNetV2 0.87x, the PP-OCRv5 recogniser 0.81x (docs/simulate.md); same bits (allocation only)
+    opts.enable_cpu_mem_arena = False
     return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
 
 
