@@ -76,3 +76,23 @@ def test_the_loop_runs_on_large_planes_and_the_session_on_small_ones():
     np.testing.assert_array_equal(fast(x).astype(np.int64), kern.apply_numpy(x))
     pointwise = Conv.build(rng.integers(-128, 128, (16, 16, 1, 1)), None, 0.03, 0.01, 0.5)
     assert not accel.depthwise_in_loop(pointwise, (1, 16, 64, 64))
+
+
+@pytest.mark.parametrize("strides,dilations,mult", [((2, 2), (1, 1), 1), ((2, 1), (1, 2), 2), ((3, 2), (2, 1), 1)])
+def test_a_strided_layer_split_over_threads_equals_the_numpy_form(strides, dilations, mult):
+    """Strided planes run through stride-phase planes; rows split across threads start mid-plane (a
+    thread's first row copies its own plane), large enough for the split to happen."""
+    from hbtool.simulator import fused
+
+    rng = np.random.default_rng(sum(strides) * 10 + mult)
+    C = 24
+    kern = Conv.build(rng.integers(-128, 128, (C * mult, 1, 3, 3)), rng.integers(-5000, 5000, C * mult), 0.03,
+                      rng.uniform(0.001, 0.02, C * mult), 0.5, strides=list(strides), pads=[1, 0, 2, 1],
+                      dilations=list(dilations), group=C, rounding="half_even")
+    x = rng.integers(-128, 128, (2, C, 57, 61)).astype(np.int8)
+    run = accel._depthwise_runner(kern, accel.RequantParams(kern.requant, C * mult), accel._bias(kern, C * mult))
+    fused.set_threads(2)
+    try:
+        np.testing.assert_array_equal(run(x).astype(np.int64), kern.apply_numpy(x))
+    finally:
+        fused.set_threads(None)
