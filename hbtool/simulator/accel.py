@@ -967,6 +967,60 @@ def mul_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray, np.nda
     return run
 
 
+# A Mul by a constant scalar whose one reader is an Add of a constant scalar (the PP-OCRv5
+# recogniser's learnable affine blocks: 60 pairs a line) runs as one pass (Executor, see
+# :func:`scalar_affine_stage`). A switch only for ``benchmarks.simulate_profile --without affine-pairs``.
+AFFINE_PAIRS = True
+
+
+def scalar_affine_stage(kernel, const: np.ndarray, const_index: int) -> tuple | None:
+    """An elementwise Mul or Add with the one-element constant ``const`` as operand ``const_index``, as one
+    stage of :func:`fused.scalar_affine_pair`: ``(f, g, u, c, h, n, lo, hi)`` with
+    ``y = clamp((x * (f * g) + (u * c + h)) >> n, lo, hi)``, the very int64 expressions of the
+    kernel's row-scalar loop (``mul_fast`` / ``add_fast``); None for any other form (per-channel
+    parameters, a rounding other than floor / half_up, a result wider than int16)."""
+    c = np.int64(as_stored(np.asarray(const)).reshape(-1)[0])  # the operand as the one-step loop reads it
+    kind = type(kernel).__name__
+    if kind == "Mul":
+        if np.size(kernel.requant.M) != 1:
+            return None
+        p = RequantParams(kernel.requant, 1)
+        if not (p.simple and p.n[0] >= 0):
+            return None
+        stage = (c, p.M[0], np.int64(0), np.int64(0), p.half[0], p.n[0], p.lo, p.hi)
+    elif kind == "Add":
+        A = np.asarray(kernel.A, np.int64)
+        B = kernel.sign * np.asarray(kernel.B, np.int64)
+        n = np.asarray(kernel.n, np.int64)
+        if not (A.size == 1 and B.size == 1 and n.size == 1) or kernel.rounding not in ("floor", "half_up"):
+            return None
+        n0 = int(n.reshape(()))
+        if n0 < 0:
+            return None
+        fx, fc = (B.reshape(()), A.reshape(())) if const_index == 0 else (A.reshape(()), B.reshape(()))
+        half = 1 << (n0 - 1) if kernel.rounding == "half_up" and n0 > 0 else 0
+        stage = (np.int64(fx), np.int64(1), np.int64(fc), c, np.int64(half), np.int64(n0), np.int64(kernel.lo),
+                 np.int64(kernel.hi))
+    else:
+        return None
+    if storage_dtype(int(stage[6]), int(stage[7])).itemsize > 2:
+        return None
+    return stage
+
+
+def scalar_affine_pair(first: tuple, second: tuple) -> Callable[[np.ndarray], np.ndarray]:
+    """Two :func:`scalar_affine_stage` stages on any tensor, one pass: the second step's result, in its dtype."""
+    dtype = storage_dtype(int(second[6]), int(second[7]))
+
+    def run(x: np.ndarray) -> np.ndarray:
+        x = as_stored(x)
+        out = np.empty(x.shape, dtype)
+        fused.scalar_affine_pair(x.reshape(-1), first, second, out.reshape(-1))
+        return out
+
+    return run
+
+
 def _rows_over(axes: tuple[int, ...], run_rows: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
     """``run_rows`` (a function of the last axis) applied over the negative, consecutive ``axes`` instead.
 

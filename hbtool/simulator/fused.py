@@ -386,6 +386,27 @@ def _add_same_simple(r0_, r1_, a, b, A, B, n, half, lo, hi, out):
 
 
 @jit()
+def _scalar_affine_pair(r0_, r1_, x, f1, g1, u1, c1, h1, n1, lo1, hi1, f2, g2, u2, c2, h2, n2, lo2, hi2, out):
+    """Two elementwise steps by a constant scalar (a Mul, then an Add: a learnable affine block) in one pass.
+
+    Stage ``k`` is ``clamp((v * (f_k * g_k) + (u_k * c_k + h_k)) >> n_k, lo_k, hi_k)`` in int64 (products
+    wrap as in the one-step loops): a Mul by ``c`` is ``f = c, g = M, u = 0, h = half`` as in
+    :func:`_mul_rowscalar_simple`, an Add ``f = A, g = 1, u = B, h = half`` as in
+    :func:`_add_rowscalar_simple`, the same int64 expressions. The first stage's result stays in a
+    register instead of a tensor another pass reads back (it is clamped to its 8/16-bit range, so the
+    int16 it would be stored as holds it)."""
+    m1 = f1 * g1
+    a1 = u1 * c1 + h1
+    m2 = f2 * g2
+    a2 = u2 * c2 + h2
+    xs = x[r0_:r1_]
+    os_ = out[r0_:r1_]
+    for i in range(os_.shape[0]):
+        v = min(max((np.int64(xs[i]) * m1 + a1) >> n1, lo1), hi1)
+        os_[i] = min(max((v * m2 + a2) >> n2, lo2), hi2)
+
+
+@jit()
 def _mul_same_simple(r0_, r1_, a, b, m, n, half, lo, hi, out):
     """:func:`_mul_rows_simple` of two operands of one shape on flat (1-D) arrays (see :func:`_add_same_simple`)."""
     as_ = a[r0_:r1_]
@@ -683,6 +704,12 @@ def add_rowscalar(a, b, A, B, n, lo, hi, mode, out):
 def add_same_simple(a, b, A, B, n, half, lo, hi, out):
     """:func:`_add_same_simple` over all elements (1-D), split across the cores when the tensor is big enough."""
     over_rows(_add_same_simple, out.size, out.size, a, b, A, B, n, half, lo, hi, out)
+
+
+def scalar_affine_pair(x, first, second, out):
+    """:func:`_scalar_affine_pair` over all elements (1-D; ``first``/``second``: each stage's
+    ``(f, g, u, c, h, n, lo, hi)``), split across the cores when the tensor is big enough."""
+    over_rows(_scalar_affine_pair, out.size, out.size, x, *first, *second, out)
 
 
 def mul_same_simple(a, b, m, n, half, lo, hi, out):
