@@ -6,7 +6,9 @@ product is provably exact, see :mod:`hbtool.kernels`) or an equivalent faster fo
 compiler's passes recorded (``in_perms``/``out_perm``); data-movement nodes run
 :mod:`.movement`; CPU subgraphs run in onnxruntime, as on the A55 cluster. Integer tensors
 are int16 arrays where a fast form wrote them and int64 where a numpy form did (every form
-accepts any integer dtype); a tensor is freed as soon as its last reader has run.
+accepts any integer dtype); a tensor is freed as soon as its last reader has run. A Mul by a constant
+scalar whose one reader is an Add of a constant scalar runs with it as one step
+(:func:`_fuse_scalar_affine_pairs`).
 
 ``run`` takes any number of samples stacked on each input's first axis and runs them in passes
 of up to :attr:`Executor.micro_batch` samples (the few steps with larger tensors in sub-chunks),
