@@ -366,7 +366,7 @@ def linear_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np
 
 def _pointwise_integer_conv(kernel, w: np.ndarray, attrs: dict, threads: int | None):
     """onnxruntime ConvInteger (uint8 x uint8, int32 accumulators) for a pointwise convolution of int8
-    weights, or None.
+    weights, or for a larger kernel on int8 activations whose float32 form needs a digit split; or None.
 
     For 1x1 kernels MLAS runs this as a plain integer GEMM, faster than the float convolution
     with its layout reorders. Operands are offset to uint8 (``q + 128`` with zero point 128):
@@ -374,14 +374,31 @@ def _pointwise_integer_conv(kernel, w: np.ndarray, attrs: dict, threads: int | N
     unlike uint8 x int8 on CPUs without VNNI), and ``K * 255 * 255 < 2**31`` keeps the int32
     sums exact. int16 activations go in as two base-256 digits stacked on the batch axis (see
     :func:`conv_fast`), which needs no padding: a padded position would read a digit's offset.
+    int8 ones may be padded: onnxruntime pads with the zero point, which is the code 0.
+
+    A 3 x 3 (or larger) kernel takes this route only where the float32 convolution would need its
+    weight split into base-16 digits (two products: :func:`plan_float_conv`); one thread, whole steps,
+    random int8 weights: 256 -> 256 at 14 x 14 1.93 ms against 2.94 ms, 512 -> 512 at 7 x 7 2.34 against
+    3.64, but 64 -> 64 at 56 x 56 2.03 against 1.57 and 128 -> 128 at 28 x 28 1.93 against 1.49 where the
+    float32 form is one product (im2col in uint8 does not beat the blocked float convolution there).
     """
     K = int(np.prod(w.shape[1:]))
-    if kernel.in_bits not in (8, 16) or any(k != 1 for k in w.shape[2:]) or int(kernel.group) != 1 or K * 255 * 255 >= 2**31:
+    if kernel.in_bits not in (8, 16) or int(kernel.group) != 1 or K * 255 * 255 >= 2**31:
+        return None
+    if any(k != 1 for k in w.shape[2:]) and not (kernel.in_bits <= 8 and _float_conv_splits(w, kernel.in_bits)):
         return None
     if w.min(initial=0) < -128 or w.max(initial=0) > 127 or (kernel.in_bits == 16 and any(int(p) for p in kernel.pads)):
         return None
     inits = {"w": (w + 128).astype(np.uint8), "xz": np.array(128, np.uint8), "wz": np.array(128, np.uint8)}
     return _integer_session(onnx_bytes.node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], **attrs), inits, threads)
+
+
+def _float_conv_splits(w: np.ndarray, in_bits: int) -> bool:
+    """Whether the exact float32 form of a convolution by ``w`` splits an operand into digits (or has none)."""
+    try:
+        return any(plan_float_conv(w, in_bits))
+    except ValueError:
+        return True
 
 
 def _pointwise_integer_matmul(kernel, w: np.ndarray, threads: int | None):
@@ -414,7 +431,8 @@ def conv_fast(kernel, threads: int | None = None, in_shape: tuple | None = None)
 
     Depthwise convolutions on large enough planes (``in_shape``: one sample's input shape, when
     known) run as one fused loop (:func:`depthwise_in_loop`); pointwise convolutions of int8
-    weights as integer GEMMs (:func:`_pointwise_integer_conv`; int16 activations as two base-256
+    weights, and int8 3 x 3 ones whose float32 form would need a digit split, as integer GEMMs
+    (:func:`_pointwise_integer_conv`; int16 activations as two base-256
     digits in one call, as in :func:`linear_fast`); the others as float32 convolutions of the
     operands or of their digit parts.
     """
