@@ -8,7 +8,10 @@ total; a step's time is its best over the repeats (the machine is shared: the be
 did not add to). ``--without ROUTE`` builds a second executor without one route (``depthwise-loop``:
 every depthwise layer as a one-node onnxruntime session; ``matmul-integer``: activation MatMuls as
 float GEMMs; ``same-shape-flat``: an Add / Mul of operands of one shape in rows of the last axis; ``avgpool-loop``:
-AvgPool in its numpy form), runs the two interleaved and lists the steps of ``--kind`` side by side.
+AvgPool in its numpy form; ``affine-pairs``: a scalar Mul and its scalar Add as two steps, so the two executors'
+steps no longer line up and ``--kind`` does not apply; ``integer-conv-kxk``: int8 3 x 3 convolutions whose float32
+form splits the weight as that float form, not ``ConvInteger``), runs the two interleaved and lists the steps of ``--kind``
+side by side.
 
 ``--cores`` (use with ``--threads 2``) also records each step's process CPU time beside its wall
 time and lists, by kind, how many cores a step kept busy (CPU / wall; onnxruntime's pools do not
@@ -35,6 +38,8 @@ _ROUTES = {
     "matmul-integer": ("_integer_matmul", lambda kernel, threads: None),
     "same-shape-flat": ("SAME_SHAPE_FLAT", False),
     "avgpool-loop": ("_BUILDERS", lambda builders: {k: v for k, v in builders.items() if k != "AvgPool"}),
+    "affine-pairs": ("AFFINE_PAIRS", False),
+    "integer-conv-kxk": ("_float_conv_splits", lambda w, in_bits: False),
 }
 
 

@@ -207,6 +207,12 @@ def _session(model, threads: int | None = None):
     # many small sessions take turns with the parallel numba loops: idle ORT threads must not
     # spin on the cores (measured: spinning makes Swin-T simulate 5x slower on 2 cores)
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    # no per-session memory arena: each of the 50+ one-node sessions would keep its own arena, so
+    # a step's outputs and scratch (the NCHWc reorders) sit at addresses no other step touched since
+    # the last sample and come from L3 or memory; from the process heap they take the blocks the
+    # previous steps just freed, still in L2. Measured one thread, batch 1, CPU time, interleaved:
+    # MobileNetV2 0.87x, the PP-OCRv5 recogniser 0.81x (docs/simulate.md); same bits (allocation only)
+    opts.enable_cpu_mem_arena = False
     return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
 
 
@@ -360,7 +366,7 @@ def linear_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np
 
 def _pointwise_integer_conv(kernel, w: np.ndarray, attrs: dict, threads: int | None):
     """onnxruntime ConvInteger (uint8 x uint8, int32 accumulators) for a pointwise convolution of int8
-    weights, or None.
+    weights, or for a larger kernel on int8 activations whose float32 form needs a digit split; or None.
 
     For 1x1 kernels MLAS runs this as a plain integer GEMM, faster than the float convolution
     with its layout reorders. Operands are offset to uint8 (``q + 128`` with zero point 128):
@@ -368,14 +374,31 @@ def _pointwise_integer_conv(kernel, w: np.ndarray, attrs: dict, threads: int | N
     unlike uint8 x int8 on CPUs without VNNI), and ``K * 255 * 255 < 2**31`` keeps the int32
     sums exact. int16 activations go in as two base-256 digits stacked on the batch axis (see
     :func:`conv_fast`), which needs no padding: a padded position would read a digit's offset.
+    int8 ones may be padded: onnxruntime pads with the zero point, which is the code 0.
+
+    A 3 x 3 (or larger) kernel takes this route only where the float32 convolution would need its
+    weight split into base-16 digits (two products: :func:`plan_float_conv`); one thread, whole steps,
+    random int8 weights: 256 -> 256 at 14 x 14 1.93 ms against 2.94 ms, 512 -> 512 at 7 x 7 2.34 against
+    3.64, but 64 -> 64 at 56 x 56 2.03 against 1.57 and 128 -> 128 at 28 x 28 1.93 against 1.49 where the
+    float32 form is one product (im2col in uint8 does not beat the blocked float convolution there).
     """
     K = int(np.prod(w.shape[1:]))
-    if kernel.in_bits not in (8, 16) or any(k != 1 for k in w.shape[2:]) or int(kernel.group) != 1 or K * 255 * 255 >= 2**31:
+    if kernel.in_bits not in (8, 16) or int(kernel.group) != 1 or K * 255 * 255 >= 2**31:
+        return None
+    if any(k != 1 for k in w.shape[2:]) and not (kernel.in_bits <= 8 and _float_conv_splits(w, kernel.in_bits)):
         return None
     if w.min(initial=0) < -128 or w.max(initial=0) > 127 or (kernel.in_bits == 16 and any(int(p) for p in kernel.pads)):
         return None
     inits = {"w": (w + 128).astype(np.uint8), "xz": np.array(128, np.uint8), "wz": np.array(128, np.uint8)}
     return _integer_session(onnx_bytes.node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], **attrs), inits, threads)
+
+
+def _float_conv_splits(w: np.ndarray, in_bits: int) -> bool:
+    """Whether the exact float32 form of a convolution by ``w`` splits an operand into digits (or has none)."""
+    try:
+        return any(plan_float_conv(w, in_bits))
+    except ValueError:
+        return True
 
 
 def _pointwise_integer_matmul(kernel, w: np.ndarray, threads: int | None):
@@ -408,7 +431,8 @@ def conv_fast(kernel, threads: int | None = None, in_shape: tuple | None = None)
 
     Depthwise convolutions on large enough planes (``in_shape``: one sample's input shape, when
     known) run as one fused loop (:func:`depthwise_in_loop`); pointwise convolutions of int8
-    weights as integer GEMMs (:func:`_pointwise_integer_conv`; int16 activations as two base-256
+    weights, and int8 3 x 3 ones whose float32 form would need a digit split, as integer GEMMs
+    (:func:`_pointwise_integer_conv`; int16 activations as two base-256
     digits in one call, as in :func:`linear_fast`); the others as float32 convolutions of the
     operands or of their digit parts.
     """
@@ -957,6 +981,60 @@ def mul_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray, np.nda
         else:
             fused.mul_rows(big, small, p.M[0], p.n[0], p.clamp[0], p.pre[0], p.lo, p.hi, p.mode, out)
         return out.reshape(shape)
+
+    return run
+
+
+# A Mul by a constant scalar whose one reader is an Add of a constant scalar (the PP-OCRv5
+# recogniser's learnable affine blocks: 60 pairs a line) runs as one pass (Executor, see
+# :func:`scalar_affine_stage`). A switch only for ``benchmarks.simulate_profile --without affine-pairs``.
+AFFINE_PAIRS = True
+
+
+def scalar_affine_stage(kernel, const: np.ndarray, const_index: int) -> tuple | None:
+    """An elementwise Mul or Add with the one-element constant ``const`` as operand ``const_index``, as one
+    stage of :func:`fused.scalar_affine_pair`: ``(f, g, u, c, h, n, lo, hi)`` with
+    ``y = clamp((x * (f * g) + (u * c + h)) >> n, lo, hi)``, the very int64 expressions of the
+    kernel's row-scalar loop (``mul_fast`` / ``add_fast``); None for any other form (per-channel
+    parameters, a rounding other than floor / half_up, a result wider than int16)."""
+    c = np.int64(as_stored(np.asarray(const)).reshape(-1)[0])  # the operand as the one-step loop reads it
+    kind = type(kernel).__name__
+    if kind == "Mul":
+        if np.size(kernel.requant.M) != 1:
+            return None
+        p = RequantParams(kernel.requant, 1)
+        if not (p.simple and p.n[0] >= 0):
+            return None
+        stage = (c, p.M[0], np.int64(0), np.int64(0), p.half[0], p.n[0], p.lo, p.hi)
+    elif kind == "Add":
+        A = np.asarray(kernel.A, np.int64)
+        B = kernel.sign * np.asarray(kernel.B, np.int64)
+        n = np.asarray(kernel.n, np.int64)
+        if not (A.size == 1 and B.size == 1 and n.size == 1) or kernel.rounding not in ("floor", "half_up"):
+            return None
+        n0 = int(n.reshape(()))
+        if n0 < 0:
+            return None
+        fx, fc = (B.reshape(()), A.reshape(())) if const_index == 0 else (A.reshape(()), B.reshape(()))
+        half = 1 << (n0 - 1) if kernel.rounding == "half_up" and n0 > 0 else 0
+        stage = (np.int64(fx), np.int64(1), np.int64(fc), c, np.int64(half), np.int64(n0), np.int64(kernel.lo),
+                 np.int64(kernel.hi))
+    else:
+        return None
+    if storage_dtype(int(stage[6]), int(stage[7])).itemsize > 2:
+        return None
+    return stage
+
+
+def scalar_affine_pair(first: tuple, second: tuple) -> Callable[[np.ndarray], np.ndarray]:
+    """Two :func:`scalar_affine_stage` stages on any tensor, one pass: the second step's result, in its dtype."""
+    dtype = storage_dtype(int(second[6]), int(second[7]))
+
+    def run(x: np.ndarray) -> np.ndarray:
+        x = as_stored(x)
+        out = np.empty(x.shape, dtype)
+        fused.scalar_affine_pair(x.reshape(-1), first, second, out.reshape(-1))
+        return out
 
     return run
 

@@ -6,7 +6,9 @@ product is provably exact, see :mod:`hbtool.kernels`) or an equivalent faster fo
 compiler's passes recorded (``in_perms``/``out_perm``); data-movement nodes run
 :mod:`.movement`; CPU subgraphs run in onnxruntime, as on the A55 cluster. Integer tensors
 are int16 arrays where a fast form wrote them and int64 where a numpy form did (every form
-accepts any integer dtype); a tensor is freed as soon as its last reader has run.
+accepts any integer dtype); a tensor is freed as soon as its last reader has run. A Mul by a constant
+scalar whose one reader is an Add of a constant scalar runs with it as one step
+(:func:`_fuse_scalar_affine_pairs`).
 
 ``run`` takes any number of samples stacked on each input's first axis and runs them in passes
 of up to :attr:`Executor.micro_batch` samples (the few steps with larger tensors in sub-chunks),
@@ -27,6 +29,7 @@ from hbtool.errors import InputError
 from hbtool.ir.graph import Graph, Node
 from hbtool.ir.program_io import program_from_section
 from hbtool.kernels.movement import MOVEMENT
+from hbtool.simulator import accel
 from hbtool.simulator.accel import accelerate, narrowable, numpy_until_compiled, reader_dtype, writes_through
 from hbtool.simulator.batching import mergeable, merged_kernel, movement_step, per_sample
 
@@ -103,6 +106,92 @@ def _narrow_handoffs(steps: list["_Step"], program: Graph) -> set[str]:
                 rq.out_dtype = dtype
                 narrowed.add(name)
     return narrowed
+
+
+def _scalar_operand(step: "_Step", program: Graph) -> tuple[str, int, np.ndarray] | None:
+    """``(computed input, constant's index, constant)`` of a two-input elementwise step whose other operand is a
+    one-element constant and whose result has the computed input's shape (else None)."""
+    if len(step.inputs) != 2 or len(step.outputs) != 1 or not all(step.inputs) or step.sampleless:
+        return None
+    if step.node.meta.get("in_perms") or step.node.meta.get("out_perm") is not None:
+        return None
+    const = [program.is_const(name) for name in step.inputs]
+    if const.count(True) != 1:
+        return None
+    k = const.index(True)
+    value, x = program.values[step.inputs[k]].data, step.inputs[1 - k]
+    x_shape, y_shape = program.shape(x), program.shape(step.outputs[0])
+    if value is None or np.size(value) != 1 or x_shape is None or tuple(x_shape) != tuple(y_shape or ()):
+        return None
+    if np.ndim(value) > len(x_shape) or int(np.prod(x_shape)) < 2:
+        return None
+    return x, k, value
+
+
+def _fuse_scalar_affine_pairs(steps: list["_Step"], program: Graph) -> tuple[list["_Step"], set[str]]:
+    """The steps with each Mul by a constant scalar whose only reader is an Add of a constant scalar run as one
+    step (:func:`.accel.scalar_affine_pair`), and the names of the Mul results no longer computed.
+
+    A learnable affine block (``x * s + b``: 60 per line in the PP-OCRv5 recogniser) was two passes over
+    the tensor, the second reading back what the first just wrote; one pass computes both in registers,
+    the same int64 expressions, so the same bits. The pair runs where the Mul ran (its input is alive
+    there; the Add's other operand is a constant and its readers come later). A ``keep`` that asks for a
+    Mul result runs the steps unpaired (:meth:`Executor.run`).
+    """
+    readers: dict[str, list[int]] = {}
+    for k, step in enumerate(steps):
+        for name in step.inputs:
+            if name:
+                readers.setdefault(name, []).append(k)
+    out, away, paired = [], set(), set()
+    for k, mul in enumerate(steps):
+        if k in paired:
+            continue
+        pair = None
+        if type(mul.node.meta.get("kernel")).__name__ == "Mul":
+            pair = _affine_pair(mul, steps, readers, program)
+        if pair is None:
+            out.append(mul)
+            continue
+        step, j = pair
+        out.append(step)
+        paired.add(j)
+        away.add(mul.outputs[0])
+    return out, away
+
+
+def _affine_pair(mul: "_Step", steps: list["_Step"], readers: dict[str, list[int]], program: Graph) -> tuple["_Step", int] | None:
+    """The one step doing ``mul`` and its Add reader (:func:`_fuse_scalar_affine_pairs`) and the Add's index, or None."""
+    first_op = _scalar_operand(mul, program)
+    mid = mul.outputs[0]
+    if first_op is None or mid in program.outputs or len(readers.get(mid, [])) != 1:
+        return None
+    j = readers[mid][0]
+    add = steps[j]
+    if type(add.node.meta.get("kernel")).__name__ != "Add":
+        return None
+    second_op = _scalar_operand(add, program)
+    if second_op is None or second_op[0] != mid:
+        return None
+    first = accel.scalar_affine_stage(mul.node.meta["kernel"], first_op[2], first_op[1])
+    second = accel.scalar_affine_stage(add.node.meta["kernel"], second_op[2], second_op[1])
+    if first is None or second is None:
+        return None
+    mk, ak = mul.node.meta["kernel"], add.node.meta["kernel"]
+    (_, i1, c1), (_, i2, c2) = first_op, second_op
+
+    def numpy_form(x: np.ndarray) -> np.ndarray:  # the kernels' own forms, while the loop compiles
+        y = mk.apply_numpy(*((c1, x) if i1 == 0 else (x, c1)))
+        return ak.apply_numpy(*((c2, y) if i2 == 0 else (y, c2)))
+
+    apply = numpy_until_compiled(accel.scalar_affine_pair(first, second), numpy_form)
+
+    def run(xs: list[Any]) -> list[np.ndarray]:
+        return [apply(xs[0])]
+
+    step = _Step(add.node, run, [first_op[0]], list(add.outputs), list(dict.fromkeys(mul.free_after + add.free_after)),
+                 chunk=mul.chunk)
+    return step, j
 
 
 def _one_sample_kernel(node: Node, apply: Callable) -> Callable:
@@ -248,6 +337,11 @@ class Executor:
         self.micro_batch, chunks = _chunk_sizes(self.program, [s.node for s in self.steps])
         for step, chunk in zip(self.steps, chunks):
             step.chunk = None if step.sampleless else chunk
+        # every step on its own, for a keep that asks for a tensor a paired step does not write
+        self.unpaired_steps = self.steps
+        self.paired_away: set[str] = set()
+        if fast and accel.AFFINE_PAIRS and accel.fused is not None:
+            self.steps, self.paired_away = _fuse_scalar_affine_pairs(self.steps, self.program)
 
     @property
     def input_names(self) -> list[str]:
@@ -323,7 +417,7 @@ class Executor:
             shape = tuple(self.program.shape(name))
             values[name] = feeds[name].reshape((S,) + shape)
         keep = keep or set()
-        for step in self.steps:
+        for step in (self.unpaired_steps if keep & self.paired_away else self.steps):
             xs = []
             for name in step.inputs:
                 if not name:

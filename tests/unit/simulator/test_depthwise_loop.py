@@ -18,10 +18,10 @@ from hbtool.simulator import accel
 ROUNDINGS = ["floor", "half_up", "half_away", "half_even"]
 
 
-def _layer(rng):
+def _layer(rng, kernel=None):
     C = int(rng.integers(1, 9))
     mult = int(rng.choice([1, 1, 2]))
-    kh, kw = (int(v) for v in rng.integers(1, 6, 2))
+    kh, kw = kernel or (int(v) for v in rng.integers(1, 6, 2))
     sh, sw = (int(v) for v in rng.integers(1, 4, 2))
     dh, dw = (int(v) for v in rng.choice([1, 1, 2], 2))
     pads = [int(v) for v in rng.integers(0, 4, 4)]
@@ -43,10 +43,11 @@ def _layer(rng):
     return kern, x
 
 
-@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("seed", range(70))
 def test_the_depthwise_loop_equals_the_numpy_form(seed):
+    """Seeds from 40 on draw 3 x 3 kernels (their own pass per kernel row) at random strides and dilations."""
     rng = np.random.default_rng(1000 + seed)
-    kern, x = _layer(rng)
+    kern, x = _layer(rng, (3, 3) if seed >= 40 else None)
     cout = kern.weight.shape[0]
     run = accel._depthwise_runner(kern, accel.RequantParams(kern.requant, cout), accel._bias(kern, cout))
     want = kern.apply_numpy(x)
@@ -76,3 +77,23 @@ def test_the_loop_runs_on_large_planes_and_the_session_on_small_ones():
     np.testing.assert_array_equal(fast(x).astype(np.int64), kern.apply_numpy(x))
     pointwise = Conv.build(rng.integers(-128, 128, (16, 16, 1, 1)), None, 0.03, 0.01, 0.5)
     assert not accel.depthwise_in_loop(pointwise, (1, 16, 64, 64))
+
+
+@pytest.mark.parametrize("strides,dilations,mult", [((2, 2), (1, 1), 1), ((2, 1), (1, 2), 2), ((3, 2), (2, 1), 1)])
+def test_a_strided_layer_split_over_threads_equals_the_numpy_form(strides, dilations, mult):
+    """Strided planes run through stride-phase planes; rows split across threads start mid-plane (a
+    thread's first row copies its own plane), large enough for the split to happen."""
+    from hbtool.simulator import fused
+
+    rng = np.random.default_rng(sum(strides) * 10 + mult)
+    C = 24
+    kern = Conv.build(rng.integers(-128, 128, (C * mult, 1, 3, 3)), rng.integers(-5000, 5000, C * mult), 0.03,
+                      rng.uniform(0.001, 0.02, C * mult), 0.5, strides=list(strides), pads=[1, 0, 2, 1],
+                      dilations=list(dilations), group=C, rounding="half_even")
+    x = rng.integers(-128, 128, (2, C, 57, 61)).astype(np.int8)
+    run = accel._depthwise_runner(kern, accel.RequantParams(kern.requant, C * mult), accel._bias(kern, C * mult))
+    fused.set_threads(2)
+    try:
+        np.testing.assert_array_equal(run(x).astype(np.int64), kern.apply_numpy(x))
+    finally:
+        fused.set_threads(None)
