@@ -115,13 +115,27 @@ def observing_session(graph: Graph, observed: list[str], budget: int | None = No
     pieces = plan_pieces(graph, observed, _pieces.PIECE_BUDGET_BYTES if budget is None else budget)
     if pieces is None:
         data = float_model_bytes(graph, observed) if model is None else with_extra_outputs(model, graph, observed)
-        sess = open_session(data, spinning=False)
+        sess = open_session(data, threads=statistics_run_threads(), spinning=False)
         del data
         return sess, [o.name for o in sess.get_outputs()]
     model = to_onnx(graph)
     names = list(graph.outputs) + [t for t in dict.fromkeys(observed) if t not in graph.outputs]
     sess = PiecewiseSession(graph, pieces, observed, model, _options(pieces=True))
     return sess, names
+
+
+def statistics_run_threads() -> int:
+    """onnxruntime's threads for the statistics session: every core but one, which the statistics thread
+    (:func:`_observe_overlapped`) keeps busy with the previous run's tensors meanwhile.
+
+    With a pool of every core the two competed: on 2 cores ResNet50's pass used about one core in all (12.7 s wall,
+    12.9 CPU s for 64 samples), its run with 123 exposed tensors parallelising poorly at batch 1. One core each for the
+    run and for the statistics overlaps them. onnxruntime's CPU kernels split their work over output elements, never a
+    sum, so the arrays are the same bits at any thread count (``tests/unit/quant/test_statistics_threads.py``).
+    """
+    from hbtool.utils.workers import default_workers
+
+    return max(1, default_workers() - 1)
 
 
 def _split_batch(batch: Mapping[str, np.ndarray], batch_dims: Mapping[str, int]) -> Iterator[dict[str, np.ndarray]]:
