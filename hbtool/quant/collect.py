@@ -138,6 +138,19 @@ def statistics_run_threads() -> int:
     return max(1, default_workers() - 1)
 
 
+def side_by_side_threads() -> int:
+    """onnxruntime's threads for each of two sessions that run at the same time (two candidate scorings, the float
+    and the quantized model of the final evaluation): half the cores each.
+
+    A run of batch 1 keeps about one core busy whatever its pool (small nodes, little to split), so two runs side by
+    side on a pool each of every core oversubscribed the cores without using them better. Like the statistics
+    session's (:func:`statistics_run_threads`), the thread count changes no bit of what a session computes.
+    """
+    from hbtool.utils.workers import default_workers
+
+    return max(1, default_workers() // 2)
+
+
 def _split_batch(batch: Mapping[str, np.ndarray], batch_dims: Mapping[str, int]) -> Iterator[dict[str, np.ndarray]]:
     """Cut a batch of N samples into pieces of the model's own batch size."""
     if any(np.ndim(arr) == 0 for arr in batch.values()):   # a rank-0 input: one sample, never stacked

@@ -1,7 +1,8 @@
-"""The statistics pass gives the same numbers whatever onnxruntime's thread count.
+"""The statistics pass and the candidate scoring give the same numbers whatever onnxruntime's thread count.
 
 The statistics session runs on every core but one (``hbtool.quant.collect.statistics_run_threads``), so that
-the statistics thread has a core of its own; before, it ran on every core. That changes no output file only if
+the statistics thread has a core of its own, and the sessions that run two at a time (candidate scorings, the
+final evaluation's float and quantized models) on half the cores each; before, each ran on every core. That changes no output file only if
 onnxruntime's CPU kernels give the same float bits at any intra-op thread count: they split their work over
 output elements (rows, channels, tiles), never one sum over threads. Checked here bit for bit on a graph large
 enough for onnxruntime to split (convolutions, a batched MatMul, Softmax, LayerNorm, reductions, pooling, Gemm)
@@ -28,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def _splittable_model() -> bytes:
-    """Kernels onnxruntime parallelises at batch 1, every intermediate tensor a graph output."""
+    """Kernels onnxruntime parallelises at batch 1 (and a fake-quantizer's four nodes, as candidate scoring runs
+    them), every intermediate tensor a graph output."""
     rng = np.random.default_rng(3)
 
     def const(name, *shape):
@@ -36,12 +38,18 @@ def _splittable_model() -> bytes:
 
     inits = [const("w1", 32, 16, 3, 3), const("b1", 32), const("w2", 32, 32, 3, 3), const("b2", 32),
              const("wm", 128, 128), const("g", 128), const("beta", 128), const("wg", 10, 32), const("bg", 10),
-             numpy_helper.from_array(np.array([1, 256, 128], np.int64), "shape")]
+             numpy_helper.from_array(np.array([1, 256, 128], np.int64), "shape"),
+             numpy_helper.from_array(np.float32(0.037), "s"), numpy_helper.from_array(np.float32(-128), "qmin"),
+             numpy_helper.from_array(np.float32(127), "qmax")]
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c1"], ["r1"]),
         helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
-        helper.make_node("Add", ["c2", "c2"], ["a2"]),
+        helper.make_node("Div", ["c2", "s"], ["d2"]),   # a fake-quantizer as the candidate scoring model writes it
+        helper.make_node("Round", ["d2"], ["q2"]),
+        helper.make_node("Clip", ["q2", "qmin", "qmax"], ["k2"]),
+        helper.make_node("Mul", ["k2", "s"], ["f2"]),
+        helper.make_node("Add", ["f2", "c2"], ["a2"]),
         helper.make_node("Reshape", ["a2", "shape"], ["seq"]),
         helper.make_node("MatMul", ["seq", "wm"], ["m"]),
         helper.make_node("LayerNormalization", ["m", "g", "beta"], ["ln"], axis=-1),
@@ -54,7 +62,7 @@ def _splittable_model() -> bytes:
         helper.make_node("Flatten", ["gap"], ["flat"]),
         helper.make_node("Gemm", ["flat", "wg", "bg"], ["y"], transB=1),
     ]
-    outs = ["c1", "r1", "c2", "a2", "m", "ln", "logits", "p", "att", "pooled", "gap", "y"]
+    outs = ["c1", "r1", "c2", "d2", "q2", "k2", "f2", "a2", "m", "ln", "logits", "p", "att", "pooled", "gap", "y"]
     graph = helper.make_graph(nodes, "splittable", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 64, 64])],
                               [helper.make_empty_tensor_value_info(o) for o in outs], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -107,6 +115,7 @@ def test_statistics_do_not_depend_on_the_thread_count(tmp_path, monkeypatch, mod
 
 
 def test_the_statistics_session_leaves_a_core_to_the_statistics_thread(monkeypatch):
+    """and two sessions that run side by side (candidate scorings, the final evaluation) take half the cores each"""
     import hbtool.utils.workers as workers
 
     monkeypatch.setattr(workers, "default_workers", lambda: 2)
@@ -115,3 +124,8 @@ def test_the_statistics_session_leaves_a_core_to_the_statistics_thread(monkeypat
     assert collect.statistics_run_threads() == 1
     monkeypatch.setattr(workers, "default_workers", lambda: 16)
     assert collect.statistics_run_threads() == 15
+    assert collect.side_by_side_threads() == 8
+    monkeypatch.setattr(workers, "default_workers", lambda: 2)
+    assert collect.side_by_side_threads() == 1
+    monkeypatch.setattr(workers, "default_workers", lambda: 1)
+    assert collect.side_by_side_threads() == 1
