@@ -130,8 +130,9 @@ def statistics_run_threads() -> int:
 
     With a pool of every core the two competed: on 2 cores ResNet50's pass used about one core in all (12.7 s wall,
     12.9 CPU s for 64 samples), its run with 123 exposed tensors parallelising poorly at batch 1. One core each for the
-    run and for the statistics overlaps them. onnxruntime's CPU kernels split their work over output elements, never a
-    sum, so the arrays are the same bits at any thread count (``tests/unit/quant/test_statistics_threads.py``).
+    run and for the statistics overlaps them. onnxruntime's CPU kernels split their work over output elements rather
+    than one sum over threads: every array was the same bits at 1, 2 and 3 threads on the five ``--speed`` models and
+    in ``tests/unit/quant/test_statistics_threads.py`` (docs/calibrate.md, "Where the time goes").
     """
     from hbtool.utils.workers import default_workers
 
@@ -143,8 +144,8 @@ def side_by_side_threads() -> int:
     and the quantized model of the final evaluation): half the cores each.
 
     A run of batch 1 keeps about one core busy whatever its pool (small nodes, little to split), so two runs side by
-    side on a pool each of every core oversubscribed the cores without using them better. Like the statistics
-    session's (:func:`statistics_run_threads`), the thread count changes no bit of what a session computes.
+    side on a pool each of every core oversubscribed the cores without using them better. As for the statistics
+    session (:func:`statistics_run_threads`), the thread count changed no bit wherever it was compared.
     """
     from hbtool.utils.workers import default_workers
 

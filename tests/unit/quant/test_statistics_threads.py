@@ -4,7 +4,7 @@ The statistics session runs on every core but one (``hbtool.quant.collect.statis
 the statistics thread has a core of its own, and the sessions that run two at a time (candidate scorings, the
 final evaluation's float and quantized models) on half the cores each; before, each ran on every core. That changes no output file only if
 onnxruntime's CPU kernels give the same float bits at any intra-op thread count: they split their work over
-output elements (rows, channels, tiles), never one sum over threads. Checked here bit for bit on a graph large
+output elements (rows, channels, tiles) rather than one sum over threads. Checked here bit for bit on a graph large
 enough for onnxruntime to split (convolutions, a batched MatMul, Softmax, LayerNorm, reductions, pooling, Gemm)
 and, through ``collect_stats``, on the statistics of two tiny corpus models. (On the five speed-benchmark models
 every observed array was compared at 1, 2 and 3 threads: docs/calibrate.md, "Where the time goes".)
