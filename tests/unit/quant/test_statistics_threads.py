@@ -1,7 +1,8 @@
 """The statistics pass and the candidate scoring give the same numbers whatever onnxruntime's thread count.
 
-The statistics session runs on every core but one (``hbtool.quant.collect.statistics_run_threads``), so that
-the statistics thread has a core of its own, and the sessions that run two at a time (candidate scorings, the
+The statistics session runs two samples at once, each on its calling thread, with the cores left over as its pool
+(``hbtool.quant.collect.statistics_runs``, ``statistics_run_threads``), so that the statistics thread has a core of
+its own, and the sessions that run two at a time (candidate scorings, the
 final evaluation's float and quantized models) on half the cores each; before, each ran on every core. That changes no output file only if
 onnxruntime's CPU kernels give the same float bits at any intra-op thread count: they split their work over
 output elements (rows, channels, tiles) rather than one sum over threads. Checked here bit for bit on a graph large
@@ -83,13 +84,14 @@ def test_onnxruntime_arrays_are_the_same_bits_at_any_thread_count():
                 assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), (name, t)
 
 
-def _statistics(tmp_path: Path, model: str, threads: int, monkeypatch) -> dict:
+def _statistics(tmp_path: Path, model: str, threads: int, runs: int, monkeypatch) -> dict:
     monkeypatch.setattr(collect, "statistics_run_threads", lambda: threads)
+    monkeypatch.setattr(collect, "statistics_runs", lambda: runs)
     data = yaml.safe_load((ROOT / "configs" / f"{model}.yaml").read_text())
     data["model_parameters"]["onnx_model"] = str(ROOT / "samples" / "tiny" / f"{model}.onnx")
     data["model_parameters"]["working_dir"] = str(tmp_path / "wd")
     data["calibration_parameters"].update(cal_data_dir=str(ROOT / "samples" / "data" / "digits_cal"), num_samples=8)
-    path = tmp_path / f"cfg_{threads}.yaml"
+    path = tmp_path / f"cfg_{threads}_{runs}.yaml"
     path.write_text(yaml.safe_dump(data))
     run = calib._Calibration(load_config(path), None, None, None)
     with calib.ThreadPoolExecutor(1) as run.background:
@@ -102,8 +104,8 @@ def _statistics(tmp_path: Path, model: str, threads: int, monkeypatch) -> dict:
 
 @pytest.mark.parametrize("model", ["tiny_cnn", "tiny_vit"])
 def test_statistics_do_not_depend_on_the_thread_count(tmp_path, monkeypatch, model):
-    one = _statistics(tmp_path, model, 1, monkeypatch)
-    many = _statistics(tmp_path, model, 3, monkeypatch)
+    one = _statistics(tmp_path, model, 1, 1, monkeypatch)
+    many = _statistics(tmp_path, model, 3, 3, monkeypatch)   # three runs in flight, observed in sample order
     assert one.keys() == many.keys() and one
     for name, a in one.items():
         b = many[name]
@@ -114,16 +116,31 @@ def test_statistics_do_not_depend_on_the_thread_count(tmp_path, monkeypatch, mod
             assert (x is None) == (y is None) and (x is None or x.tobytes() == y.tobytes()), (name, field)
 
 
-def test_the_statistics_session_leaves_a_core_to_the_statistics_thread(monkeypatch):
+def test_concurrent_runs_of_one_session_give_each_sample_its_own_bits():
+    from concurrent.futures import ThreadPoolExecutor
+
+    sess = open_session(_splittable_model(), threads=1, spinning=False)
+    names = [o.name for o in sess.get_outputs()]
+    rng = np.random.default_rng(1)
+    feeds = [{"x": rng.standard_normal((1, 16, 64, 64)).astype(np.float32)} for _ in range(6)]
+    alone = [sess.run(names, f) for f in feeds]
+    with ThreadPoolExecutor(3) as pool:
+        together = list(pool.map(lambda f: sess.run(names, f), feeds))
+    for want, got in zip(alone, together):
+        for name, a, b in zip(names, want, got):
+            assert a.tobytes() == b.tobytes(), name
+
+
+def test_the_statistics_runs_and_the_statistics_thread_share_the_cores(monkeypatch):
     """and two sessions that run side by side (candidate scorings, the final evaluation) take half the cores each"""
     import hbtool.utils.workers as workers
 
     monkeypatch.setattr(workers, "default_workers", lambda: 2)
-    assert collect.statistics_run_threads() == 1
+    assert (collect.statistics_runs(), collect.statistics_run_threads()) == (2, 1)
     monkeypatch.setattr(workers, "default_workers", lambda: 1)
-    assert collect.statistics_run_threads() == 1
+    assert (collect.statistics_runs(), collect.statistics_run_threads()) == (1, 1)
     monkeypatch.setattr(workers, "default_workers", lambda: 16)
-    assert collect.statistics_run_threads() == 15
+    assert (collect.statistics_runs(), collect.statistics_run_threads()) == (2, 14)
     assert collect.side_by_side_threads() == 8
     monkeypatch.setattr(workers, "default_workers", lambda: 2)
     assert collect.side_by_side_threads() == 1
