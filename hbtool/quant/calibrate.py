@@ -375,7 +375,7 @@ class _Calibration:
         """(evaluation batches, the float model's outputs on them); runs on a background thread during the statistics pass."""
         n_eval = EVAL_SAMPLES if _total_macs(self.graph) < 1e9 else EVAL_SAMPLES // 2
         eval_batches = [b for _, b in zip(range(n_eval), self.data.iter_batches(1))]
-        # beside the statistics session (every core but one) and its statistics thread: one core's worth
+        # beside the statistics runs and the statistics thread: half the cores (side_by_side_threads)
         f_sess = open_session(self.float_bytes, threads=side_by_side_threads(), spinning=False)
         return eval_batches, [f_sess.run(list(self.graph.outputs), b) for b in eval_batches]
 
