@@ -305,7 +305,7 @@ def to_json(r: DebugResult) -> dict[str, Any]:
         out["auto"] = {"steps": [asdict(st) for st in a.steps], "node_info": fragment(a.node_info)["model_parameters"]["node_info"],
                        "changed": a.changed, "quantized_nodes": a.quantized_nodes, "base_fps": a.base_fps,
                        "final_fps": a.final.fps if a.final else None, "reached": a.reached,
-                       "tries": a.tries, "stopped": a.stopped, "notes": a.notes, "bound": a.bound, "activation_reference": a.activation_reference,
+                       "tries": a.tries, "tries_run": a.tries_run, "stopped": a.stopped, "notes": a.notes, "bound": a.bound, "activation_reference": a.activation_reference,
                        "final_outputs": a.final.outputs if a.final else None, "final_metric": a.final.metric if a.final else None}
     return out
 

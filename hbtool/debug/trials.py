@@ -147,6 +147,7 @@ class TrialRunner:
         self.cluster = cluster
         self.deadline = deadline
         self._pool: TaskPool | None = None
+        self.tries_run = 0     # tries started (a slice of ``workers`` at a time), read by the search or not
 
     @property
     def parallel(self) -> bool:
@@ -179,6 +180,7 @@ class TrialRunner:
             if self.out_of_time():
                 return
             chunk = trials[k:k + step]
+            self.tries_run += len(chunk)
             if self._pool is None:
                 yield from (evaluate(self.session, t) for t in chunk)
             else:

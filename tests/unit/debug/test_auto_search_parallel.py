@@ -148,6 +148,9 @@ def test_the_whole_command_with_its_ranking_in_the_background_gives_the_serial_r
     assert one.ranking and all(s.evaluated for s in one.ranking)
     assert _decisions(two.auto) == _decisions(one.auto)
     assert _ranking_numbers(two.ranking) == _ranking_numbers(one.ranking) and two.reference == one.reference
+    # one worker runs exactly the tries it reads; two run whole slices (a try after the one that ended a round runs
+    # for nothing, never read): counted, so the price of the speculation is visible
+    assert one.auto.tries_run == one.auto.tries <= two.auto.tries_run
 
 
 @pytest.mark.parametrize("flags, says", [(["--workers", "0"], "--workers 0"),
