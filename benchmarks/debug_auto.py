@@ -201,7 +201,7 @@ def whole_again(r, args, path: Path, workers: int, cluster: str | None, time_lim
     lines.append(f"  {'command':<24}{f'{first_wall:.0f}, {first_cpu:.0f}':>14}{f'{wall:.0f}, {cpu:.0f}':>22}")
     stopped = " (a search was cut by the time limit: the decisions are not comparable)" if (r.auto.stopped or again.auto.stopped) else ""
     lines.append(f"ratio {a} / {b}: {first_wall / max(wall, 1e-9):.2f}x wall ({first_cpu / max(cpu, 1e-9):.2f}x CPU); "
-                 f"tries {r.auto.tries} / {again.auto.tries}; reached {r.auto.reached} / {again.auto.reached}; "
+                 f"tries {r.auto.tries} / {again.auto.tries} (run: {r.auto.tries_run} / {again.auto.tries_run}); reached {r.auto.reached} / {again.auto.reached}; "
                  f"identical: {'yes' if same else 'no'}{stopped}; load average {os.getloadavg()[0]:.1f}")
     return lines
 

@@ -158,6 +158,9 @@ class AutoResult:
     quantized_nodes: int = 0
     reached: bool = False
     tries: int = 0
+    #: tries calibrated and measured, read or not: with N workers a round runs N tries at a time, and those after the
+    #: one that ended the round ran for nothing (the search never reads them: not in ``tries``, nor reported)
+    tries_run: int = 0
     stopped: str = ""      # why the search ended before its last try (the time limit), else empty
     #: the widest int16 try (every candidate output at int16): nodes, cosine, metric, fps, within_fps_budget, reaches_target
     bound: dict[str, Any] | None = None
@@ -387,6 +390,7 @@ class _AutoSearch:
         base_info = copy.deepcopy(session.cfg.model.node_info or {})
         self.cur = measure_variant(session, session.base, base_info, priced=True, channels=True)
         self.res = AutoResult(base_fps=self.cur.fps, quantized_nodes=quantized_nodes)
+        self.runs_before = getattr(runner, "tries_run", 0)     # the runner may be shared (``hbtool debug`` opens one per command)
         self.res.seconds["base_measure"] = time.monotonic() - self.started
         self.res.steps.append(Step("ptq", None, self.cur.cosine, _cosines(self.cur), self.cur.metric, self.cur.fps, True))
         self.hook = session.metric.is_hook
@@ -874,6 +878,7 @@ class _AutoSearch:
         """The model kept (:meth:`_keep_the_best_measured`), calibrated here where a worker measured it, and measured
         with its outputs' worst channels."""
         self._keep_the_best_measured()
+        self.res.tries_run = getattr(self.runner, "tries_run", 0) - self.runs_before
         final = self.runner.materialize(self.cur)
         full = measure_variant(self.session, final.result, final.node_info, priced=False, channels=True)
         full.fps = final.fps

@@ -24,7 +24,8 @@ from hbtool.debug.auto import WEIGHT_CANDIDATES, AutoResult, run_auto
 from hbtool.debug.masked import MaskedModel
 from hbtool.debug.metrics import DIRECTION
 from hbtool.debug.metrics_hook import resolve_metric
-from hbtool.debug.sensitivity import ActivationGains, Sensitivity, WeightGain, rank_on, rank_weights_on, weight_share
+from hbtool.debug.sensitivity import (ActivationGains, Sensitivity, WeightGain, rank_on, rank_weights_on, ranking_jobs,
+                                      ranking_of, weight_share)
 from hbtool.debug.session import DebugSession, open_session
 from hbtool.debug.trials import TrialRunner, probe_cluster
 from hbtool.errors import InputError
@@ -141,20 +142,38 @@ def _analyse(cfg, session, model, runner, metric, auto, target_cosine, max_fps_l
         sensitivity_samples = SENSITIVITY_SAMPLES // 2 if macs >= LARGE_MACS else SENSITIVITY_SAMPLES
         sensitivity_samples = max(1, min(sensitivity_samples, int(budget // (macs * max(_evaluations(model.nodes), 1)))))
     k = min(sensitivity_samples, len(session.samples))
+    evaluations = budget / (macs * max(k, 1))
+    # an unlimited --auto search on workers: the four-way ranking of every node (the budget covers them all) decides
+    # nothing the search does not wait for, so its chunks start now as background work, on the workers' idle slots
+    # beside the op error below, the gains pass's tail and the search's rounds (the same numbers: each chunk's values
+    # depend only on its nodes); read when the per-node pass or the report needs it
+    early = None
+    if auto and deadline is None and runner.parallel and _within_budget(model.nodes, [], evaluations) is None:
+        early_jobs = ranking_jobs(session, k)
+        early = runner.background(early_jobs)
     errs = graph_errors(model, session.base.graph, session.samples, k, progress, observer)
     owners = {nd.outputs[0]: nd.name for nd in model.nodes}
     flags = activation_flags(observer, owners) + weight_flags(session.base.graph)
     t["analysis"] = time.perf_counter()
-    only = _within_budget(model.nodes, errs, budget / (macs * max(k, 1)))
+    only = _within_budget(model.nodes, errs, evaluations)
     result = DebugResult(session, model, errs, flags, [], {}, observer)
     spent = {"sensitivity": 0.0, "weight_sensitivity": 0.0, "report_sensitivity": 0.0}
 
-    def ranked() -> list[Sensitivity]:
-        """The four-way ranking, computed once: before the report, or when ``--auto``'s per-node pass needs it."""
+    def ranked(part: str = "sensitivity") -> list[Sensitivity]:
+        """The four-way ranking, computed once: before the report, or when ``--auto``'s per-node pass needs it
+        (``part``: the ``seconds`` it counts as)."""
         if not result.ranking:
             t0 = time.perf_counter()
-            result.ranking, result.reference, _ = rank_on(runner, session, k, only=only, progress=progress)
-            spent["sensitivity"] += time.perf_counter() - t0
+            if early is not None:
+                results = []
+                for r in early.results():
+                    results.append(r)
+                    if progress:
+                        progress("sensitivity", len(results), len(early_jobs))
+                result.ranking, result.reference, _ = ranking_of(session, results)
+            else:
+                result.ranking, result.reference, _ = rank_on(runner, session, k, only=only, progress=progress)
+            spent[part] += time.perf_counter() - t0
         return result.ranking
 
     result.ranked = ranked
@@ -189,7 +208,9 @@ def _analyse(cfg, session, model, runner, metric, auto, target_cosine, max_fps_l
         auto_wall = time.perf_counter() - t0
         # rankings a phase asked for, and the work before the first round: counted as themselves, not as the search
         inside = sum(spent.values()) + sum(result.auto.seconds.values())
-        if not result.ranking:
+        if early is not None:
+            ranked("report_sensitivity")      # the rest of the background ranking, if any is left
+        elif not result.ranking:
             t0 = time.perf_counter()
             _rank_for_the_report(result, runner, session, k, errs, only, deadline, progress)
             spent["report_sensitivity"] = time.perf_counter() - t0
@@ -284,7 +305,7 @@ def to_json(r: DebugResult) -> dict[str, Any]:
         out["auto"] = {"steps": [asdict(st) for st in a.steps], "node_info": fragment(a.node_info)["model_parameters"]["node_info"],
                        "changed": a.changed, "quantized_nodes": a.quantized_nodes, "base_fps": a.base_fps,
                        "final_fps": a.final.fps if a.final else None, "reached": a.reached,
-                       "tries": a.tries, "stopped": a.stopped, "notes": a.notes, "bound": a.bound, "activation_reference": a.activation_reference,
+                       "tries": a.tries, "tries_run": a.tries_run, "stopped": a.stopped, "notes": a.notes, "bound": a.bound, "activation_reference": a.activation_reference,
                        "final_outputs": a.final.outputs if a.final else None, "final_metric": a.final.metric if a.final else None}
     return out
 

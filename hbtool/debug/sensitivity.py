@@ -324,6 +324,26 @@ def _run_jobs(runner, session, jobs: list, progress, stage: str, deadline: float
     return out
 
 
+def ranking_jobs(session, samples: int, only: set[str] | None = None, order: list[str] | None = None) -> list[SensitivityJob]:
+    """The :class:`SensitivityJob` tasks of :func:`rank_on`: ``order``'s nodes (default: the graph's) in ``only``, in
+    chunks of :data:`RANK_CHUNK`."""
+    nodes = [n.name for n in session.switchable().nodes]
+    names = [name for name in (order or nodes) if only is None or name in only]
+    return [SensitivityJob(tuple(names[k:k + RANK_CHUNK]), samples) for k in range(0, len(names), RANK_CHUNK)]
+
+
+def ranking_of(session, results: list) -> tuple[list[Sensitivity], dict[str, float], int]:
+    """The ranking from :class:`SensitivityJob` results (a node not in them listed as not evaluated), the reference
+    points (empty where nothing ran) and how many nodes were evaluated."""
+    got = {s.name: s for _, part in results for s in part}
+    out = [got.get(n.name) or _not_evaluated(n) for n in session.switchable().nodes]
+    reference = {}
+    if results:
+        ideal, full, full_cos = results[0][0]
+        reference = {"float": ideal, "quantized": full, "quantized_cosine": full_cos}
+    return _ordered(out), reference, len(got)
+
+
 def rank_on(runner, session, samples: int, only: set[str] | None = None, order: list[str] | None = None,
             progress: Callable[[str, int, int], None] | None = None,
             deadline: float | None = None) -> tuple[list[Sensitivity], dict[str, float], int]:
@@ -334,18 +354,8 @@ def rank_on(runner, session, samples: int, only: set[str] | None = None, order: 
     started that the last wave's time says ends after it) leaves out the least likely ones; the nodes not evaluated
     (outside ``only``, or past the deadline) are listed last as such. Returns the ranking, the reference points
     (empty where nothing ran) and how many nodes were evaluated."""
-    model = session.switchable()
-    nodes = {n.name: n for n in model.nodes}
-    names = [name for name in (order or list(nodes)) if only is None or name in only]
-    jobs = [SensitivityJob(tuple(names[k:k + RANK_CHUNK]), samples) for k in range(0, len(names), RANK_CHUNK)]
-    results = _run_jobs(runner, session, jobs, progress, "sensitivity", deadline)
-    got = {s.name: s for _, part in results for s in part}
-    out = [got.get(n.name) or _not_evaluated(n) for n in model.nodes]
-    reference = {}
-    if results:
-        ideal, full, full_cos = results[0][0]
-        reference = {"float": ideal, "quantized": full, "quantized_cosine": full_cos}
-    return _ordered(out), reference, len(got)
+    jobs = ranking_jobs(session, samples, only, order)
+    return ranking_of(session, _run_jobs(runner, session, jobs, progress, "sensitivity", deadline))
 
 
 def rank_weights_on(runner, session, samples: int,

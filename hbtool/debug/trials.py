@@ -103,6 +103,16 @@ def _run_job(job) -> Any:
     return job.run(worker_state()["session"])
 
 
+class _HereLater:
+    """Background jobs without workers: run here, in order, when read."""
+
+    def __init__(self, session: DebugSession, jobs: list):
+        self.session, self.jobs = session, jobs
+
+    def results(self) -> Iterator[Any]:
+        yield from (job.run(self.session) for job in self.jobs)
+
+
 def probe_cluster(cluster: str | None) -> None:
     """A one-line usage error now, not after minutes of analysis, for a ``--cluster`` that cannot be used: Ray
     missing, or a ``HOST:PORT`` that does not answer within :data:`CONNECT_TIMEOUT_S` (``ray.init`` itself
@@ -137,6 +147,7 @@ class TrialRunner:
         self.cluster = cluster
         self.deadline = deadline
         self._pool: TaskPool | None = None
+        self.tries_run = 0     # tries started (a slice of ``workers`` at a time), read by the search or not
 
     @property
     def parallel(self) -> bool:
@@ -169,6 +180,7 @@ class TrialRunner:
             if self.out_of_time():
                 return
             chunk = trials[k:k + step]
+            self.tries_run += len(chunk)
             if self._pool is None:
                 yield from (evaluate(self.session, t) for t in chunk)
             else:
@@ -183,6 +195,15 @@ class TrialRunner:
             yield from (job.run(self.session) for job in jobs)
         else:
             yield from self._pool.map(_run_job, jobs)
+
+    def background(self, jobs: list):
+        """``job.run(session)`` for each job as background work: on a worker only while it would otherwise idle
+        (:meth:`hbtool.utils.workers.TaskPool.background`: the search's tries and jobs go first); ``.results()`` reads
+        them in the jobs' order. Without workers they run here when read. For work no decision of the search waits
+        for (the report's ranking while an unlimited search runs): the same numbers, sooner."""
+        if self._pool is None:
+            return _HereLater(self.session, jobs)
+        return self._pool.background(_run_job, jobs)
 
     def materialize(self, m: Measured) -> Measured:
         """``m`` with its calibration (a worker's try comes back without it): calibrated again here with the method

@@ -14,13 +14,19 @@ accepts remedies in that order makes the same decisions with 1 worker, N workers
   ``workers`` then bounds the tasks in flight.
 
 A task that raises re-raises here, in the caller, with the worker's exception.
+
+Background tasks (:meth:`TaskPool.background`): work that no decision waits for (``hbtool debug --auto``'s report
+ranking while the search runs) goes to a worker only while fewer than ``workers`` tasks are in flight, so it fills
+the slots the foreground tasks leave idle (a search round with one try, the coordinator thinking between rounds)
+and never queues ahead of a foreground task submitted while it waits. Its results are read later, in order.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
+import threading
+from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, Callable, Iterable, Iterator
 
 from hbtool.errors import InputError
@@ -74,6 +80,12 @@ class TaskPool:
         self._executor: ProcessPoolExecutor | None = None
         self._ray = None
         self._ray_started_here = False
+        # tasks in flight on the workers (foreground and background): a background task starts only below ``workers``
+        self._in_flight = 0
+        self._slots = threading.Condition()
+        self._closing = False
+        self._backgrounds: list[Background] = []
+        self._remote = None     # the Ray task, made once
 
     @property
     def parallel(self) -> bool:
@@ -95,6 +107,12 @@ class TaskPool:
         return self
 
     def __exit__(self, *exc) -> None:
+        with self._slots:
+            self._closing = True
+            self._slots.notify_all()
+        for b in self._backgrounds:
+            b.thread.join()
+        self._backgrounds = []
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
@@ -130,13 +148,13 @@ class TaskPool:
             # at most 2 tasks per worker in flight: results stream in order without queuing every item
             items = list(items)
             window = 2 * self.workers
-            futures = [self._executor.submit(fn, it) for it in items[:window]]
+            futures = [self._submit(fn, it) for it in items[:window]]
             nxt = len(futures)
             for i in range(len(items)):
                 result = futures[i].result()
                 futures[i] = None  # type: ignore[call-overload]
                 if nxt < len(items):
-                    futures.append(self._executor.submit(fn, items[nxt]))
+                    futures.append(self._submit(fn, items[nxt]))
                     nxt += 1
                 yield result
         else:
@@ -144,19 +162,87 @@ class TaskPool:
                 yield fn(it)
 
     def _map_ray(self, fn: Callable[[Any], Any], items: list[Any]) -> Iterator[Any]:
-        ray = self._ray
-        remote = ray.remote(_ray_task).options(max_retries=0)
-        init = (self.initializer, self.initargs)
         window = max(1, 2 * self.workers)
-        refs = [remote.remote(init, fn, it) for it in items[:window]]
-        nxt = len(refs)
+        futures = [self._submit(fn, it) for it in items[:window]]
+        nxt = len(futures)
         for i in range(len(items)):
-            result = ray.get(refs[i])
-            refs[i] = None
+            result = futures[i].result()
+            futures[i] = None  # type: ignore[call-overload]
             if nxt < len(items):
-                refs.append(remote.remote(init, fn, items[nxt]))
+                futures.append(self._submit(fn, items[nxt]))
                 nxt += 1
             yield result
+
+    def _submit(self, fn: Callable[[Any], Any], item: Any, reserved: bool = False) -> Future:
+        """``fn(item)`` on a worker now, counted in flight until it ends (``reserved``: already counted, by a
+        background feeder). A foreground task never waits for a slot: its caller bounds what it keeps in flight."""
+        if not reserved:
+            with self._slots:
+                self._in_flight += 1
+        try:
+            if self._ray is not None:
+                if self._remote is None:
+                    self._remote = self._ray.remote(_ray_task).options(max_retries=0)
+                future = self._remote.remote((self.initializer, self.initargs), fn, item).future()
+            else:
+                future = self._executor.submit(fn, item)
+        except BaseException:
+            self._ended(None)
+            raise
+        future.add_done_callback(self._ended)
+        return future
+
+    def _ended(self, _future) -> None:
+        with self._slots:
+            self._in_flight -= 1
+            self._slots.notify_all()
+
+    def background(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> "Background":
+        """Start ``fn(item)`` for every item as background work (module docstring): on a worker only while fewer than
+        ``workers`` tasks are in flight, in the items' order; :meth:`Background.results` reads them in that order.
+        Without workers (``workers=1``, no cluster) nothing runs until the results are read, then here."""
+        b = Background(self, fn, list(items))
+        if self.parallel:
+            self._backgrounds.append(b)
+            b.thread.start()
+        return b
+
+
+class Background:
+    """Background tasks of a :class:`TaskPool` (:meth:`TaskPool.background`): ``results()`` yields them in order,
+    waiting for the ones still running; a task not yet started when ``results()`` is read starts then."""
+
+    def __init__(self, pool: TaskPool, fn: Callable[[Any], Any], items: list[Any]):
+        self.pool, self.fn, self.items = pool, fn, items
+        self.futures: list[Future | None] = []
+        self._reading = False
+        self.thread = threading.Thread(target=self._feed, name="hbtool-background", daemon=True)
+
+    def _feed(self) -> None:
+        pool = self.pool
+        for item in self.items:
+            with pool._slots:
+                while not pool._closing and not self._reading and pool._in_flight >= pool.workers:
+                    pool._slots.wait()
+                if pool._closing or self._reading:
+                    return            # closing; or the reader submits the rest as foreground work
+                pool._in_flight += 1  # the slot taken here, the task submitted outside the lock
+            self.futures.append(pool._submit(self.fn, item, reserved=True))
+
+    def results(self) -> Iterator[Any]:
+        """Each item's result, in order (a task that raised re-raises here)."""
+        pool = self.pool
+        if not pool.parallel:
+            yield from (self.fn(it) for it in self.items)
+            return
+        with pool._slots:
+            self._reading = True          # from now on the rest go in as foreground tasks (nobody else waits)
+            pool._slots.notify_all()
+        self.thread.join()
+        started = list(self.futures)
+        rest = self.items[len(started):]
+        yield from (f.result() for f in started)
+        yield from pool.map(self.fn, rest)
 
 
 def _ray_task(init: tuple, fn: Callable[[Any], Any], item: Any) -> Any:

@@ -117,6 +117,42 @@ def test_a_local_ray_cluster_gives_the_identical_result(serial):
     assert all(m.result is None for m in there)        # the calibrations stay on the cluster
 
 
+def _ranking_numbers(ranking):
+    import dataclasses
+
+    return [dataclasses.astuple(s) for s in ranking]
+
+
+@pytest.mark.parametrize("cluster", [None, pytest.param("local", marks=pytest.mark.slow)], ids=["processes", "ray-local"])
+def test_the_whole_command_with_its_ranking_in_the_background_gives_the_serial_result(serial, monkeypatch, cluster):
+    """``hbtool debug --auto --workers 2`` without a time limit: the report's ranking runs as background work on the
+    workers' idle slots beside the search (it decides nothing in it); the search's decisions, the model kept and the
+    ranking are those of ``--workers 1``, bit for bit, on worker processes and on a local Ray cluster."""
+    if cluster:
+        pytest.importorskip("ray")
+    import hbtool.debug.trials as trials
+    from hbtool.config import load_config
+    from hbtool.debug.run import run_debug
+
+    _, cfg, one = serial
+    started = []
+    original = trials.TrialRunner.background
+
+    def counted(self, jobs):
+        started.append(len(jobs))
+        return original(self, jobs)
+
+    monkeypatch.setattr(trials.TrialRunner, "background", counted)
+    two = run_debug(load_config(cfg), auto=True, samples=8, workers=2, cluster=cluster)
+    assert started and started[0] >= 1                   # the ranking went in as background work
+    assert one.ranking and all(s.evaluated for s in one.ranking)
+    assert _decisions(two.auto) == _decisions(one.auto)
+    assert _ranking_numbers(two.ranking) == _ranking_numbers(one.ranking) and two.reference == one.reference
+    # one worker runs exactly the tries it reads; two run whole slices (a try after the one that ended a round runs
+    # for nothing, never read): counted, so the price of the speculation is visible
+    assert one.auto.tries_run == one.auto.tries <= two.auto.tries_run
+
+
 @pytest.mark.parametrize("flags, says", [(["--workers", "0"], "--workers 0"),
                                          (["--cluster", "127.0.0.1:1"], "cannot reach the Ray cluster"),
                                          (["--cluster", "no-port"], "not a Ray address")])

@@ -58,3 +58,47 @@ def test_local_ray_cluster_keeps_order():
     with TaskPool(2, cluster="local", initializer=_setup, initargs=(7,)) as pool:
         results = list(pool.map(_slow_first, range(6)))
     assert [r for r, _ in results] == list(range(7, 13))
+
+
+def _stamped(i: int) -> tuple[int, float, float]:
+    """Sleeps a little; says when it started and ended (wall clock, comparable across processes)."""
+    import time
+
+    start = time.time()
+    time.sleep(0.3)
+    return i, start, time.time()
+
+
+def test_background_tasks_fill_idle_workers_and_yield_to_foreground_tasks():
+    """Background work (``hbtool debug --auto``'s report ranking during the search) runs on the workers before its
+    results are read, in order; a foreground batch submitted meanwhile goes ahead of the background tasks not yet
+    started, so it waits at most for the ones running."""
+    import time
+
+    with TaskPool(2) as pool:
+        back = pool.background(_stamped, range(8))
+        time.sleep(1.0)                              # workers start, then take background tasks while idle
+        asked = time.time()
+        front = list(pool.map(_stamped, [100, 101]))
+        got = list(back.results())
+    assert [r[0] for r in got] == list(range(8)) and [r[0] for r in front] == [100, 101]
+    assert min(r[1] for r in got) < asked           # some ran before anybody asked for them
+    later = [r for r in got if r[1] > asked]         # background tasks started after the foreground batch was asked
+    assert later and max(r[1] for r in front) <= min(r[1] for r in later) + 0.05     # the foreground went first
+    assert max(r[1] for r in front) - asked < 0.3 + 0.25                            # waited for one task at most
+
+
+def test_background_without_workers_runs_here_when_read():
+    calls = []
+    with TaskPool(1, initializer=_setup, initargs=(0,)) as pool:
+        back = pool.background(calls.append, [1, 2])
+        assert calls == []
+        assert list(back.results()) == [None, None] and calls == [1, 2]
+
+
+def test_background_on_a_local_ray_cluster_keeps_order():
+    pytest.importorskip("ray")
+    with TaskPool(2, cluster="local", initializer=_setup, initargs=(3,)) as pool:
+        back = pool.background(_slow_first, range(5))
+        front = list(pool.map(_slow_first, range(3)))
+        assert [r for r, _ in back.results()] == list(range(3, 8)) and [r for r, _ in front] == [3, 4, 5]
