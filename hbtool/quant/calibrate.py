@@ -32,7 +32,7 @@ from hbtool.kernels.movement import PERMUTATIONS
 from hbtool.march.description import check_int16_supported, load_march
 from hbtool.quant.calibrated_model import build_calibrated_graph, loaded_bias_delta
 from hbtool.quant.candidate_scoring import ScoringModel, plan_layout
-from hbtool.quant.collect import collect_stats, float_model_bytes, open_session, side_by_side_threads, with_extra_outputs
+from hbtool.quant.collect import collect_stats, float_model_bytes, open_session, with_extra_outputs
 from hbtool.quant.data import CalibrationSet, load_calibration_data
 from hbtool.quant.fqvit import apply_ptf, apply_softmax_log2, log2_decode, ptf_tensors
 from hbtool.quant.masks import clamp_masks
@@ -191,10 +191,9 @@ def evaluate_outputs(
             t_model = float_model_bytes(test_graph, t_extra)
         else:
             t_model = with_extra_outputs(serialized[1], test_graph, t_extra)
-        # each on half the cores (side_by_side_threads): the same bits at any thread count
-        t_open = pool.submit(open_session, t_model, side_by_side_threads(), not exact_test, False)
+        t_open = pool.submit(open_session, t_model, 0, not exact_test, False)
         f_model = float_model_bytes(float_graph, node_tensors) if serialized is None else with_extra_outputs(serialized[0], float_graph, node_tensors)
-        f_sess = open_session(f_model, side_by_side_threads(), basic=True, spinning=False)
+        f_sess = open_session(f_model, basic=True, spinning=False)
         del f_model
         del t_model
         t_sess = t_open.result()
@@ -375,8 +374,7 @@ class _Calibration:
         """(evaluation batches, the float model's outputs on them); runs on a background thread during the statistics pass."""
         n_eval = EVAL_SAMPLES if _total_macs(self.graph) < 1e9 else EVAL_SAMPLES // 2
         eval_batches = [b for _, b in zip(range(n_eval), self.data.iter_batches(1))]
-        # beside the statistics runs and the statistics thread: half the cores (side_by_side_threads)
-        f_sess = open_session(self.float_bytes, threads=side_by_side_threads(), spinning=False)
+        f_sess = open_session(self.float_bytes, spinning=False)
         return eval_batches, [f_sess.run(list(self.graph.outputs), b) for b in eval_batches]
 
     def plan_weights(self) -> None:
@@ -443,11 +441,9 @@ class _Calibration:
         seen: dict[tuple, str] = {}
         methods: list[Any] = list(CANDIDATES) + (["mix"] if ctype == "mix" else [])
         # the plans are built here, in order; the first plan's scoring model (every activation's numbers as inputs:
-        # hbtool.quant.candidate_scoring) is opened on a scoring thread while the other plans are built, and every
-        # candidate of the same layout is scored on that one session with its own numbers fed, two candidates at a
-        # time on two scoring threads, each run on half the cores (side_by_side_threads): a run of batch 1 keeps about
-        # one core busy whatever its pool, and every candidate's sums are its own, added in sample order
-        with ThreadPoolExecutor(2) as pool:
+        # hbtool.quant.candidate_scoring) is opened on the scoring thread while the other plans are built, and every
+        # candidate of the same layout is scored on that one session with its own numbers fed, one after another
+        with ThreadPoolExecutor(1) as pool:
             scores: dict[str, Any] = {}
             same_as: dict[str, str] = {}
             models: dict[Any, tuple[ScoringModel, Any]] = {}
@@ -462,7 +458,7 @@ class _Calibration:
                 layout = plan_layout(self.graph, plan, self.weights)
                 if layout not in models:
                     model = ScoringModel(self.qsrc, plan, dict(self.weights))
-                    models[layout] = (model, pool.submit(open_session, float_model_bytes(model.graph), side_by_side_threads(), True, False))
+                    models[layout] = (model, pool.submit(open_session, float_model_bytes(model.graph), 0, True, False))
                 model, session = models[layout]
                 scores[method] = pool.submit(self._scored, session, model.feeds(plan))
             for k, method in enumerate(methods):

@@ -115,54 +115,13 @@ def observing_session(graph: Graph, observed: list[str], budget: int | None = No
     pieces = plan_pieces(graph, observed, _pieces.PIECE_BUDGET_BYTES if budget is None else budget)
     if pieces is None:
         data = float_model_bytes(graph, observed) if model is None else with_extra_outputs(model, graph, observed)
-        sess = open_session(data, threads=statistics_run_threads(), spinning=False)
+        sess = open_session(data, spinning=False)
         del data
         return sess, [o.name for o in sess.get_outputs()]
     model = to_onnx(graph)
     names = list(graph.outputs) + [t for t in dict.fromkeys(observed) if t not in graph.outputs]
     sess = PiecewiseSession(graph, pieces, observed, model, _options(pieces=True))
     return sess, names
-
-
-def statistics_runs() -> int:
-    """How many runs of the statistics session are in flight at once: two where there are two cores.
-
-    A run of batch 1 keeps about one core busy whatever its pool (ResNet50 with its 123 exposed tensors: 116-136 CPU
-    ms a run at 1 or 2 threads), and with one session on every core beside the statistics thread the two competed:
-    on 2 cores ResNet50's pass used about one core in all (12.7 s wall, 12.9 CPU s for 64 samples). Two runs of the
-    one session on their own calling threads (onnxruntime's ``Run`` may be called from several threads at once; a
-    session of one intra-op thread computes on the caller's) and the statistics thread keep both cores busy. Each run
-    computes its own sample alone, so its arrays are what one run at a time gives; the statistics still take the
-    runs one at a time, in sample order (:func:`_observe_overlapped`)."""
-    from hbtool.utils.workers import default_workers
-
-    return 2 if default_workers() >= 2 else 1
-
-
-def statistics_run_threads() -> int:
-    """onnxruntime's intra-op threads for the statistics session: the cores the :func:`statistics_runs` calling
-    threads and the statistics thread leave (one, the caller's, on 2 cores).
-
-    onnxruntime's CPU kernels split their work over output elements rather than one sum over threads: every array
-    was the same bits at 1, 2 and 3 threads on the five ``--speed`` models and in
-    ``tests/unit/quant/test_statistics_threads.py`` (docs/calibrate.md, "Where the time goes").
-    """
-    from hbtool.utils.workers import default_workers
-
-    return max(1, default_workers() - statistics_runs())
-
-
-def side_by_side_threads() -> int:
-    """onnxruntime's threads for each of two sessions that run at the same time (two candidate scorings, the float
-    and the quantized model of the final evaluation): half the cores each.
-
-    A run of batch 1 keeps about one core busy whatever its pool (small nodes, little to split), so two runs side by
-    side on a pool each of every core oversubscribed the cores without using them better. As for the statistics
-    session (:func:`statistics_run_threads`), the thread count changed no bit wherever it was compared.
-    """
-    from hbtool.utils.workers import default_workers
-
-    return max(1, default_workers() // 2)
 
 
 def _split_batch(batch: Mapping[str, np.ndarray], batch_dims: Mapping[str, int]) -> Iterator[dict[str, np.ndarray]]:
@@ -258,12 +217,10 @@ def collect_stats(
 
 
 def _observe_overlapped(sess, out_names, batches, batch_dims, observe, progress) -> None:
-    """The statistics of run k taken on one background thread while onnxruntime computes the next runs
-    (:func:`statistics_runs` of them at once, on their own threads; all release the GIL for their heavy parts); runs
-    are observed strictly in order, one at a time, so every number is what a strictly sequential loop gives. Holds
-    the tensors of ``statistics_runs() + 1`` runs at most (three on two cores): graphs whose observed tensors exceed
-    the piece budget never come here (they run in pieces)."""
-    from collections import deque
+    """The statistics of run k taken on one background thread while onnxruntime computes run k + 1 (both release
+    the GIL for their heavy parts); runs are observed strictly in order, one at a time, so every number is what a
+    strictly sequential loop gives. Holds two runs' tensors at most: graphs whose observed tensors exceed the piece
+    budget never come here (they run in pieces)."""
     from concurrent.futures import ThreadPoolExecutor
 
     def observe_run(outs: list[np.ndarray]) -> None:
@@ -271,28 +228,16 @@ def _observe_overlapped(sess, out_names, batches, batch_dims, observe, progress)
             arr, outs[i] = outs[i], None
             observe(name, arr)
 
-    runs = statistics_runs()
-    with ThreadPoolExecutor(runs) as runners, ThreadPoolExecutor(1) as observer:
+    with ThreadPoolExecutor(1) as observer:
         pending = None
-        in_flight: deque = deque()
-
-        def hand_over() -> None:
-            nonlocal pending
-            run, samples = in_flight.popleft()
-            outs = run.result()
-            if pending is not None:
-                pending.result()
-            pending = observer.submit(observe_run, outs)
-            del outs
-            if progress is not None:
-                progress(samples)
-
         for batch in batches:
             for feeds in _split_batch(batch, batch_dims):
-                in_flight.append((runners.submit(sess.run, out_names, feeds), next(iter(feeds.values())).shape[0]))
-                if len(in_flight) >= runs:
-                    hand_over()
-        while in_flight:
-            hand_over()
+                outs = sess.run(out_names, feeds)
+                if pending is not None:
+                    pending.result()
+                pending = observer.submit(observe_run, outs)
+                del outs
+                if progress is not None:
+                    progress(next(iter(feeds.values())).shape[0])
         if pending is not None:
             pending.result()
