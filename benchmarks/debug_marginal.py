@@ -28,15 +28,8 @@ import os
 import time
 from pathlib import Path
 
+from benchmarks._cache import load_results, save_results
 
-def _load(path: Path) -> dict:
-    return json.loads(path.read_text()) if path.exists() else {}
-
-
-def _save(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    tmp.replace(path)
 
 
 def main() -> None:
@@ -69,7 +62,7 @@ def main() -> None:
     args = ap.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
     path = args.cache / "marginal.json"
-    out = _load(path)
+    out = load_results(path)
     out.setdefault("load_average", []).append(os.getloadavg())
     t0 = time.perf_counter()
     session = open_session(load_config(args.config), resolve_metric("cosine", None), args.samples)
@@ -85,7 +78,7 @@ def main() -> None:
             out[key] = fn()
             out.setdefault("seconds", {})[key] = time.perf_counter() - t
             out.setdefault("load_after", {})[key] = os.getloadavg()
-            _save(path, out)
+            save_results(path, out)
             print(key, json.dumps(out[key], default=str)[:600], f"({out['seconds'][key]:.0f} s)", flush=True)
         return out[key]
 

@@ -24,11 +24,12 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import json
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from benchmarks._cache import load_results, save_results
 
 ALPHAS = (0.3, 0.5, 0.7, 0.85)
 #: the options measured here (``result.options`` also says what bias correction and the output checks did)
@@ -172,15 +173,6 @@ def per_channel_scales(session, names: list[str], pow2: bool) -> dict[str, tuple
     return {"tensors": len(tensors), "cosine": cos, "median_channel_ratio": float(np.median(ratios)) if ratios else None}
 
 
-def _load(path: Path) -> dict:
-    return json.loads(path.read_text()) if path.exists() else {}
-
-
-def _save(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    tmp.replace(path)
-
 
 def _case_config(out: Path) -> Path:
     """The benchmark's case (benchmarks/debug_auto.py's): PP-OCRv5 recogniser, all int8, 32 calibration lines, 32
@@ -221,7 +213,7 @@ def main() -> None:
     args = ap.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
     path = args.cache / "options.json"
-    out = _load(path)
+    out = load_results(path)
     out.setdefault("load_average", []).append(os.getloadavg())
     if args.report_only:
         report(out)
@@ -241,7 +233,7 @@ def main() -> None:
             for k, r in zip(todo, runner.jobs(jobs)):
                 r["load_after"] = os.getloadavg()
                 out.setdefault("variants", {})[k] = r
-                _save(path, out)
+                save_results(path, out)
                 print(f"{k}: cosine {r['cosine']:.4f}, FPS {r['fps']:.0f}, sites {r['sites']}, changed "
                       f"{r['changed_count']} ({r['seconds']:.0f} s)", flush=True)
         if (args.gains or args.on_top or args.per_channel) and "gains" not in out:
@@ -249,7 +241,7 @@ def main() -> None:
             order = [n for _, n in int16_candidates(session, names)]
             out["gains"] = {k: v for p in runner.jobs(ActivationGains(session, args.gain_samples).jobs(order)) for k, v in p.items()}
             out.setdefault("seconds", {})["gains"] = time.perf_counter() - t
-            _save(path, out)
+            save_results(path, out)
         if args.on_top and out.get("variants"):
             by_loss = sorted(out["gains"], key=lambda n: (-out["gains"][n], n))[: args.on_top]
             best = max((k for k in out["variants"] if k != "base"), key=lambda k: out["variants"][k]["cosine"], default=None)
@@ -261,7 +253,7 @@ def main() -> None:
             for job, r in zip(jobs, runner.jobs(jobs)):
                 r["load_after"] = os.getloadavg()
                 out["variants"][job.name] = r
-                _save(path, out)
+                save_results(path, out)
                 print(f"{job.name}: cosine {r['cosine']:.4f}, FPS {r['fps']:.0f}, changed {r['changed_count']}", flush=True)
     if args.per_channel and "gains" in out:
         from hbtool.debug.sensitivity import evaluate
@@ -280,7 +272,7 @@ def main() -> None:
                     t = time.perf_counter()
                     pc[key] = per_channel_scales(session, by_loss[:k] if k else names, pow2)
                     pc[key]["seconds"] = time.perf_counter() - t
-                    _save(path, out)
+                    save_results(path, out)
                     print(key, pc[key], flush=True)
     report(out)
     print("seconds: session", round(time.perf_counter() - t0), "load", out["load_average"][-1], os.getloadavg())
