@@ -113,7 +113,7 @@ def main(argv=None) -> int:
                     help="also run an executor built without this route (its kernels take the route before it), interleaved")
     args = ap.parse_args(argv)
 
-    from benchmarks.simulate_speed import ZOO_OUT, _samples, _session, _slice
+    from benchmarks.simulate_speed import ZOO_OUT, _samples, _session, _slice, quiesce
     from hbtool.compiler.artifact import read_artifact
     from hbtool.simulator import accel
     from hbtool.simulator.executor import Executor
@@ -153,6 +153,7 @@ def main(argv=None) -> int:
             sess.run(outs, _slice(feeds, shapes, k))
         total["ort"] += time.perf_counter() - t
         total_cpu["ort"] += time.process_time() - c
+        quiesce()  # its pool's spinning would run into the next simulate run (benchmarks.simulate_speed.quiesce)
     r = args.repeat
     print(f"{args.model} batch {args.batch}, {args.threads} thread(s), {r} interleaved runs (mean ms): "
           + ", ".join(f"simulate[{label}] {total[label] / r * 1e3:.2f} ({total[label] / total['ort']:.2f}x)"

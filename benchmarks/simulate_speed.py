@@ -20,8 +20,8 @@ ONNX model (``*_quantized_model.onnx`` in onnxruntime) bit for bit.
 PP-OCRv5 recogniser: text lines) through ``python -m hbtool.cli simulate`` against a Python
 process running onnxruntime float32 on the same ``.npy`` line by line, process start included,
 interleaved over ``--rounds``. ``--baseline DIR`` runs another checkout's code beside this one
-(its hbtool in the CLI row, its own copy of this benchmark for the warm rows) so old and new are
-compared in the same run; the CLI outputs of both must be identical. ``--threads 1 2`` measures every
+(its hbtool in the CLI row; in the warm rows its hbtool measured by this copy of the benchmark) so old and
+new are compared in the same run, measured alike; the CLI outputs of both must be identical. ``--threads 1 2`` measures every
 model at one and at two threads back to back and prints how each side scales (on a loaded machine the
 one-thread ratios and the CPU-time ratios are the honest ones). The five models of issue 34:
 
@@ -85,6 +85,26 @@ def _slice(feeds: dict, shapes: dict, k: int, count: int = 1) -> dict:
     return {n: x[k * shapes[n][0]:(k + count) * shapes[n][0]] for n, x in feeds.items()}
 
 
+def quiesce(window_s: float = 0.01, quiet_cpu_s: float = 0.001, limit_s: float = 1.0) -> float:
+    """Wait until no thread of this process is spinning; returns the seconds waited.
+
+    onnxruntime's float32 session (the peer; its pool spins, as a user's would) keeps a worker
+    spinning for about 50 ms after each ``run`` returns (measured: a 50 ms sleep right after a
+    MobileNetV2 run used 45-49 ms of this process's CPU, a 200 ms sleep no more). Timed right after
+    the peer, simulate lost one of two cores to that spinner and was charged its CPU time: both its
+    wall and its CPU ratio read high. The wait ends after two ``window_s`` sleeps in a row that cost
+    the process under ``quiet_cpu_s`` of CPU each (two, because a preempted spinner also reads quiet),
+    or after ``limit_s``. It is not timed.
+    """
+    start = time.perf_counter()
+    quiet = 0
+    while quiet < 2 and time.perf_counter() - start < limit_s:
+        c = time.process_time()
+        time.sleep(window_s)
+        quiet = quiet + 1 if time.process_time() - c < quiet_cpu_s else 0
+    return time.perf_counter() - start
+
+
 def _session(path, threads: int):
     import onnxruntime as ort
 
@@ -138,6 +158,7 @@ def run_model(name: str, rounds: int, threads: int) -> dict:
     # warm-up: first-call allocations, loops loaded from the cache
     executor.run(_slice(feeds, shapes, 0))
     executor.run(feeds)
+    quiesce()  # the float session's warm-up calls above
     t_sim1 = t_ort1 = t_sim16 = t_ort16 = 0.0
     # CPU seconds of this process beside the wall clock: on a loaded machine they move less (both sides
     # run in this process; with --threads 1 nothing spins, so they are each side's own work)
@@ -153,6 +174,7 @@ def run_model(name: str, rounds: int, threads: int) -> dict:
             float_sess.run(outs, _slice(feeds, shapes, k))
         t_ort1 += time.perf_counter() - t
         c_ort1 += time.process_time() - c
+        quiesce()  # the peer's spinning pool must not run into simulate's time
         t, c = time.perf_counter(), time.process_time()
         sim16 = executor.run(feeds)
         t_sim16 += time.perf_counter() - t
@@ -165,6 +187,7 @@ def run_model(name: str, rounds: int, threads: int) -> dict:
                 float_sess.run(outs, _slice(feeds, shapes, k))
         t_ort16 += time.perf_counter() - t
         c_ort16 += time.process_time() - c
+        quiesce()
 
     quant = _session(wd / f"{name}_quantized_model.onnx", threads)
     exact = True
@@ -287,20 +310,27 @@ def cli_row(name: str, lines: int, threads: int, rounds: int, baseline: Path | N
 
 
 def _baseline_rows(baseline: Path, models: list[str], rounds: int, threads: int) -> list[dict]:
-    """The warm rows measured by ``baseline``'s own copy of this benchmark (its hbtool, its onnxruntime peer)."""
+    """The warm rows of ``baseline``'s hbtool, measured by this copy of the benchmark.
+
+    A process whose import path holds ``hbtool`` from ``baseline`` and ``benchmarks`` from here (two
+    links in a scratch folder), so both sides are measured the same way: an older copy of the
+    benchmark timed simulate while the peer's pool was still spinning (:func:`quiesce`) and would
+    compare old code measured one way with new code measured another.
+    """
     import os
     import subprocess
     import sys
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "hbtool").symlink_to(Path(baseline).resolve() / "hbtool", target_is_directory=True)
+        (Path(tmp) / "benchmarks").symlink_to(paths.ROOT / "benchmarks", target_is_directory=True)
         out = Path(tmp) / "rows.json"
         subprocess.run([sys.executable, "-m", "benchmarks.simulate_speed", "--models", *models, "--rounds", str(rounds),
                         "--threads", str(threads), "--zoo-out", str(Path(ZOO_OUT).resolve()), "--json", str(out)],
-                       cwd=baseline, env=dict(os.environ, PYTHONPATH=str(Path(baseline).resolve())), check=True,
-                       stdout=subprocess.DEVNULL)
+                       cwd=tmp, env=dict(os.environ, PYTHONPATH=tmp), check=True, stdout=subprocess.DEVNULL)
         data = json.loads(out.read_text())
-        return data["rows"] if isinstance(data, dict) else data  # older copies wrote the list alone
+        return data["rows"]
 
 
 def main() -> None:
