@@ -306,20 +306,17 @@ def _integer_linear(w: np.ndarray, threads: int | None):
     return session if _integer_gemm_is_exact(session, w) else None
 
 
-def linear_fast(kernel, threads: int | None = None, in_shape: tuple | None = None) -> Callable[[np.ndarray], np.ndarray] | None:
+def linear_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.ndarray] | None:
     """``requantize(x @ W + b)`` of a Linear kernel: one exact GEMM and one fused pass.
 
     A uint8 x int8 integer GEMM where this CPU's kernel is exact (:func:`_integer_linear`;
     int16 activations as two base-256 digits in one call). Otherwise float32 on the whole
     operands when the worst partial sum allows, else on base-256 digits of the activation
     (both digits in one GEMM of twice the rows) and, if needed, base-16 digits of the weight
-    (:func:`plan_float_conv`); float64 when no split fits. ``in_shape``: one call's input shape, where
-    known (a small product runs on one thread, :func:`product_threads`).
+    (:func:`plan_float_conv`); float64 when no split fits.
     """
     w = np.asarray(kernel.weight, np.int64)
     K, N = w.shape
-    rows = int(np.prod(in_shape[:-1])) if in_shape and all(isinstance(d, (int, np.integer)) and d > 0 for d in in_shape) else None
-    threads = product_threads(threads, None if rows is None else rows * K * N)
     rq = RequantParams(kernel.requant, N)
     bias = _bias(kernel, N)
     integer = _integer_linear(w, threads)
@@ -443,7 +440,6 @@ def conv_fast(kernel, threads: int | None = None, in_shape: tuple | None = None)
     attrs = dict(kernel_shape=list(w.shape[2:]), strides=list(kernel.strides), pads=list(kernel.pads),
                  dilations=list(kernel.dilations), group=int(kernel.group))
     C = w.shape[0]
-    threads = product_threads(threads, _conv_macs(kernel, in_shape))
     rq = RequantParams(kernel.requant, C)
     bias = _bias(kernel, C)
     if depthwise_in_loop(kernel, in_shape):
@@ -478,7 +474,7 @@ def conv_fast(kernel, threads: int | None = None, in_shape: tuple | None = None)
     return _float_conv_runner(session, factors, sx, C, rq, bias)
 
 
-# Multiply-adds per sample (the program's input shape) below which a product session runs on one
+# Multiply-adds per sample (the program's shapes) below which a product session runs on one
 # onnxruntime thread (the executor's ``threads`` from here up). The sessions' pools do not spin (see
 # _session), so a second thread is woken on every call and pays only once the product outlasts
 # that wake-up. Measured per layer (one session at one and at two threads, best of 60, load 3):
@@ -491,23 +487,14 @@ PRODUCT_SPLIT_MIN_MACS = 32 << 20
 
 
 def product_threads(threads: int | None, macs: int | None) -> int | None:
-    """The intra-op threads of a product session doing ``macs`` multiply-adds per sample (None: unknown).
+    """The intra-op threads of a product session doing ``macs`` multiply-adds per sample (None or 0: unknown or none).
 
     One below :data:`PRODUCT_SPLIT_MIN_MACS`, else ``threads`` (None: onnxruntime's default, all
     cores). The thread count never changes a result: every product here is exact (integer GEMMs,
     or float sums of small integers that are exact in any order)."""
-    if macs is not None and macs < PRODUCT_SPLIT_MIN_MACS:
+    if macs and macs < PRODUCT_SPLIT_MIN_MACS:  # 0: no product (a MaxPool), its session keeps the threads
         return 1
     return threads
-
-
-def _conv_macs(kernel, in_shape: tuple | None) -> int | None:
-    """Multiply-adds of a 2-D convolution on ``in_shape`` (the program's NCHW input shape), or None if unknown."""
-    w = kernel.weight
-    if (in_shape is None or len(in_shape) != 4 or w.ndim != 4
-            or not all(isinstance(d, (int, np.integer)) and d > 0 for d in in_shape)):
-        return None
-    return int(in_shape[0]) * int(np.prod(w.shape)) * _depthwise_plane(kernel, int(in_shape[2]), int(in_shape[3]))
 
 
 # The smallest output plane (OH * OW) a depthwise layer runs in the fused loop at: measured in
@@ -1171,23 +1158,26 @@ _BUILDERS = {
 }
 
 
-def accelerate(kernel, threads: int | None = None, in_shape: tuple | None = None) -> Callable | None:
+def accelerate(kernel, threads: int | None = None, in_shape: tuple | None = None,
+               macs: int | None = None) -> Callable | None:
     """An equivalent faster function for ``kernel.apply_numpy``, or None to keep the kernel's own.
 
     ``threads``: onnxruntime intra-op threads of the product sessions (None: one per core).
-    ``in_shape``: one sample's shape of the first input, where known (a Conv picks its route by it; a
-    Conv or Linear its product's threads, :func:`product_threads`).
+    ``in_shape``: one sample's shape of the first input, where known (a Conv picks its route by it).
+    ``macs``: the kernel's multiply-adds per sample, where known: a small product's session gets one
+    thread (:func:`product_threads`).
     """
     kind = type(kernel).__name__
     if fused is None:
         return None
+    threads = product_threads(threads, macs)
     try:
         if kind == "Lut":
             fast = tabulate_unary(kernel, int(kernel.in_bits))
         else:
             build = _BUILDERS.get(kind)
-            if build in (conv_fast, linear_fast):
-                fast = build(kernel, threads, in_shape)
+            if build is conv_fast:
+                fast = conv_fast(kernel, threads, in_shape)
             else:
                 fast = build(kernel, threads) if build is not None else None
     except Exception:  # an unexpected kernel layout: the kernel's own form is always correct
