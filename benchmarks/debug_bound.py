@@ -2,20 +2,23 @@
 FPS budget) reaches, and its model error measured on sets the searches choose (:mod:`hbtool.debug.bound`).
 
 On a model calibrated all-int8 (``auto_int16: false``; default: benchmarks/debug_auto.py's PP-OCRv5 recogniser case,
-32 debug lines), metric cosine, remedy float activations (the optimistic one; ``--remedy int16`` needs a dual model
-and is not wired here):
+the first ``--samples`` (8) of its 32 debug lines: the bound is on those lines), metric cosine, remedy float
+activations (the optimistic one; the int16 remedy of a dual model is not wired here):
 
 * the de-quantize-alone pass: each candidate remedied alone, everything else int8 (one masked evaluation a node, on
   ``--workers`` processes in chunks), its projections onto the float output and the all-int8 error's kept
   coordinates (:class:`hbtool.debug.bound.ProjectionJob`);
-* >= 20 measured sets: the top k by single-remedy cosine, random sets (seeded), and the prefixes of a greedy set
+* >= 20 measured sets: the top k by single-remedy cosine, the top k by single-node activation loss (the search's
+  gains pass), random sets (seeded), and the prefixes of a greedy set
   where ``--marginal-cache`` points at benchmarks/debug_marginal.py's cache: each set's measured cosine beside the
   first-order model's prediction and its error (hull distance, direct error, t excess);
 * the bound at ``--k`` (33 = 15 % of 222) and at the FPS budget (the price model's int16 prices, floor
   ``(1 - --fps-budget)`` x the all-int8 FPS), pure and with the measured sets' worst error as its margin;
 * seconds of each stage and the load.
 
-    nice python -m benchmarks.debug_bound --workers 2                    # the recogniser (builds its case once)
+    nice python -m benchmarks.debug_bound --workers 2 --random 5 --cache /tmp/singles8.npz
+        # the recogniser (builds its case once): about 12 minutes at load 8 (9.5 of them the single remedies, kept in
+        # --cache for a rerun), about a third of that on an idle machine
     nice python -m benchmarks.debug_bound --config <config.yaml> --random 12 --k 33 80
 """
 
@@ -30,6 +33,29 @@ from pathlib import Path
 import numpy as np
 
 
+def _save(path: Path, first) -> None:
+    from hbtool.utils.atomic import atomic_write_bytes
+    import io
+
+    arrays = {"names": np.array(first.names)}
+    for o, b in first.base.items():
+        arrays[f"base_z/{o}"], arrays[f"base_tn/{o}"] = b.z, np.array([b.t, b.norm2])
+        arrays[f"delta/{o}"], arrays[f"gain_t/{o}"], arrays[f"cos/{o}"] = first.delta[o], first.gain_t[o], first.single_cosine[o]
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def _load(path: Path):
+    from hbtool.debug import bound as B
+
+    a = np.load(path)
+    outs = [k.split("/", 1)[1] for k in a.files if k.startswith("base_z/")]
+    base = {o: B.Projection(float(a[f"base_tn/{o}"][0]), a[f"base_z/{o}"], float(a[f"base_tn/{o}"][1])) for o in outs}
+    return B.FirstOrder([str(n) for n in a["names"]], base, {o: a[f"delta/{o}"] for o in outs},
+                        {o: a[f"gain_t/{o}"] for o in outs}, {o: a[f"cos/{o}"] for o in outs})
+
+
 def main() -> None:
     from benchmarks.debug_options import _case_config
     from benchmarks.paths import OUT
@@ -38,6 +64,7 @@ def main() -> None:
     from hbtool.debug.auto import int16_candidates
     from hbtool.debug.metrics_hook import resolve_metric
     from hbtool.debug.price import pricing_programs, prices_from
+    from hbtool.debug.sensitivity import ActivationGains
     from hbtool.debug.session import open_session
     from hbtool.debug.trials import TrialRunner
 
@@ -53,6 +80,10 @@ def main() -> None:
     ap.add_argument("--coordinates", type=int, default=B.BOUND_COORDINATES)
     ap.add_argument("--fps-budget", type=float, default=0.10)
     ap.add_argument("--no-budget", action="store_true")
+    ap.add_argument("--top-loss", type=int, nargs="*", default=[33, 80, 117, 144],
+                    help="also the top k by single-node activation LOSS (the search's gains pass, --gain-samples lines)")
+    ap.add_argument("--gain-samples", type=int, default=4)
+    ap.add_argument("--cache", type=Path, default=None, help="a .npz keeping the de-quantize-alone pass between runs")
     ap.add_argument("--marginal-cache", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
@@ -68,7 +99,12 @@ def main() -> None:
     with TrialRunner(session, workers=args.workers) as runner:
         run = lambda jobs: list(runner.jobs(jobs))  # noqa: E731
         t = time.perf_counter()
-        first = B.FirstOrder.from_singles(order, run(B.single_jobs(order, args.samples, coordinates=args.coordinates)))
+        if args.cache is not None and args.cache.exists():
+            first = _load(args.cache)
+        else:
+            first = B.FirstOrder.from_singles(order, run(B.single_jobs(order, args.samples, coordinates=args.coordinates)))
+            if args.cache is not None:
+                _save(args.cache, first)
         out["seconds"]["singles"] = time.perf_counter() - t
         worst_out = min(first.base, key=lambda o: first.base[o].cosine)
         single = first.single_cosine[worst_out]
@@ -80,6 +116,13 @@ def main() -> None:
         sets, labels = [], []
         for k in args.top:
             sets.append(by_single[:k]), labels.append(f"top {k} by single cosine")
+        if args.top_loss:
+            t = time.perf_counter()
+            gains = {k: v for p in run(ActivationGains(session, args.gain_samples).jobs(order)) for k, v in p.items()}
+            out["seconds"]["gains"] = time.perf_counter() - t
+            by_loss = sorted(order, key=lambda n: (-gains.get(n, 0.0), n))
+            for k in args.top_loss:
+                sets.append(by_loss[:k]), labels.append(f"top {k} by single loss")
         rng = np.random.default_rng(34)
         for size in args.random_size:
             for r in range(args.random):
@@ -110,7 +153,6 @@ def main() -> None:
     out["model_error"] = summ
     out["sets"] = [{"label": e.label, "n": len(e.nodes), "cosine": e.cosine, "pure_bound": first.bound_k(len(e.nodes)),
                     "hull_distance": e.p, "direct": e.p_direct, "t_excess": e.t, "t_direct": e.t_direct} for e in errors]
-    margin_k = B.Margin.worst_of(errors)
     out["bounds"] = {}
     for k in sorted(set(args.k + [0, 6, 12, 33, 80, 117, len(order)])):
         c = B.check(first, k, errors)
