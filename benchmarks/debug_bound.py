@@ -175,6 +175,12 @@ def main() -> None:
               f"{pure_b:.4f}, with the measured margin {out['budget']['with_margin']:.4f}; measured sets in the budget "
               f"{len(fits)}, best {out['budget']['best_in_budget']}, above the pure bound {out['budget']['beaten_by']}")
     out["seconds"]["bounds"] = time.perf_counter() - t
+    beaten = sorted({e.label for c in (B.check(first, k, errors) for k in out["bounds"]) for e in c.beaten})
+    outside = summ.get("outside", 0)
+    out["proof"] = not beaten and not outside
+    print(f"VERDICT: {'the first-order model held on every measured set: the bounds above hold for every set whose error is as small' if out['proof'] else 'not a proof'}"
+          f" ({outside} of {len(errors)} measured sets outside the first-order model; sets above the pure bound: "
+          f"{', '.join(beaten) or 'none'})")
     out["load_end"] = os.getloadavg()
     print("model error (units of |z0|):", json.dumps({k: round(v, 4) for k, v in summ.items()}))
     print("seconds", {k: round(v, 1) for k, v in out["seconds"].items()}, "load", out["load_start"], out["load_end"])
