@@ -95,3 +95,28 @@ def test_the_old_rule_would_have_overrun(transformer_cfg, clock, monkeypatch):
     run_debug(load_config(transformer_cfg), auto=True, target_cosine=0.9999, max_fps_loss=0.10, samples=8,
               time_limit=limit, workers=1)
     assert clock.now - start > limit - REPORT_S
+
+
+def test_the_ending_counts_a_workers_calibration_and_a_try_is_priced_before_it_runs():
+    """With workers the kept model is calibrated again here at the end (a worker's try comes back without its
+    calibration): the ending counts the longest calibration a try measured; with one worker the try kept its own. Before
+    any try, a slice is priced by the longest pricing program (a calibration, a compile and a costing, as a try), not by
+    the gains pass's chunks."""
+    from types import SimpleNamespace
+
+    from hbtool.debug.auto import _AutoSearch
+    from hbtool.debug.price import PricingProgram
+    from hbtool.debug.sensitivity import ActivationLossJob
+    from hbtool.debug.trials import TrialRunner
+
+    def search(parallel: bool):
+        runner = SimpleNamespace(parallel=parallel, calibrate_seconds=12.0)
+        return SimpleNamespace(runner=runner, res=SimpleNamespace(seconds={"base_measure": 3.0}), report_seconds=5.0)
+
+    assert _AutoSearch.ending_seconds(search(True)) == 12.0 + 3.0 + 5.0
+    assert _AutoSearch.ending_seconds(search(False)) == 3.0 + 5.0
+    runner = TrialRunner.__new__(TrialRunner)
+    runner.try_seconds, runner.job_seconds = 0.0, [(ActivationLossJob(("a",), 2), 40.0), (PricingProgram({}), 9.0)]
+    assert runner.slice_seconds() == 9.0
+    runner.try_seconds = 11.0
+    assert runner.slice_seconds() == 11.0
