@@ -28,8 +28,9 @@ For the nodes of the sensitivity ranking, in rank order, the remedies the rankin
    but it splits the BPU program and runs the node in float on the CPU.
 
 The search is bounded: with a ``deadline`` (``hbtool debug --time-limit``, 30 minutes by default)
-no new try starts after it; the best found so far is the result, and the report says where it
-stopped. Each phase is ordered so that a stop loses least: the groups' remedies from the cheapest
+no try starts whose measured cost would end past it less the measured cost of the ending (the final
+calibration and measure, the report: :meth:`_AutoSearch.ending_seconds`); the best found so far is
+the result, and the report says where it stopped and what the time was kept for. Each phase is ordered so that a stop loses least: the groups' remedies from the cheapest
 to compute (bias correction, MSE clipping, then learned rounding), the nodes in rank order.
 
 Every try is a real calibration with that ``node_info`` (the statistics reused, so exactly what
@@ -348,7 +349,8 @@ def run_auto(session: DebugSession, ranking: Ranking, target_cosine: float, max_
              int16_gains: Callable[[list[str]], dict[str, float]] | None = None,
              runner: TrialRunner | None = None, report_seconds: float = 0.0) -> AutoResult:
     """Greedy remedies (see the module docstring); ``max_fps_loss`` is a fraction (0.1 = 10 %);
-    ``deadline``: a :func:`time.monotonic` value after which no new try starts; ``weight_share``:
+    ``deadline``: a :func:`time.monotonic` value the command must end by (no try started that would end past it
+    less the ending, :meth:`_AutoSearch.out_of_time`); ``weight_share``:
     the weights' share of the loss (:func:`hbtool.debug.sensitivity.weight_share`): below
     :data:`GROUP_MIN_WEIGHT_SHARE` the group phase (weight remedies only) is skipped.
     ``ranking`` / ``weight_ranking``: the rankings, or functions computing them, called only when a phase

@@ -107,8 +107,10 @@ def run_debug(cfg: HbConfig, auto: bool = False, target_cosine: float = 0.99, ma
               workers: int | None = 1, cluster: str | None = None) -> DebugResult:
     """Analyse (and with ``auto`` fix) the config's quantized model; writes nothing (see :func:`write_debug`).
 
-    ``time_limit`` (seconds, from the start of the run): ``--auto`` starts no new try after it and
-    keeps the best found so far (the analysis before it is bounded by its own MAC budget).
+    ``time_limit`` (seconds, from the start of the run): the command (this and :func:`write_debug`) ends within it:
+    ``--auto`` starts no try whose measured cost would end past it less the measured ending (the final calibration
+    and measure, :data:`REPORT_SECONDS` for the report) and keeps the best found so far; the analysis before the
+    search is not cut (it is bounded by its own MAC budget).
     ``workers`` (None: the machine's cores) / ``cluster`` (a Ray address, or ``local``): where the rankings,
     ``--auto``'s gains pass and the tries of a round run (:mod:`hbtool.debug.trials`); the result does not depend
     on them. With ``--auto`` the report's ranking, where the search did not need it, is bounded by the same
