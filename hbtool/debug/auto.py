@@ -30,8 +30,9 @@ For the nodes of the sensitivity ranking, in rank order, the remedies the rankin
 The search is bounded: with a ``deadline`` (``hbtool debug --time-limit``, 30 minutes by default)
 no try starts whose measured cost would end past it less the measured cost of the ending (the final
 calibration and measure, the report: :meth:`_AutoSearch.ending_seconds`); the best found so far is
-the result, and the report says where it stopped and what the time was kept for. Each phase is ordered so that a stop loses least: the groups' remedies from the cheapest
-to compute (bias correction, MSE clipping, then learned rounding), the nodes in rank order.
+the result, and the report says where it stopped and what the time was kept for. Each phase is
+ordered so that a stop loses least: the groups' remedies from the cheapest to compute (bias
+correction, MSE clipping, then learned rounding), the nodes in rank order.
 
 Every try is a real calibration with that ``node_info`` (the statistics reused, so exactly what
 plain ``hbtool calibrate`` gives with the fragment), measured on its quantized model: cosine of
