@@ -270,8 +270,10 @@ def run_case(spec, args, metric: str | None, time_limit: str) -> list[str]:
                   time_limit=parse_time_limit(time_limit), workers=args.workers[0], cluster=args.cluster)
     wall = time.perf_counter() - t1
     cpu = _tree_cpu() - c1
+    t2 = time.perf_counter()
     write_debug(r, case / "debug")
-    row = {"model": spec.name, "metric": r.session.metric.name, "quantized_nodes": len(r.model.nodes), "seconds": r.seconds,
+    report = time.perf_counter() - t2      # the report's writing: the command ends after it (--time-limit covers it)
+    row = {"report_seconds": report, "command_seconds": wall + report,"model": spec.name, "metric": r.session.metric.name, "quantized_nodes": len(r.model.nodes), "seconds": r.seconds,
            "data_seconds": t1 - t0,
            # CPU seconds of the process and its workers (all threads): on a shared machine, wall time / load is no measure
            "cpu_seconds": cpu, "workers": args.workers[0], "load_average": os.getloadavg(),
@@ -285,7 +287,8 @@ def run_case(spec, args, metric: str | None, time_limit: str) -> list[str]:
                    weight_top=[(g.name, round(g.metric_gain, 4), round(g.cosine_gain, 5)) for g in r.weight_ranking[:8]])
         if args.check_samples:
             row.update(check_on_unseen(r, dirs["check"], args.check_samples))
-        lines.append(f"{spec.name} [{r.session.metric.name}] workers {args.workers[0]}: {wall:.0f} s in all (search "
+        lines.append(f"{spec.name} [{r.session.metric.name}] workers {args.workers[0]}: {wall:.0f} s in all, "
+                     f"{wall + report:.0f} s with the report written (limit {time_limit}; search "
                      f"{r.seconds.get('auto', 0):.0f} s, {a.tries} tries), load {os.getloadavg()[0]:.1f}; metric "
                      f"{a.steps[0].metric:.4g} -> {a.final.metric:.4g}, worst cosine {a.steps[0].cosine:.4f} -> {a.final.cosine:.4f}, "
                      f"{len(a.changed)} of {a.quantized_nodes} nodes ({100 * len(a.changed) / max(a.quantized_nodes, 1):.1f} %), FPS "

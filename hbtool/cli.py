@@ -378,7 +378,8 @@ def perf(artifact: Path | None, config_path: Path | None, model: Path | None, fa
 @click.option("--max-fps-loss", default="10%", show_default=True, help="--auto's FPS budget (perf cost model), e.g. 10% or 0.1.")
 @click.option("--samples", type=int, default=None, help="Samples analysed (default: debug_parameters.num_samples).")
 @click.option("--time-limit", default="30m", show_default=True,
-              help="--auto starts no new try after this (30m, 90s, 1h; 0 for none) and keeps the best found so far.")
+              help="The command ends within this, report written (30m, 90s, 1h; 0 for none): --auto starts no try whose "
+                   "measured cost would end past it less the measured ending, and keeps the best found so far.")
 @click.option("--workers", type=int, default=None,
               help="--auto runs the tries of a round on this many worker processes (default: the machine's cores; 1: here). Same result.")
 @click.option("--cluster", default=None, metavar="ADDRESS",

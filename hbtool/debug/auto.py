@@ -28,9 +28,11 @@ For the nodes of the sensitivity ranking, in rank order, the remedies the rankin
    but it splits the BPU program and runs the node in float on the CPU.
 
 The search is bounded: with a ``deadline`` (``hbtool debug --time-limit``, 30 minutes by default)
-no new try starts after it; the best found so far is the result, and the report says where it
-stopped. Each phase is ordered so that a stop loses least: the groups' remedies from the cheapest
-to compute (bias correction, MSE clipping, then learned rounding), the nodes in rank order.
+no try starts whose measured cost would end past it less the measured cost of the ending (the final
+calibration and measure, the report: :meth:`_AutoSearch.ending_seconds`); the best found so far is
+the result, and the report says where it stopped and what the time was kept for. Each phase is
+ordered so that a stop loses least: the groups' remedies from the cheapest to compute (bias
+correction, MSE clipping, then learned rounding), the nodes in rank order.
 
 Every try is a real calibration with that ``node_info`` (the statistics reused, so exactly what
 plain ``hbtool calibrate`` gives with the fragment), measured on its quantized model: cosine of
@@ -167,8 +169,12 @@ class AutoResult:
     notes: list[str] = field(default_factory=list)   # phases skipped, and why
     #: float activations on the ACTIVATION_REFERENCE_SHARE of the nodes of the most activation loss: nodes, cosine, reaches_target
     activation_reference: dict[str, Any] | None = None
-    #: wall seconds of the work before the first round, by part (``prices_and_gains``: the batch on the workers)
+    #: wall seconds of the work before the first round, by part (``prices_and_gains``: the batch on the workers), and
+    #: of the ending (``final_measure``: the model kept calibrated again where a worker measured it, and measured)
     seconds: dict[str, float] = field(default_factory=dict)
+    #: the PTQ model as the search measured it first (its outputs with their worst channels): the report's
+    #: ``outputs`` (:func:`hbtool.debug.run.to_json`), not measured again
+    ptq: Measured | None = None
 
 
 def merge(node_info: dict[str, dict[str, Any]], node: str, entry: dict[str, str]) -> dict[str, dict[str, Any]]:
@@ -342,9 +348,10 @@ def run_auto(session: DebugSession, ranking: Ranking, target_cosine: float, max_
              deadline: float | None = None, weight_share: float | None = None,
              workers: int | None = 1, cluster: str | None = None, nodes: list[str] | None = None,
              int16_gains: Callable[[list[str]], dict[str, float]] | None = None,
-             runner: TrialRunner | None = None) -> AutoResult:
+             runner: TrialRunner | None = None, report_seconds: float = 0.0) -> AutoResult:
     """Greedy remedies (see the module docstring); ``max_fps_loss`` is a fraction (0.1 = 10 %);
-    ``deadline``: a :func:`time.monotonic` value after which no new try starts; ``weight_share``:
+    ``deadline``: a :func:`time.monotonic` value the command must end by (no try started that would end past it
+    less the ending, :meth:`_AutoSearch.out_of_time`); ``weight_share``:
     the weights' share of the loss (:func:`hbtool.debug.sensitivity.weight_share`): below
     :data:`GROUP_MIN_WEIGHT_SHARE` the group phase (weight remedies only) is skipped.
     ``ranking`` / ``weight_ranking``: the rankings, or functions computing them, called only when a phase
@@ -353,17 +360,24 @@ def run_auto(session: DebugSession, ranking: Ranking, target_cosine: float, max_
     the same for any of them. ``int16_gains``: each candidate's expected gain from an int16 output, for the
     budget set (:func:`hbtool.debug.sensitivity.activation_losses`; default: the int8 noise, :func:`int16_gains`).
     ``runner``: an open :class:`TrialRunner` to run on (``hbtool debug`` opens one for the whole command, so its
-    workers also run the rankings); else one is opened here with ``workers`` / ``cluster`` and ``deadline``."""
+    workers also run the rankings); else one is opened here with ``workers`` / ``cluster`` and ``deadline``.
+    ``report_seconds``: what the caller still runs after the search (its report), kept free before the deadline with
+    the search's own ending (:meth:`_AutoSearch.ending_seconds`): the deadline is the command's, not the search's."""
     rankings, weights = _Lazy(ranking), _Lazy(weight_ranking)
     names = list(nodes) if nodes is not None else [s.name for s in rankings()]
     with contextlib.nullcontext(runner) if runner is not None else TrialRunner(session, workers, cluster, deadline) as runner:
         search = _AutoSearch(session, runner, target_cosine, max_fps_loss, ideal_metric, progress, deadline, len(names))
         search.gains = int16_gains
+        search.report_seconds = report_seconds
+        runner.ending = search.ending_seconds     # the runner starts no slice of tries that would eat into the ending
         search.int8_back_phase(rankings, candidates)
         search.weight_groups_phase(weights, weight_share)
         search.int16_groups_phase(names)
         search.nodes_phase(rankings, weights, candidates, weight_candidates)
-        return search.result()
+        try:
+            return search.result()
+        finally:
+            runner.ending = None
 
 
 @dataclass
@@ -385,11 +399,13 @@ class _AutoSearch:
                  ideal_metric: float, progress: Callable[[str, int, int], None] | None, deadline: float | None,
                  quantized_nodes: int):
         self.started = time.monotonic()
+        self.report_seconds = 0.0    # the report's share of the ending (:meth:`ending_seconds`), set by run_auto
         self.session, self.runner, self.target_cosine, self.ideal_metric = session, runner, target_cosine, ideal_metric
         self.progress, self.deadline = progress, deadline
         base_info = copy.deepcopy(session.cfg.model.node_info or {})
         self.cur = measure_variant(session, session.base, base_info, priced=True, channels=True)
-        self.res = AutoResult(base_fps=self.cur.fps, quantized_nodes=quantized_nodes)
+        self.ptq = self.cur
+        self.res = AutoResult(base_fps=self.cur.fps, quantized_nodes=quantized_nodes, ptq=self.cur)
         self.runs_before = getattr(runner, "tries_run", 0)     # the runner may be shared (``hbtool debug`` opens one per command)
         self.res.seconds["base_measure"] = time.monotonic() - self.started
         self.res.steps.append(Step("ptq", None, self.cur.cosine, _cosines(self.cur), self.cur.metric, self.cur.fps, True))
@@ -406,12 +422,27 @@ class _AutoSearch:
     def done(self, m: Measured) -> bool:
         return m.cosine >= self.target_cosine and (not self.hook or m.metric >= self.ideal_metric - 1e-12)
 
+    def ending_seconds(self) -> float:
+        """What the command still runs after the search's last try, from costs measured in this run: the model kept
+        calibrated again here where a worker measured it (the longest calibration of a try; none where the kept
+        model's calibration is here), measured with its outputs' channels (as the PTQ model was when the search
+        began: ``base_measure``), and the report (:data:`REPORT_SECONDS`, given by ``hbtool debug``)."""
+        calibrate = self.runner.calibrate_seconds if getattr(self.runner, "parallel", False) else 0.0
+        return calibrate + self.res.seconds.get("base_measure", 0.0) + self.report_seconds
+
     def out_of_time(self) -> bool:
-        """No new try after the deadline; the first time, say where the search stopped."""
-        if self.deadline is None or time.monotonic() < self.deadline:
+        """No try started whose measured cost (:meth:`TrialRunner.slice_seconds`) would end past the deadline less the
+        ending (:meth:`ending_seconds`); the first time, say where the search stopped and what the time was kept for."""
+        if self.deadline is None:
+            return False
+        left = self.deadline - time.monotonic()
+        slice_, ending = self.runner.slice_seconds(), self.ending_seconds()
+        if left > slice_ + ending:
             return False
         if not self.res.stopped:
-            self.res.stopped = f"time limit reached after {self.res.tries} tries; the best found so far is kept"
+            self.res.stopped = (f"time limit reached after {self.res.tries} tries: {max(left, 0.0):.0f} s were left, "
+                                f"a try takes {slice_:.0f} s and the ending {ending:.0f} s (the kept model's final "
+                                "calibration and measure, the report); the best found so far is kept")
             log.warning("debug --auto: %s", self.res.stopped)
         return True
 
@@ -879,9 +910,14 @@ class _AutoSearch:
         with its outputs' worst channels."""
         self._keep_the_best_measured()
         self.res.tries_run = getattr(self.runner, "tries_run", 0) - self.runs_before
+        t0 = time.monotonic()
         final = self.runner.materialize(self.cur)
-        full = measure_variant(self.session, final.result, final.node_info, priced=False, channels=True)
-        full.fps = final.fps
+        if final is self.ptq:
+            full = self.ptq          # nothing kept: the PTQ model as measured when the search began (with its channels)
+        else:
+            full = measure_variant(self.session, final.result, final.node_info, priced=False, channels=True)
+            full.fps = final.fps
+        self.res.seconds["final_measure"] = time.monotonic() - t0
         self.res.node_info = full.node_info
         self.res.final = full
         self.res.reached = self.done(full)

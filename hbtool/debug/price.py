@@ -193,6 +193,9 @@ class PricingProgram:
 
     node_info: dict[str, dict[str, Any]]
     keep_program: bool = False
+    #: a calibration, a compile and a costing, as an ``--auto`` try: its measured seconds predict the first try's
+    #: (:meth:`hbtool.debug.trials.TrialRunner.slice_seconds`)
+    like_a_try = True
 
     def run(self, session) -> tuple[Any, Any]:
         from hbtool.debug.auto import compile_variant

@@ -43,6 +43,11 @@ LARGE_MACS = 1e9
 #: minutes on 2 cores. Over it a large model gets 1 sample, and then the four-way evaluation of the
 #: nodes whose op error or error jump (one run for all, already measured) is largest, as many as fit
 SENSITIVITY_MAC_BUDGET = 1.5e12
+#: seconds kept free before ``--time-limit`` for writing the report (``debug.json``, the HTML and its figures, the
+#: kept models) after the search and the report's ranking: on the all-int8 PP-OCRv5 recogniser (222 nodes, 32 lines,
+#: 2 cores) 2.9 s with the PTQ model kept and a cut ranking at load average 7, 6.4 s with 64 nodes changed and the
+#: whole ranking at load 9; 2.4 s on the tests' transformer (matplotlib's import included); with a margin for more
+REPORT_SECONDS = 10.0
 
 
 @dataclass
@@ -102,8 +107,10 @@ def run_debug(cfg: HbConfig, auto: bool = False, target_cosine: float = 0.99, ma
               workers: int | None = 1, cluster: str | None = None) -> DebugResult:
     """Analyse (and with ``auto`` fix) the config's quantized model; writes nothing (see :func:`write_debug`).
 
-    ``time_limit`` (seconds, from the start of the run): ``--auto`` starts no new try after it and
-    keeps the best found so far (the analysis before it is bounded by its own MAC budget).
+    ``time_limit`` (seconds, from the start of the run): the command (this and :func:`write_debug`) ends within it:
+    ``--auto`` starts no try whose measured cost would end past it less the measured ending (the final calibration
+    and measure, :data:`REPORT_SECONDS` for the report) and keeps the best found so far; the analysis before the
+    search is not cut (it is bounded by its own MAC budget).
     ``workers`` (None: the machine's cores) / ``cluster`` (a Ray address, or ``local``): where the rankings,
     ``--auto``'s gains pass and the tries of a round run (:mod:`hbtool.debug.trials`); the result does not depend
     on them. With ``--auto`` the report's ranking, where the search did not need it, is bounded by the same
@@ -204,7 +211,8 @@ def _analyse(cfg, session, model, runner, metric, auto, target_cosine, max_fps_l
                                weight_ranking=weight_ranked if metric.is_hook else [],
                                weight_candidates=WEIGHT_CANDIDATES if weight_candidates is None else weight_candidates,
                                deadline=deadline, weight_share=result.weight_share,
-                               nodes=[nd.name for nd in model.nodes], int16_gains=result.int16_gains, runner=runner)
+                               nodes=[nd.name for nd in model.nodes], int16_gains=result.int16_gains, runner=runner,
+                               report_seconds=REPORT_SECONDS if deadline is not None else 0.0)
         auto_wall = time.perf_counter() - t0
         # rankings a phase asked for, and the work before the first round: counted as themselves, not as the search
         inside = sum(spent.values()) + sum(result.auto.seconds.values())
@@ -212,7 +220,8 @@ def _analyse(cfg, session, model, runner, metric, auto, target_cosine, max_fps_l
             ranked("report_sensitivity")      # the rest of the background ranking, if any is left
         elif not result.ranking:
             t0 = time.perf_counter()
-            _rank_for_the_report(result, runner, session, k, errs, only, deadline, progress)
+            _rank_for_the_report(result, runner, session, k, errs, only,
+                                 deadline - REPORT_SECONDS if deadline is not None else None, progress)
             spent["report_sensitivity"] = time.perf_counter() - t0
     end = time.perf_counter()
     keys = list(t)
@@ -233,19 +242,37 @@ def _rank_for_the_report(result: DebugResult, runner, session, samples: int, err
     the note says so. It decides nothing in the search, so a partial ranking changes no result.
 
     Why bounded: on the all-int8 PP-OCRv5 recogniser it took 181 s of a 427 s command (serial, after a search cut by
-    a 5-minute limit): the user's ``--time-limit`` bounds the command, not only the search."""
+    a 5-minute limit): the user's ``--time-limit`` bounds the command, not only the search. ``deadline`` is the
+    limit less the report's writing (:data:`REPORT_SECONDS`); the first wave is priced by the gains pass's measured
+    seconds per masked evaluation (:func:`_chunk_estimate`), so it too starts only where it ends in time."""
     proxy = {e.name: max(1.0 - e.isolated.get("cosine", 1.0), e.jump, 0.0) for e in errs}
     nodes = result.model.nodes
     order = [n.name for n in sorted(nodes, key=lambda n: -proxy.get(n.name, 0.0))]
     wanted = sum(1 for n in nodes if only is None or n.name in only)
     result.ranking, result.reference, done = rank_on(runner, session, samples, only=only, order=order, progress=progress,
-                                                     deadline=deadline)
+                                                     deadline=deadline, estimate=_chunk_estimate(runner, nodes))
     if done < wanted:
         result.ranking_note = (f"{done} of {wanted} nodes evaluated: --auto ended without needing the ranking and the "
                                "time limit cut it (the nodes of the largest op error or error jump first; the rest are "
                                "listed as not evaluated); hbtool debug without --auto ranks every node")
         if not done:
             result.ranking = []
+
+
+def _chunk_estimate(runner, nodes) -> Callable[[Any], float] | None:
+    """A ranking chunk's expected seconds from this run's gains pass (:class:`ActivationLossJob`: one masked evaluation
+    per node and one for its reference, on the same samples and one onnxruntime thread as the ranking's chunks): the
+    slowest seconds per evaluation it measured, times the chunk's evaluations (:func:`_evaluations`, and two for its
+    reference points). ``None`` where the gains pass did not run (the first wave then starts where the limit is not
+    yet reached, as before)."""
+    from hbtool.debug.sensitivity import ActivationLossJob
+
+    per = [seconds / (len(job.names) + 1) for job, seconds in getattr(runner, "job_seconds", [])
+           if isinstance(job, ActivationLossJob)]
+    if not per:
+        return None
+    per_evaluation, by_name = max(per), {n.name: n for n in nodes}
+    return lambda job: per_evaluation * (_evaluations([by_name[name] for name in job.names if name in by_name]) + 2)
 
 
 def _evaluations(nodes) -> int:
@@ -292,7 +319,10 @@ def to_json(r: DebugResult) -> dict[str, Any]:
         "seconds": r.seconds,
         "calibration_method": s.base.method,
         "reference": r.reference,
-        "outputs": {o: m for o, m in s.measure(s.base, s.cfg.model.node_info).outputs.items()},
+        # the PTQ model's outputs: as ``--auto`` measured them when its search began (the same numbers: the simulator
+        # runs its compiled program bit for bit as the quantized model), else measured now
+        "outputs": dict((r.auto.ptq if r.auto is not None and r.auto.ptq is not None
+                         else s.measure(s.base, s.cfg.model.node_info)).outputs),
         "nodes": [asdict(e) for e in r.node_errors],
         "range_flags": [asdict(f) for f in r.flags],
         "sensitivity": [{**asdict(x), "sensitivity": x.sensitivity, "kind": x.kind()} for x in r.ranking],

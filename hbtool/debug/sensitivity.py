@@ -15,7 +15,7 @@ hurts alone. Cost: ``4 x nodes`` evaluations on ``samples`` samples, one session
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -299,11 +299,13 @@ class WeightGainJob:
         return out
 
 
-def _run_jobs(runner, session, jobs: list, progress, stage: str, deadline: float | None = None) -> list:
+def _run_jobs(runner, session, jobs: list, progress, stage: str, deadline: float | None = None,
+              estimate: Callable[[Any], float] | None = None) -> list:
     """``job.run`` of each job, in order: on ``runner``'s workers (anything with ``jobs(list)`` and ``workers``:
     :class:`hbtool.debug.trials.TrialRunner`), or here on ``session`` where ``runner`` is None. With ``deadline`` (a
     :func:`time.monotonic` value) the jobs go in waves of one per worker, and no wave starts that the last one's
-    time says would end after it: the results are then the first jobs' only."""
+    time (before the first wave: the longest of its jobs by ``estimate``, seconds from costs measured earlier in the
+    run) says would end after it: the results are then the first jobs' only."""
     import time
 
     def run(part: list):
@@ -314,7 +316,8 @@ def _run_jobs(runner, session, jobs: list, progress, stage: str, deadline: float
     wave = 0.0
     for k in range(0, len(jobs), width):
         started = time.monotonic()
-        if deadline is not None and started + wave > deadline:
+        expected = wave or max((estimate(job) for job in jobs[k:k + width]), default=0.0) if estimate else wave
+        if deadline is not None and started + expected > deadline:
             break
         for r in run(jobs[k:k + width]):
             out.append(r)
@@ -346,16 +349,18 @@ def ranking_of(session, results: list) -> tuple[list[Sensitivity], dict[str, flo
 
 def rank_on(runner, session, samples: int, only: set[str] | None = None, order: list[str] | None = None,
             progress: Callable[[str, int, int], None] | None = None,
-            deadline: float | None = None) -> tuple[list[Sensitivity], dict[str, float], int]:
+            deadline: float | None = None,
+            estimate: Callable[[SensitivityJob], float] | None = None) -> tuple[list[Sensitivity], dict[str, float], int]:
     """:func:`rank` as :class:`SensitivityJob` tasks on ``runner`` (its workers, or here one by one), on the session's
     switchable model and its first ``samples`` debug samples: the same numbers whatever the worker count.
 
     ``order``: the nodes in the order to evaluate them (default: the graph's), so that a ``deadline`` (no chunk
     started that the last wave's time says ends after it) leaves out the least likely ones; the nodes not evaluated
     (outside ``only``, or past the deadline) are listed last as such. Returns the ranking, the reference points
-    (empty where nothing ran) and how many nodes were evaluated."""
+    (empty where nothing ran) and how many nodes were evaluated. ``estimate``: a job's expected seconds, for the
+    first wave (:func:`_run_jobs`)."""
     jobs = ranking_jobs(session, samples, only, order)
-    return ranking_of(session, _run_jobs(runner, session, jobs, progress, "sensitivity", deadline))
+    return ranking_of(session, _run_jobs(runner, session, jobs, progress, "sensitivity", deadline, estimate))
 
 
 def rank_weights_on(runner, session, samples: int,

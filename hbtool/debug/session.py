@@ -42,6 +42,10 @@ class Measured:
     #: without its calibration: :meth:`DebugSession.calibrate` rebuilds it with the method pinned, the same numbers)
     method: str | None = None
     candidates: dict[str, float] | None = None
+    #: wall seconds the try took where it ran, and of that its calibration (:func:`hbtool.debug.trials.evaluate`): what
+    #: the time limit's accounting predicts the next try and the final re-calibration by
+    seconds: float | None = None
+    calibrate_seconds: float | None = None
 
     @property
     def cosine(self) -> float:

@@ -23,7 +23,7 @@ import socket
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from hbtool.debug.session import DebugSession, Measured
 from hbtool.errors import InputError
@@ -52,10 +52,14 @@ class Failed:
 def evaluate(session: DebugSession, trial: Trial, keep_result: bool = True) -> Measured | Failed:
     """Calibrate with the trial's ``node_info``, compile it once (the cost model prices that program, the
     simulator runs it on the debug samples) and measure it (without the per-channel scan)."""
+    t0 = time.monotonic()
     try:
-        m = measure_variant(session, session.calibrate(trial.node_info), trial.node_info, trial.priced, channels=False)
+        result = session.calibrate(trial.node_info)
+        calibrated = time.monotonic()
+        m = measure_variant(session, result, trial.node_info, trial.priced, channels=False)
     except Exception as exc:  # a remedy that cannot be built is skipped, and said so
         return Failed(f"{type(exc).__name__}: {str(exc)[:120]}")
+    m.seconds, m.calibrate_seconds = time.monotonic() - t0, calibrated - t0
     m.method = getattr(m.result, "method", None)
     m.candidates = dict(getattr(m.result, "candidates", None) or {})
     if not keep_result:
@@ -103,6 +107,17 @@ def _run_job(job) -> Any:
     return job.run(worker_state()["session"])
 
 
+def _run_job_timed(job) -> tuple[Any, float]:
+    """:func:`_run_job` and the wall seconds it took on the worker (the time limit's cost measure)."""
+    t0 = time.monotonic()
+    return _run_job(job), time.monotonic() - t0
+
+
+def _timed_here(session: DebugSession, job) -> tuple[Any, float]:
+    t0 = time.monotonic()
+    return job.run(session), time.monotonic() - t0
+
+
 class _HereLater:
     """Background jobs without workers: run here, in order, when read."""
 
@@ -148,6 +163,14 @@ class TrialRunner:
         self.deadline = deadline
         self._pool: TaskPool | None = None
         self.tries_run = 0     # tries started (a slice of ``workers`` at a time), read by the search or not
+        #: the seconds to keep free before the deadline for the command's ending (the final calibration and measure,
+        #: the report), from measured costs: set by the search (:meth:`hbtool.debug.auto._AutoSearch.ending_seconds`)
+        self.ending: Callable[[], float] | None = None
+        #: the longest try measured (where it ran), and the longest calibration of one: the next slice's expected cost
+        self.try_seconds = 0.0
+        self.calibrate_seconds = 0.0
+        #: each job run through :meth:`jobs` with the seconds it took where it ran, in order
+        self.job_seconds: list[tuple[Any, float]] = []
 
     @property
     def parallel(self) -> bool:
@@ -169,32 +192,46 @@ class TrialRunner:
             self._pool.__exit__(*exc)
             self._pool = None
 
-    def out_of_time(self) -> bool:
-        return self.deadline is not None and time.monotonic() >= self.deadline
+    def out_of_time(self, cost: float = 0.0) -> bool:
+        """Work of ``cost`` seconds started now would end past the deadline less the :attr:`ending`'s seconds."""
+        if self.deadline is None:
+            return False
+        return time.monotonic() + cost + (self.ending() if self.ending is not None else 0.0) >= self.deadline
+
+    def slice_seconds(self) -> float:
+        """What the next slice of tries is expected to take: the longest try measured so far (a slice's tries run side
+        by side, one per worker), before any try the longest job measured (the pricing programs: a calibration, a
+        compile and a costing, as a try), else 0 (nothing measured yet: the deadline alone decides)."""
+        if self.try_seconds:
+            return self.try_seconds
+        return max((s for job, s in self.job_seconds if getattr(job, "like_a_try", False)), default=0.0)
 
     def run(self, trials: list[Trial]) -> Iterator[Measured | Failed]:
-        """Each trial's measurement, in the trials' order; ``workers`` at a time, none started after the deadline
-        (the generator then ends early: the caller sees fewer results than trials)."""
+        """Each trial's measurement, in the trials' order; ``workers`` at a time, none started whose measured cost
+        (:meth:`slice_seconds`) would end past the deadline less the :attr:`ending`'s seconds (the generator then ends
+        early: the caller sees fewer results than trials)."""
         step = self.workers if self._pool is not None else 1
         for k in range(0, len(trials), step):
-            if self.out_of_time():
+            if self.out_of_time(self.slice_seconds()):
                 return
             chunk = trials[k:k + step]
             self.tries_run += len(chunk)
-            if self._pool is None:
-                yield from (evaluate(self.session, t) for t in chunk)
-            else:
-                yield from self._pool.map(_run_trial, chunk)
+            results = (evaluate(self.session, t) for t in chunk) if self._pool is None else self._pool.map(_run_trial, chunk)
+            for m in results:
+                if isinstance(m, Measured) and m.seconds is not None:
+                    self.try_seconds = max(self.try_seconds, m.seconds)
+                    self.calibrate_seconds = max(self.calibrate_seconds, m.calibrate_seconds or 0.0)
+                yield m
 
     def jobs(self, jobs: list) -> Iterator[Any]:
         """``job.run(session)`` for each job (an object with that method, picklable), results in the jobs' order:
         all submitted at once to the workers (the pool keeps two per worker in flight), or run here one by one.
         What runs before the search's first round (the gains pass, the prices) goes through here, so every
         worker works from the start; a job's result does not depend on where it ran."""
-        if self._pool is None:
-            yield from (job.run(self.session) for job in jobs)
-        else:
-            yield from self._pool.map(_run_job, jobs)
+        timed = (_timed_here(self.session, job) for job in jobs) if self._pool is None else self._pool.map(_run_job_timed, jobs)
+        for job, (result, seconds) in zip(jobs, timed):
+            self.job_seconds.append((job, seconds))
+            yield result
 
     def background(self, jobs: list):
         """``job.run(session)`` for each job as background work: on a worker only while it would otherwise idle
