@@ -156,3 +156,24 @@ def featuremap_config(tmp: Path, model: onnx.ModelProto | Path, samples=None, wo
         "calibration_parameters": cal,
     }
     return api.load_config(data, overrides=overrides or None, base_dir=tmp)
+
+
+def compile_like_tiny_cnn(tmp: Path, onnx_model: Path, prefix: str):
+    """``hbtool compile`` of ``onnx_model`` with the bundled tiny CNN's config (its 8 digit images for calibration),
+    working in ``tmp/wd``; the artifact it wrote, read back. For tests that need a real compiled program of a small
+    model whose input is the tiny CNN's (1 x 3 x 32 x 32)."""
+    import yaml
+    from click.testing import CliRunner
+
+    from hbtool.cli import main
+    from hbtool.compiler.artifact import read_artifact
+
+    root = Path(__file__).resolve().parents[1]
+    data = yaml.safe_load((root / "configs" / "tiny_cnn.yaml").read_text())
+    data["model_parameters"].update(onnx_model=str(onnx_model), working_dir=str(tmp / "wd"), output_model_file_prefix=prefix)
+    data["calibration_parameters"].update(cal_data_dir=str(root / "samples" / "data" / "digits_cal"), num_samples=8)
+    cfg = tmp / f"{prefix}.yaml"
+    cfg.write_text(yaml.safe_dump(data))
+    r = CliRunner().invoke(main, ["compile", "-c", str(cfg)])
+    assert r.exit_code == 0, r.output
+    return read_artifact(tmp / "wd" / f"{prefix}.bin")

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from hbtool.kernels import Conv, Linear
 from hbtool.kernels.builder import ElemType
 from hbtool.simulator import accel, onnx_bytes
+from tests.helpers import compile_like_tiny_cnn
 
 
 @pytest.fixture
@@ -79,22 +79,8 @@ def test_a_linear_runs_small_calls_on_one_thread(session_threads):
 
 @pytest.fixture(scope="module")
 def tiny_artifact(tmp_path_factory):
-    import yaml
-
-    from hbtool.cli import main
-    from hbtool.compiler.artifact import read_artifact
-
-    root = Path(__file__).resolve().parents[3]
     tmp = tmp_path_factory.mktemp("tiny")
-    data = yaml.safe_load((root / "configs" / "tiny_cnn.yaml").read_text())
-    data["model_parameters"].update(onnx_model=str(root / "samples" / "tiny" / "tiny_cnn.onnx"), working_dir=str(tmp / "wd"),
-                                    output_model_file_prefix="tiny")
-    data["calibration_parameters"].update(cal_data_dir=str(root / "samples" / "data" / "digits_cal"), num_samples=8)
-    cfg = tmp / "tiny.yaml"
-    cfg.write_text(yaml.safe_dump(data))
-    r = CliRunner().invoke(main, ["compile", "-c", str(cfg)])
-    assert r.exit_code == 0, r.output
-    return read_artifact(tmp / "wd" / "tiny.bin")
+    return compile_like_tiny_cnn(tmp, Path(__file__).resolve().parents[3] / "samples" / "tiny" / "tiny_cnn.onnx", "tiny")
 
 
 def test_the_executor_sizes_products_by_their_kernels_count(tiny_artifact, session_threads, monkeypatch):

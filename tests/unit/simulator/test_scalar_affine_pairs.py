@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from hbtool.kernels.eltwise import Add, Mul
 from hbtool.simulator import accel, fused
+from tests.helpers import compile_like_tiny_cnn
 
 ROUNDINGS = ["floor", "half_up", "floor", "half_up", "half_away", "half_even"]  # mostly the two that pair
 
@@ -88,22 +88,8 @@ def _affine_model(path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def affine_artifact(tmp_path_factory):
-    import yaml
-
-    from hbtool.cli import main
-    from hbtool.compiler.artifact import read_artifact
-
-    root = Path(__file__).resolve().parents[3]
     tmp = tmp_path_factory.mktemp("affine")
-    data = yaml.safe_load((root / "configs" / "tiny_cnn.yaml").read_text())
-    data["model_parameters"].update(onnx_model=str(_affine_model(tmp / "affine.onnx")), working_dir=str(tmp / "wd"),
-                                    output_model_file_prefix="affine")
-    data["calibration_parameters"].update(cal_data_dir=str(root / "samples" / "data" / "digits_cal"), num_samples=8)
-    cfg = tmp / "affine.yaml"
-    cfg.write_text(yaml.safe_dump(data))
-    r = CliRunner().invoke(main, ["compile", "-c", str(cfg)])
-    assert r.exit_code == 0, r.output
-    return read_artifact(tmp / "wd" / "affine.bin")
+    return compile_like_tiny_cnn(tmp, _affine_model(tmp / "affine.onnx"), "affine")
 
 
 def test_a_program_with_pairs_gives_the_unpaired_outputs(affine_artifact, monkeypatch):
