@@ -31,9 +31,7 @@ numpy form unchanged.
 
 from __future__ import annotations
 
-import contextvars
 import functools
-import threading
 from types import SimpleNamespace
 from typing import Callable
 
@@ -198,53 +196,7 @@ class _TableWrite:
 
 
 # ------------------------------------------------------------------------------ products
-# Input elements per call from which the product session being built (inside :func:`accelerate`)
-# runs on the executor's threads rather than one (:class:`_SizedSession`); None: no split point known.
-_SPLIT_AT: contextvars.ContextVar[int | None] = contextvars.ContextVar("hbtool_product_split_at", default=None)
-
-
 def _session(model, threads: int | None = None):
-    """A one-node (or few-node) product session: plain, or sized per call where :func:`accelerate` knows
-    the product's size (:class:`_SizedSession`)."""
-    split_at = _SPLIT_AT.get()
-    if split_at is None or threads == 1:
-        return _build_session(model, threads)
-    return _SizedSession(model, threads, split_at)
-
-
-class _SizedSession:
-    """A product session on one onnxruntime thread for calls whose first input has fewer than ``split_at``
-    elements, on ``threads`` for larger ones; each built at its first call (a process that only
-    ever makes one kind of call builds one session).
-
-    The sessions' pools do not spin (:func:`_build_session`), so a second thread is woken on every
-    call and pays only once the product outlasts that wake-up: below :data:`PRODUCT_SPLIT_MIN_MACS`
-    it costs more than it saves. A pass of several samples makes a product several times larger
-    than one sample does, hence a choice per call, not per layer. Either session computes the same
-    bits (every product here is exact: integer GEMMs, or float sums of small integers).
-    """
-
-    def __init__(self, model, threads: int | None, split_at: int):
-        self._model, self._threads, self.split_at = model, threads, int(split_at)
-        self._built: dict[bool, object] = {}
-        self._lock = threading.Lock()
-
-    def session(self, large: bool):
-        """The session for large (``threads``) or small (one thread) calls, built on first use."""
-        built = self._built.get(large)
-        if built is None:
-            with self._lock:
-                built = self._built.get(large)
-                if built is None:
-                    built = self._built[large] = _build_session(self._model, self._threads if large else 1)
-        return built
-
-    def run(self, outputs, feeds: dict, *args):
-        size = np.size(next(iter(feeds.values())))
-        return self.session(size >= self.split_at).run(outputs, feeds, *args)
-
-
-def _build_session(model, threads: int | None = None):
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -520,24 +472,6 @@ def conv_fast(kernel, threads: int | None = None, in_shape: tuple | None = None)
         return None
     session, factors = _weight_digit_session("Conv", w, sw, sx, np.dtype(np.float32), attrs, threads)
     return _float_conv_runner(session, factors, sx, C, rq, bias)
-
-
-# Multiply-adds per call below which a product session runs on one onnxruntime thread, and from
-# which on the executor's ``threads`` (:class:`_SizedSession`). Measured per layer (one session at
-# one and at two threads, best of 60, load 3): MobileNetV2's 1x1 products (1.6-20 M multiply-adds,
-# 30-180 us) took 0.73-1.22x the one-thread time at two, slower on 27 of 31 layers (30 of 31 by
-# the median); ResNet50's of 51-103 M 0.56-1.33x. Whole models: docs/simulate.md ("Two cores at
-# batch 1").
-PRODUCT_SPLIT_MIN_MACS = 32 << 20
-
-
-def product_split_at(macs: int | None, in_elements: int | None) -> int | None:
-    """Input elements per call from which a product of ``macs`` multiply-adds on ``in_elements`` input
-    elements (one sample) reaches :data:`PRODUCT_SPLIT_MIN_MACS`; None where either is unknown or zero
-    (a session without a product, a MaxPool, keeps the executor's threads)."""
-    if not macs or not in_elements:
-        return None
-    return -(-PRODUCT_SPLIT_MIN_MACS * int(in_elements) // int(macs))
 
 
 # The smallest output plane (OH * OW) a depthwise layer runs in the fused loop at: measured in
@@ -1201,23 +1135,12 @@ _BUILDERS = {
 }
 
 
-def accelerate(kernel, threads: int | None = None, in_shape: tuple | None = None,
-               macs: int | None = None, in_elements: int | None = None) -> Callable | None:
+def accelerate(kernel, threads: int | None = None, in_shape: tuple | None = None) -> Callable | None:
     """An equivalent faster function for ``kernel.apply_numpy``, or None to keep the kernel's own.
 
     ``threads``: onnxruntime intra-op threads of the product sessions (None: one per core).
     ``in_shape``: one sample's shape of the first input, where known (a Conv picks its route by it).
-    ``macs`` and ``in_elements``: the kernel's multiply-adds and its first input's elements for one
-    sample, where known: its product sessions then run small calls on one thread (:class:`_SizedSession`).
     """
-    token = _SPLIT_AT.set(product_split_at(macs, in_elements))
-    try:
-        return _accelerate(kernel, threads, in_shape)
-    finally:
-        _SPLIT_AT.reset(token)
-
-
-def _accelerate(kernel, threads: int | None, in_shape: tuple | None) -> Callable | None:
     kind = type(kernel).__name__
     if fused is None:
         return None

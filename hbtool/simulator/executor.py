@@ -71,25 +71,11 @@ def _kernel_step(node: Node, program: Graph, fast: bool, threads: int | None) ->
     kernel = node.meta["kernel"]
     shape = program.shape(node.inputs[0]) if node.inputs and node.inputs[0] and not node.meta.get("in_perms") else None
     in_shape = tuple(shape) if shape is not None else None
-    macs, in_elements = _macs(node, program)
-    accelerated = accelerate(kernel, threads, in_shape, macs, in_elements) if fast else None
+    accelerated = accelerate(kernel, threads, in_shape) if fast else None
     apply = numpy_until_compiled(accelerated, kernel.apply_numpy) if accelerated is not None else kernel.apply_numpy
     if mergeable(node, program):
         return merged_kernel(node, program, apply), accelerated
     return per_sample(node, program, _one_sample_kernel(node, apply)), accelerated
-
-
-def _macs(node: Node, program: Graph) -> tuple[int | None, int | None]:
-    """The kernel's multiply-adds for one sample (its own count on the program's shapes) and its first
-    input's elements; products of element counts, so the operand read orders do not change them.
-    ``(None, None)`` where a shape is unknown."""
-    shapes = [program.shape(name) if name else None for name in (node.inputs[:1] or [None]) + node.outputs[:1]]
-    if any(s is None or not all(isinstance(d, (int, np.integer)) and d > 0 for d in s) for s in shapes):
-        return None, None
-    try:
-        return int(node.meta["kernel"].macs(tuple(shapes[0]), tuple(shapes[1]))), int(np.prod(shapes[0]))
-    except Exception:  # a kernel whose count needs more than these shapes: no size, the executor's threads
-        return None, None
 
 
 def _narrow_handoffs(steps: list["_Step"], program: Graph) -> set[str]:
