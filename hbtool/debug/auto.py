@@ -436,7 +436,9 @@ class _AutoSearch:
         if self.deadline is None:
             return False
         left = self.deadline - time.monotonic()
-        slice_, ending = self.runner.slice_seconds(), self.ending_seconds()
+        # before any try or pricing program is measured, a try costs at least the PTQ model's measure (a try is a
+        # calibration and that measure): without it the first try of a search without groups started unpriced
+        slice_, ending = self.runner.slice_seconds() or self.res.seconds.get("base_measure", 0.0), self.ending_seconds()
         if left > slice_ + ending:
             return False
         if not self.res.stopped:

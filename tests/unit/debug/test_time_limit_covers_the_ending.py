@@ -120,3 +120,33 @@ def test_the_ending_counts_a_workers_calibration_and_a_try_is_priced_before_it_r
     assert runner.slice_seconds() == 9.0
     runner.try_seconds = 11.0
     assert runner.slice_seconds() == 11.0
+
+
+def test_the_ranking_the_per_node_pass_asks_for_is_bounded_too(transformer_cfg, clock, monkeypatch):
+    """The per-node pass of ``--auto`` asks for the four-way ranking when the groups did not reach the target; under a
+    time limit that ranking stops at the limit less the ending like the report's (on the recogniser an unbounded one
+    ran 86 s past a 5-minute limit). Each ranking chunk costs the fake clock 30 s here, the groups are left out so the
+    per-node pass comes first, and the limit leaves room for a few chunks only (a chunk is priced before it starts, as the
+    gains pass's seconds price it on a real run)."""
+    from hbtool.debug.auto import _AutoSearch
+    from hbtool.debug.sensitivity import SensitivityJob
+
+    chunk_s = 30.0
+    run_chunk = SensitivityJob.run
+
+    def slow_chunk(self, session):
+        clock.now += chunk_s
+        return run_chunk(self, session)
+
+    monkeypatch.setattr(SensitivityJob, "run", slow_chunk)
+    monkeypatch.setattr(_AutoSearch, "int16_groups_phase", lambda self, names: None)
+    # without the groups no gains pass runs to price a chunk by; the chunk's cost stands in for that estimate
+    monkeypatch.setattr(run_mod, "_chunk_estimate", lambda runner, nodes: (lambda job: chunk_s))
+    start = clock.now
+    limit = 120.0
+    result = run_debug(load_config(transformer_cfg), auto=True, target_cosine=0.9999, max_fps_loss=0.10, samples=8,
+                       time_limit=limit, workers=1)
+    assert clock.now - start <= limit - REPORT_S, (clock.now - start, result.auto.stopped)
+    assert "per-node pass asked for it" in result.ranking_note
+    evaluated = [s for s in result.ranking if s.evaluated]
+    assert 0 < len(evaluated) < len(result.ranking)
