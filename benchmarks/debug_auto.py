@@ -273,7 +273,7 @@ def run_case(spec, args, metric: str | None, time_limit: str) -> list[str]:
     t2 = time.perf_counter()
     write_debug(r, case / "debug")
     report = time.perf_counter() - t2      # the report's writing: the command ends after it (--time-limit covers it)
-    row = {"report_seconds": report, "command_seconds": wall + report,"model": spec.name, "metric": r.session.metric.name, "quantized_nodes": len(r.model.nodes), "seconds": r.seconds,
+    row = {"report_seconds": report, "command_seconds": wall + report, "model": spec.name, "metric": r.session.metric.name, "quantized_nodes": len(r.model.nodes), "seconds": r.seconds,
            "data_seconds": t1 - t0,
            # CPU seconds of the process and its workers (all threads): on a shared machine, wall time / load is no measure
            "cpu_seconds": cpu, "workers": args.workers[0], "load_average": os.getloadavg(),

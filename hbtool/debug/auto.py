@@ -408,6 +408,8 @@ class _AutoSearch:
         self.res = AutoResult(base_fps=self.cur.fps, quantized_nodes=quantized_nodes, ptq=self.cur)
         self.runs_before = getattr(runner, "tries_run", 0)     # the runner may be shared (``hbtool debug`` opens one per command)
         self.res.seconds["base_measure"] = time.monotonic() - self.started
+        # the least a try costs (a calibration and this measure): the runner's price of a try before any is measured
+        runner.measure_seconds = max(getattr(runner, "measure_seconds", 0.0), self.res.seconds["base_measure"])
         self.res.steps.append(Step("ptq", None, self.cur.cosine, _cosines(self.cur), self.cur.metric, self.cur.fps, True))
         self.hook = session.metric.is_hook
         self.floor_fps = self.cur.fps * (1.0 - max_fps_loss)
@@ -436,9 +438,7 @@ class _AutoSearch:
         if self.deadline is None:
             return False
         left = self.deadline - time.monotonic()
-        # before any try or pricing program is measured, a try costs at least the PTQ model's measure (a try is a
-        # calibration and that measure): without it the first try of a search without groups started unpriced
-        slice_, ending = self.runner.slice_seconds() or self.res.seconds.get("base_measure", 0.0), self.ending_seconds()
+        slice_, ending = self.runner.slice_seconds(), self.ending_seconds()
         if left > slice_ + ending:
             return False
         if not self.res.stopped:

@@ -316,7 +316,8 @@ def _run_jobs(runner, session, jobs: list, progress, stage: str, deadline: float
     wave = 0.0
     for k in range(0, len(jobs), width):
         started = time.monotonic()
-        expected = wave or max((estimate(job) for job in jobs[k:k + width]), default=0.0) if estimate else wave
+        # the last wave's time; before the first, the longest of its jobs by ``estimate``
+        expected = wave if wave or estimate is None else max((estimate(job) for job in jobs[k:k + width]), default=0.0)
         if deadline is not None and started + expected > deadline:
             break
         for r in run(jobs[k:k + width]):

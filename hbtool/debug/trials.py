@@ -169,6 +169,8 @@ class TrialRunner:
         #: the longest try measured (where it ran), and the longest calibration of one: the next slice's expected cost
         self.try_seconds = 0.0
         self.calibrate_seconds = 0.0
+        #: the PTQ model's measure, set by the search: the least a try costs (a try is a calibration and such a measure)
+        self.measure_seconds = 0.0
         #: each job run through :meth:`jobs` with the seconds it took where it ran, in order
         self.job_seconds: list[tuple[Any, float]] = []
 
@@ -201,10 +203,12 @@ class TrialRunner:
     def slice_seconds(self) -> float:
         """What the next slice of tries is expected to take: the longest try measured so far (a slice's tries run side
         by side, one per worker), before any try the longest job measured (the pricing programs: a calibration, a
-        compile and a costing, as a try), else 0 (nothing measured yet: the deadline alone decides)."""
+        compile and a costing, as a try), else the PTQ model's measure (:attr:`measure_seconds`; without it the first
+        try of a search without groups started unpriced), else 0 (nothing measured yet: the deadline alone decides)."""
         if self.try_seconds:
             return self.try_seconds
-        return max((s for job, s in self.job_seconds if getattr(job, "like_a_try", False)), default=0.0)
+        priced = [s for job, s in self.job_seconds if getattr(job, "like_a_try", False)]
+        return max(priced) if priced else self.measure_seconds
 
     def run(self, trials: list[Trial]) -> Iterator[Measured | Failed]:
         """Each trial's measurement, in the trials' order; ``workers`` at a time, none started whose measured cost
