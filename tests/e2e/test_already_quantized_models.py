@@ -86,6 +86,15 @@ def small_float_model() -> onnx.ModelProto:
     return make_model(nodes, [vinfo("x", [1, 3, 16, 16])], [vinfo("y", [1, 10]), vinfo("y2", [1, 6])], inits, opset=13)
 
 
+def _uint8_int8_gemm_saturates(symmetric: bool) -> bool:
+    """Whether onnxruntime's own uint8 x int8 kernels are inexact on this CPU (AVX2 without VNNI adds
+    pairs of products in saturating int16), so a uint8 model needs 7-bit weights (onnxruntime's
+    ``reduce_range``, its advice for such CPUs) for onnxruntime's QOperator run to be a reference."""
+    from hbtool.simulator import accel
+
+    return not symmetric and not accel._cpu_integer_gemm_never_saturates()
+
+
 def ort_quantized(tmp: Path, fmt: str, per_channel: bool, symmetric: bool, source: onnx.ModelProto | None = None,
                   samples: list[np.ndarray] | None = None) -> Path:
     """``source`` quantized by onnxruntime's quantize_static (``fmt``: "QDQ" or "QOperator")."""
@@ -107,7 +116,7 @@ def ort_quantized(tmp: Path, fmt: str, per_channel: bool, symmetric: bool, sourc
     src, dst = tmp / "float.onnx", tmp / f"{fmt}_{'pc' if per_channel else 'pt'}_{'sym' if symmetric else 'asym'}.onnx"
     onnx.save(source, str(src))
     quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ if fmt == "QDQ" else QuantFormat.QOperator,
-                    per_channel=per_channel, weight_type=QuantType.QInt8,
+                    per_channel=per_channel, weight_type=QuantType.QInt8, reduce_range=_uint8_int8_gemm_saturates(symmetric),
                     activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
                     extra_options={"ActivationSymmetric": True} if symmetric else {})
     return dst
