@@ -91,3 +91,21 @@ def test_only_large_float_weights_are_set_aside_and_always_put_back():
     # the two large float weights had no bytes inside the block; the small bias and the int64 shape kept theirs
     assert sizes == {"conv_w": 0, "conv_b": 128, "shape": 24, "fc_w": 0, "fc_b": 1024}
     assert model.SerializeToString() == before
+
+
+def test_a_pass_that_fails_without_the_weights_gets_them(monkeypatch):
+    """Should a converter or inference step read a weight's values and fail on the missing bytes, the import runs the
+    plain call instead of refusing a model the plain call takes."""
+    model = old_opset_model(11)
+    seen = []
+
+    def reads_weights(m: onnx.ModelProto) -> onnx.ModelProto:
+        sizes = {t.name: len(t.raw_data) for t in m.graph.initializer}
+        seen.append(sizes["conv_w"])
+        if not sizes["conv_w"]:
+            raise ValueError("conv_w has no data")
+        return onnx_import._lift_opset(m)
+
+    plain, _ = _plain_and_set_aside(monkeypatch, onnx_import._lift_opset, model)
+    assert onnx_import._without_weights(reads_weights, model).SerializeToString() == plain
+    assert seen == [0, 32 * 16 * 3 * 3 * 4]
