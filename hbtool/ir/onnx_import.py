@@ -387,7 +387,7 @@ def _lift_opset(model: onnx.ModelProto) -> onnx.ModelProto:
     from onnx import version_converter
 
     try:
-        converted = _without_weights(lambda m: version_converter.convert_version(m, IR_MIN_OPSET), model)
+        converted = _without_weights(lambda m: version_converter.convert_version(m, IR_MIN_OPSET), model, "the opset converter")
     except Exception as exc:
         msg = str(exc).strip().splitlines()[0][:200]
         raise ModelError(
@@ -399,7 +399,8 @@ def _lift_opset(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     try:
-        return _without_weights(lambda m: onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True), model)
+        return _without_weights(lambda m: onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True), model,
+                                "shape inference")
     except Exception as exc:  # shape inference failures are not fatal: the fallback runs the model
         log.debug("onnx shape inference failed: %s", exc)
         return model
@@ -412,7 +413,7 @@ SET_ASIDE_MIN_BYTES = 4096
 SET_ASIDE_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16})
 
 
-def _without_weights(call: Callable[[onnx.ModelProto], onnx.ModelProto], model: onnx.ModelProto) -> onnx.ModelProto:
+def _without_weights(call: Callable[[onnx.ModelProto], onnx.ModelProto], model: onnx.ModelProto, what: str) -> onnx.ModelProto:
     """``call(model)`` run on ``model`` with its large float weights set aside (:func:`_weights_set_aside`), the
     weights put back into what it returns; should that fail (a pass that did read a weight's values), the plain
     ``call(model)``, so that the set-aside never turns a model the plain call takes into an error."""
@@ -420,7 +421,7 @@ def _without_weights(call: Callable[[onnx.ModelProto], onnx.ModelProto], model: 
         with _weights_set_aside(model) as restore:
             return restore(call(model))
     except Exception as exc:
-        log.debug("%s without the weights failed (%s): the plain call", getattr(call, "__name__", "a pass"), exc)
+        log.debug("%s without the weights failed (%s): run with them", what, exc)
         return call(model)
 
 
