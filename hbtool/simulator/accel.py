@@ -291,18 +291,50 @@ def _cpu_integer_gemm_never_saturates() -> bool:
     return bool(np.array_equal(got, (x.astype(np.int64) - 128) @ w)) and _integer_gemm_is_exact(session, w)
 
 
+@functools.lru_cache(maxsize=None)
+def _cpu_unsigned_gemm_is_exact() -> bool:
+    """Whether this CPU's uint8 x uint8 GEMM (``MatMulInteger`` with zero points 128 on both operands,
+    the form :func:`_integer_linear` and :func:`_integer_matmul` build) is exact at its largest sums.
+
+    Where uint8 x int8 saturates pair sums in int16 (x86 without VNNI: ``vpmaddubsw``), MLAS widens
+    uint8 x uint8 operands to int16 and multiplies pairs into int32 (``vpmaddwd``), exact for any
+    codes: measured on an AVX2 EPYC, one thread, a 396 x 192 x 768 product took 0.65x the float32
+    GEMM's time (uint8 x int8 0.49x, not exact; int8 x int8 3.1x, a generic kernel). Believed, so
+    tested once per process, as :func:`_cpu_integer_gemm_never_saturates` tests its kernel: operands
+    at 0 and 255 only (products of -128 and 127 after the zero points), every same-signed pair at its
+    largest (``2 * 128 * 128`` overflows int16, as do the raw ``255 * 255`` pairs) and mixed pairs.
+    """
+    K = 64
+    alternate = np.where(np.arange(K) % 2, 255, 0)
+    w = np.stack([np.full(K, 255), np.zeros(K), alternate, 255 - alternate], axis=1).astype(np.uint8)
+    x = np.stack([np.full(K, 255), np.zeros(K), alternate, 255 - alternate]).astype(np.uint8)
+    inits = {"w": w, "xz": np.array(128, np.uint8), "wz": np.array(128, np.uint8)}
+    session = _integer_session(onnx_bytes.node("MatMulInteger", ["x", "w", "xz", "wz"], ["y"]), inits, 1)
+    got = session.run(None, {"x": x})[0].astype(np.int64)
+    return bool(np.array_equal(got, (x.astype(np.int64) - 128) @ (w.astype(np.int64) - 128)))
+
+
 def _integer_linear(w: np.ndarray, threads: int | None):
-    """A ``MatMulInteger`` session (uint8 activations with zero point 128, int8 weights), or None
-    when the weight is not int8, the int32 sums could overflow, or the CPU's kernel is not exact."""
+    """A ``MatMulInteger`` session of uint8 activations with zero point 128 (``x + 128``), or None when
+    the weight is not int8, the int32 sums could overflow, or no integer kernel of this CPU is exact.
+
+    The weight goes in as int8 where this CPU's uint8 x int8 kernel never saturates (VNNI/AMX); else
+    as uint8 ``w + 128`` with zero point 128 where the uint8 x uint8 kernel is exact
+    (:func:`_cpu_unsigned_gemm_is_exact`: AVX2 without VNNI); else as int8 if a worst-case test of
+    this very weight passes (:func:`_integer_gemm_is_exact`). The session's input is the same in all three.
+    """
     K, N = w.shape
     if w.min(initial=0) < -128 or w.max(initial=0) > 127 or K * 255 * 128 >= 2**31:
         return None
-    inits = {"w": w.astype(np.int8), "xz": np.array(128, np.uint8)}
-    session = _integer_session(onnx_bytes.node("MatMulInteger", ["x", "w", "xz"], ["y"]), inits, threads)
+    signed = {"w": w.astype(np.int8), "xz": np.array(128, np.uint8)}
     if _cpu_integer_gemm_never_saturates():
-        return session
+        return _integer_session(onnx_bytes.node("MatMulInteger", ["x", "w", "xz"], ["y"]), signed, threads)
+    if _cpu_unsigned_gemm_is_exact() and K * 255 * 255 < 2**31:
+        unsigned = {"w": (w + 128).astype(np.uint8), "xz": np.array(128, np.uint8), "wz": np.array(128, np.uint8)}
+        return _integer_session(onnx_bytes.node("MatMulInteger", ["x", "w", "xz", "wz"], ["y"]), unsigned, threads)
     if 2 * N * N * K > 2**30:
         return None  # too big to test alone: the exact float product runs instead
+    session = _integer_session(onnx_bytes.node("MatMulInteger", ["x", "w", "xz"], ["y"]), signed, threads)
     return session if _integer_gemm_is_exact(session, w) else None
 
 
@@ -618,12 +650,14 @@ def _float_conv_runner(session, factors, sx: bool, C: int, rq: "RequantParams", 
 
 def _integer_matmul(kernel, threads: int | None) -> Callable[[np.ndarray, np.ndarray], np.ndarray] | None:
     """``requantize(a @ b)`` of an int16 ``a`` and an int8-range ``b`` as two onnxruntime
-    ``MatMulInteger`` products (uint8 x int8, batched), or None.
+    ``MatMulInteger`` products (batched), or None.
 
     ``a``'s base-256 digits (``fused.digits_u8``: ``hi + 128`` with zero point 128, ``lo = a & 255``
     with zero point 0) are multiplied by ``b`` in two calls and recombined ``256 * hi + lo`` in the
-    requantizing pass; only where this CPU's kernel never saturates a pair of products
-    (:func:`_cpu_integer_gemm_never_saturates`) and ``k * 255 * 128 < 2**31``. The float route
+    requantizing pass. ``b`` goes in as int8 where this CPU's uint8 x int8 kernel never saturates a
+    pair of products (:func:`_cpu_integer_gemm_never_saturates`, ``k * 255 * 128 < 2**31``), else as
+    uint8 ``b + 128`` with zero point 128 where the uint8 x uint8 kernel is exact
+    (:func:`_cpu_unsigned_gemm_is_exact`, ``k * 255 * 255 < 2**31``). The float route
     needs two float32 digit products for these (attention's probabilities @ V). Measured, whole
     step, one thread: DeiT-Tiny's 3 x 198 x 198 @ 198 x 64 0.33x the float route's time alone and
     0.56-0.65x inside the model, Swin-T's windows 0.68-0.99x inside the model. An int8 ``a`` (Q @ K^T)
@@ -631,13 +665,22 @@ def _integer_matmul(kernel, threads: int | None) -> Callable[[np.ndarray, np.nda
     (docs/simulate.md).
     """
     k = int(kernel.k)
-    if kernel.b_bits > 8 or kernel.a_bits != 16 or k * 255 * 128 >= 2**31 or not _cpu_integer_gemm_never_saturates():
+    if kernel.b_bits > 8 or kernel.a_bits != 16:
+        return None
+    if _cpu_integer_gemm_never_saturates() and k * 255 * 128 < 2**31:
+        unsigned_b = False
+    elif _cpu_unsigned_gemm_is_exact() and k * 255 * 255 < 2**31:
+        unsigned_b = True
+    else:
         return None
 
     def session(zero_point: int):
-        model = onnx_bytes.model([onnx_bytes.node("MatMulInteger", ["a", "b", "az"], ["y"])],
-                                 {"a": ElemType.UINT8, "b": ElemType.INT8}, {"y": ElemType.INT32},
-                                 {"az": np.array(zero_point, np.uint8)})
+        inits = {"az": np.array(zero_point, np.uint8)}
+        if unsigned_b:
+            inits["bz"] = np.array(128, np.uint8)
+        model = onnx_bytes.model([onnx_bytes.node("MatMulInteger", ["a", "b"] + list(inits), ["y"])],
+                                 {"a": ElemType.UINT8, "b": ElemType.UINT8 if unsigned_b else ElemType.INT8},
+                                 {"y": ElemType.INT32}, inits)
         return _session(model, threads)
 
     rq = RequantParams(kernel.requant, 1)
@@ -648,12 +691,13 @@ def _integer_matmul(kernel, threads: int | None) -> Callable[[np.ndarray, np.nda
     def run(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         nd = max(a.ndim, b.ndim)
         a = as_stored(a.reshape((1,) * (nd - a.ndim) + a.shape))
-        b8 = np.ascontiguousarray(b.reshape((1,) * (nd - b.ndim) + b.shape), dtype=np.int8)
+        b = b.reshape((1,) * (nd - b.ndim) + b.shape)
+        b_in = offset_u8(b) if unsigned_b else np.ascontiguousarray(b, dtype=np.int8)
         digits = np.empty((2,) + a.shape, np.uint8)
         if a.size:
             fused.digits_u8(a.reshape(-1, a.shape[-1]), digits.reshape(2, -1, a.shape[-1]))
-        y_hi = high.run(None, {"a": digits[0], "b": b8})[0]
-        y_lo = low.run(None, {"a": digits[1], "b": b8})[0]
+        y_hi = high.run(None, {"a": digits[0], "b": b_in})[0]
+        y_lo = low.run(None, {"a": digits[1], "b": b_in})[0]
         if y_hi.size == 0:
             return np.zeros(y_hi.shape, rq.out_dtype)
         n = y_hi.shape[-1]
