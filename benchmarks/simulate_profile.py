@@ -42,6 +42,7 @@ _ROUTES = {
     "affine-pairs": ("AFFINE_PAIRS", False),
     "integer-conv-kxk": ("_float_conv_splits", lambda w, in_bits: False),
     "unsigned-gemm": ("_cpu_unsigned_gemm_is_exact", lambda: False),
+    "int8-matmul-unsigned": ("INT8_MATMUL_UNSIGNED", False),
 }
 
 

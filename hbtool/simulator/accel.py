@@ -5,9 +5,10 @@ thousands of images, so its hot paths are replaced here by equivalent computatio
 
 * **Products** (Linear, MatMul, Conv and ConvTranspose accumulators) run in onnxruntime (MLAS):
   Linear as a uint8 x int8 integer GEMM (int16 activations as two base-256 digits in one
-  call) wherever a worst-case self-test shows this CPU's kernel exact
-  (:func:`_integer_gemm_is_exact`); pointwise int8 convolutions as uint8 x uint8 integer
-  GEMMs; everything else as float GEMMs or convolutions on operands holding small integers,
+  call) where a worst-case self-test shows this CPU's kernel exact
+  (:func:`_cpu_integer_gemm_never_saturates`, :func:`_integer_gemm_is_exact`), else as uint8 x
+  uint8 (weights offset by 128) where that kernel is exact (:func:`_cpu_unsigned_gemm_is_exact`);
+  pointwise int8 convolutions as uint8 x uint8 integer GEMMs; everything else as float GEMMs or convolutions on operands holding small integers,
   exact because every partial sum is an integer the float type represents exactly, in any
   summation order: float32 while the worst-case partial sum is at most ``2**24``, otherwise
   float64 (``2**53``; Linear and MatMul). Convolution has only a float32 kernel in
@@ -341,8 +342,9 @@ def _integer_linear(w: np.ndarray, threads: int | None):
 def linear_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.ndarray] | None:
     """``requantize(x @ W + b)`` of a Linear kernel: one exact GEMM and one fused pass.
 
-    A uint8 x int8 integer GEMM where this CPU's kernel is exact (:func:`_integer_linear`;
-    int16 activations as two base-256 digits in one call). Otherwise float32 on the whole
+    An integer GEMM where one of this CPU's kernels is exact (:func:`_integer_linear`: uint8 x
+    int8, or uint8 x uint8 where that one saturates; int16 activations as two base-256 digits in
+    one call). Otherwise float32 on the whole
     operands when the worst partial sum allows, else on base-256 digits of the activation
     (both digits in one GEMM of twice the rows) and, if needed, base-16 digits of the weight
     (:func:`plan_float_conv`); float64 when no split fits.
@@ -706,17 +708,62 @@ def _integer_matmul(kernel, threads: int | None) -> Callable[[np.ndarray, np.nda
     return _marked(run, rq, {1: np.int8})
 
 
+# An int8 x int8 activation MatMul (attention's Q @ K^T) runs as one uint8 x uint8 ``MatMulInteger``
+# where that kernel is chosen (:func:`_unsigned_int8_matmul`). A switch only for
+# ``benchmarks.simulate_profile --without int8-matmul-unsigned``.
+INT8_MATMUL_UNSIGNED = True
+
+
+def _unsigned_int8_matmul(kernel, threads: int | None) -> Callable[[np.ndarray, np.ndarray], np.ndarray] | None:
+    """``requantize(a @ b)`` of two int8-range activations as one uint8 x uint8 ``MatMulInteger``
+    (both offset by 128, zero points 128), or None.
+
+    Only on CPUs whose uint8 x int8 kernel saturates and whose uint8 x uint8 kernel is exact
+    (:func:`_cpu_unsigned_gemm_is_exact`; AVX2 without VNNI), and while ``k * 255 * 255 < 2**31``.
+    There the float32 GEMM it replaces took 1.3-1.5x its time per step inside the models (one thread,
+    load 8, AVX2 EPYC: DeiT-Tiny's twelve Q @ K^T 5.19 -> 3.62 ms, Swin-T's 8.05 -> 6.01 ms, sums of
+    the steps' bests) and the whole models 0.94-0.98x (DeiT-Tiny) and 0.98-0.99x (Swin-T) CPU time,
+    medians of interleaved runs. On VNNI CPUs the uint8 x int8 product of the same operands was
+    1.02-1.2x the float32 GEMM's time inside both models (docs/simulate.md), so they keep the float GEMM.
+    """
+    k = int(kernel.k)
+    if (kernel.a_bits > 8 or kernel.b_bits > 8 or k * 255 * 255 >= 2**31 or _cpu_integer_gemm_never_saturates()
+            or not _cpu_unsigned_gemm_is_exact()):
+        return None
+    inits = {"az": np.array(128, np.uint8), "bz": np.array(128, np.uint8)}
+    model = onnx_bytes.model([onnx_bytes.node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])],
+                             {"a": ElemType.UINT8, "b": ElemType.UINT8}, {"y": ElemType.INT32}, inits)
+    session = _session(model, threads)
+    rq = RequantParams(kernel.requant, 1)
+    zero = np.zeros(1, np.int64)
+
+    def run(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        nd = max(a.ndim, b.ndim)
+        a_in = offset_u8(a.reshape((1,) * (nd - a.ndim) + a.shape))
+        b_in = offset_u8(b.reshape((1,) * (nd - b.ndim) + b.shape))
+        y = session.run(None, {"a": a_in, "b": b_in})[0]
+        if y.size == 0:
+            return np.zeros(y.shape, rq.out_dtype)
+        return rq.apply((y.reshape(-1, y.shape[-1]),), _ONE, zero, True).reshape(y.shape)
+
+    return _marked(run, rq, {0: np.int8, 1: np.int8})
+
+
 def matmul_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray, np.ndarray], np.ndarray] | None:
     """``requantize(a @ b)`` of two activations: exact batched GEMMs and one fused pass.
 
     ``MatMulInteger`` for an int16 ``a`` and an int8 ``b`` where this CPU's kernel is exact
-    (:func:`_integer_matmul`); otherwise float32 when ``k * |a|max * |b|max <= 2**24``, else with the int16 operand(s) split
+    (:func:`_integer_matmul`), and for two int8 operands where the uint8 x uint8 kernel is the one
+    chosen (:func:`_unsigned_int8_matmul`); otherwise float32 when ``k * |a|max * |b|max <= 2**24``, else with the int16 operand(s) split
     into base-256 digits stacked on a new leading axis (one broadcast MatMul computes every digit
     product); float64 when even that does not fit.
     """
     integer = _integer_matmul(kernel, threads)
     if integer is not None:
         return integer
+    integer8 = _unsigned_int8_matmul(kernel, threads) if INT8_MATMUL_UNSIGNED else None
+    if integer8 is not None:
+        return integer8
     k = int(kernel.k)
     amax, bmax = 1 << (kernel.a_bits - 1), 1 << (kernel.b_bits - 1)
     plan = None

@@ -1,4 +1,4 @@
-"""The uint8 x uint8 ``MatMulInteger`` route of Linear and of the int16 x int8 activation MatMul, at 0 LSB.
+"""The uint8 x uint8 ``MatMulInteger`` route of Linear and of the activation MatMuls (int16 or int8 x int8), at 0 LSB.
 
 On CPUs whose uint8 x int8 GEMM saturates pair sums (x86 without VNNI), the integer products run
 with both operands offset to uint8 (zero points 128), chosen by a once-per-process self-test of
@@ -121,3 +121,38 @@ def test_the_unsigned_self_test_fails_on_a_kernel_that_saturates_pair_sums(monke
         finally:
             monkeypatch.undo()
     accel._cpu_unsigned_gemm_is_exact.cache_clear()
+
+
+@unsigned_exact
+@pytest.mark.parametrize("seed", range(12))
+def test_the_int8_by_int8_matmul_takes_the_unsigned_gemm_and_is_bit_exact(unsigned_route, seed):
+    rng = np.random.default_rng(1300 + seed)
+    m, k, n = (int(v) for v in rng.integers(1, 70, 3))
+    batch = [int(v) for v in rng.integers(1, 4, int(rng.integers(0, 3)))]
+    a_batch = [d if rng.random() < 0.7 else 1 for d in batch]
+    kern = MatMul.build(0.01, 0.02, float(rng.uniform(0.05, 5.0)), k, 8, 8, int(rng.choice([8, 16])),
+                        relu=bool(rng.random() < 0.3), rounding=str(rng.choice(["floor", "half_up", "half_away", "half_even"])))
+    assert accel._unsigned_int8_matmul(kern, None) is not None
+    fast = accel.matmul_fast(kern)
+    assert accel.reader_dtype(fast, 0) == np.int8 and accel.reader_dtype(fast, 1) == np.int8
+    a = _codes(tuple(a_batch) + (m, k), 8)
+    b = _codes(tuple(batch) + (k, n), 8)
+    b[..., : k // 2, :] = -128  # with a's runs at 127 and its -128s: pairs of products at their largest, both signs
+    want = kern.apply_numpy(a, b)
+    if rng.random() < 0.5:  # handed over transposed, as after an in_perms (Q @ K^T)
+        b = np.swapaxes(np.ascontiguousarray(np.swapaxes(b, -1, -2)), -1, -2)
+    got = fast(a.astype(np.int8), b.astype(np.int8) if rng.random() < 0.5 else b.astype(np.int16))
+    np.testing.assert_array_equal(got.astype(np.int64), want)
+
+
+def test_the_int8_matmul_keeps_the_float_gemm_where_uint8_by_int8_is_exact(monkeypatch):
+    """On VNNI CPUs Q @ K^T stays a float32 GEMM (the integer product was slower inside the models there)."""
+    monkeypatch.setattr(accel, "_cpu_integer_gemm_never_saturates", lambda: True)
+    assert accel._unsigned_int8_matmul(MatMul.build(0.01, 0.02, 0.5, 64, 8, 8), None) is None
+    monkeypatch.setattr(accel, "_cpu_integer_gemm_never_saturates", lambda: False)
+    monkeypatch.setattr(accel, "_cpu_unsigned_gemm_is_exact", lambda: False)
+    assert accel._unsigned_int8_matmul(MatMul.build(0.01, 0.02, 0.5, 64, 8, 8), None) is None
+    monkeypatch.setattr(accel, "_cpu_unsigned_gemm_is_exact", lambda: True)
+    assert accel._unsigned_int8_matmul(MatMul.build(0.01, 0.02, 0.5, 64, 8, 8), None) is not None
+    assert accel._unsigned_int8_matmul(MatMul.build(0.01, 0.02, 0.5, 64, 16, 8), None) is None  # int16 a: _integer_matmul
+    assert accel._unsigned_int8_matmul(MatMul.build(0.01, 0.02, 0.5, 33026, 8, 8), None) is None  # int32 sums could overflow
