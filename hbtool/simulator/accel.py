@@ -125,13 +125,27 @@ class RequantParams:
         self.simple = rq.rounding in ("floor", "half_up") and rq.clamp_acc is None and rq.pre_shift is None
         up = rq.rounding == "half_up"
         self.half = np.where((self.n > 0) & up, np.left_shift(np.int64(1), np.maximum(self.n - 1, 0)), 0).astype(np.int64)
+        # the multipliers as int32 where every one fits (the one-part loops multiply 32 x 32 -> 64 bits), else None
+        fits32 = self.M.size and int(self.M.min()) >= -(2**31) and int(self.M.max()) < 2**31
+        self.M32 = np.ascontiguousarray(self.M.astype(np.int32)) if fits32 else None
+        self._folded: tuple = (None, None)
+
+    def folded(self, bias: np.ndarray) -> np.ndarray:
+        """``bias * M + half`` per channel, int64 (wrapping as the loops' int64 arithmetic does): the
+        one-part loops' constant term, worked out once per bias array (a runner passes the same one)."""
+        held, value = self._folded
+        if held is not bias:
+            with np.errstate(over="ignore"):
+                value = np.ascontiguousarray(np.asarray(bias, np.int64) * self.M + self.half)
+            self._folded = (bias, value)
+        return value
 
     def apply(self, parts: tuple, factors, bias: np.ndarray, per_col: bool) -> np.ndarray:
         """Requantized ``bias + sum(factors * parts)`` over 2-D parts ``(R, Q)``; channels per column or per row."""
         out = np.empty(parts[0].shape, self.out_dtype)
-        if self.simple and len(parts) == 1 and int(factors[0]) == 1:
+        if self.simple and len(parts) == 1 and int(factors[0]) == 1 and self.M32 is not None:
             loop = fused.requantize_cols_one if per_col and self.channels > 1 else fused.requantize_rows_one
-            loop(parts[0], bias, self.M, self.n, self.half, self.lo, self.hi, out)
+            loop(parts[0], self.folded(bias), self.M32, self.n, self.lo, self.hi, out)
             return out
         if self.simple and len(parts) <= 2 and parts[0].dtype == parts[-1].dtype:
             y1, f1 = (parts[1], np.int64(factors[1])) if len(parts) == 2 else (parts[0], np.int64(0))

@@ -130,27 +130,34 @@ def _requantize_rows(r0_, r1_, y0, y1, f0, f1, bias, M, n, half, lo, hi, out):
 
 
 @jit()
-def _requantize_cols_one(r0_, r1_, y, bias, M, n, half, lo, hi, out):
+def _requantize_cols_one(r0_, r1_, y, folded, M32, n, lo, hi, out):
     """:func:`requantize_cols` of a product of one part (factor 1): the common case (an int8 GEMM, an
     unsplit float product) reads one accumulator tensor, not the same one twice with factor 0, and
-    its loop vectorises; measured 2.5x faster than the two-part loop on a Swin-T Linear's output."""
+    its loop vectorises; measured 2.5x faster than the two-part loop on a Swin-T Linear's output.
+
+    ``((bias + y) * M + half) >> n`` as ``(y * M + folded) >> n`` with ``folded = bias * M + half``
+    (:meth:`accel.RequantParams.folded`): the same int64 value (the identity holds modulo ``2**64``,
+    so even where the int64 arithmetic wraps), and with ``M`` read from int32 (``M32``, where every
+    multiplier fits) and ``y`` int32 the product is a 32 x 32 -> 64-bit multiply that AVX2 has
+    (``vpmuldq``); a full 64-bit multiply is AVX-512 only (``vpmullq``), which AVX2 emulates in
+    several instructions. Measured on an AVX2 EPYC, one thread, hot: 0.67x the old loop's time."""
     R, Q = out.shape
     for r in range(r0_, r1_):
         for q in range(Q):
-            v = ((bias[q] + np.int64(y[r, q])) * M[q] + half[q]) >> n[q]
+            v = (np.int64(y[r, q]) * np.int64(M32[q]) + folded[q]) >> n[q]
             out[r, q] = min(max(v, lo), hi)
 
 
 @jit()
-def _requantize_rows_one(r0_, r1_, y, bias, M, n, half, lo, hi, out):
+def _requantize_rows_one(r0_, r1_, y, folded, M32, n, lo, hi, out):
     """:func:`requantize_cols_one` with the channel of row ``r`` being ``r % C`` (NCHW rows; C = 1: per tensor)."""
     R, Q = out.shape
-    C = M.shape[0]
+    C = M32.shape[0]
     for r in range(r0_, r1_):
         c = r % C
-        b, m, nn, h = bias[c], M[c], n[c], half[c]
+        m, b, nn = np.int64(M32[c]), folded[c], n[c]
         for q in range(Q):
-            v = ((b + np.int64(y[r, q])) * m + h) >> nn
+            v = (np.int64(y[r, q]) * m + b) >> nn
             out[r, q] = min(max(v, lo), hi)
 
 
@@ -628,14 +635,14 @@ def requantize_rows(y0, y1, f0, f1, bias, M, n, half, lo, hi, out):
     over_rows(_requantize_rows, out.shape[0], out.size, y0, y1, f0, f1, bias, M, n, half, lo, hi, out)
 
 
-def requantize_cols_one(y, bias, M, n, half, lo, hi, out):
+def requantize_cols_one(y, folded, M32, n, lo, hi, out):
     """:func:`_requantize_cols_one` over all rows, split across the cores when the tensor is big enough."""
-    over_rows(_requantize_cols_one, out.shape[0], out.size, y, bias, M, n, half, lo, hi, out)
+    over_rows(_requantize_cols_one, out.shape[0], out.size, y, folded, M32, n, lo, hi, out)
 
 
-def requantize_rows_one(y, bias, M, n, half, lo, hi, out):
+def requantize_rows_one(y, folded, M32, n, lo, hi, out):
     """:func:`_requantize_rows_one` over all rows, split across the cores when the tensor is big enough."""
-    over_rows(_requantize_rows_one, out.shape[0], out.size, y, bias, M, n, half, lo, hi, out)
+    over_rows(_requantize_rows_one, out.shape[0], out.size, y, folded, M32, n, lo, hi, out)
 
 
 def split_digits(x, out):
