@@ -125,10 +125,19 @@ class RequantParams:
         self.simple = rq.rounding in ("floor", "half_up") and rq.clamp_acc is None and rq.pre_shift is None
         up = rq.rounding == "half_up"
         self.half = np.where((self.n > 0) & up, np.left_shift(np.int64(1), np.maximum(self.n - 1, 0)), 0).astype(np.int64)
-        # the multipliers as int32 where every one fits (the one-part loops multiply 32 x 32 -> 64 bits), else None
-        fits32 = self.M.size and int(self.M.min()) >= -(2**31) and int(self.M.max()) < 2**31
-        self.M32 = np.ascontiguousarray(self.M.astype(np.int32)) if fits32 else None
         self._folded: tuple = (None, None)
+        self._scaled: dict[int, np.ndarray | None] = {}
+        # the multipliers as int32 where every one fits (the loops multiply 32 x 32 -> 64 bits), else None
+        self.M32 = self.scaled(1)
+
+    def scaled(self, factor: int) -> np.ndarray | None:
+        """``factor * M`` per channel as int32 (a digit part's multiplier in the two-part loops), or None
+        where one does not fit int32 (then the generic loop runs)."""
+        if factor not in self._scaled:
+            values = [factor * int(m) for m in self.M]
+            fits = all(-(2**31) <= v < 2**31 for v in values)
+            self._scaled[factor] = np.ascontiguousarray(np.array(values, np.int64).astype(np.int32)) if fits else None
+        return self._scaled[factor]
 
     def folded(self, bias: np.ndarray) -> np.ndarray:
         """``bias * M + half`` per channel, int64 (wrapping as the loops' int64 arithmetic does): the
@@ -148,10 +157,12 @@ class RequantParams:
             loop(parts[0], self.folded(bias), self.M32, self.n, self.lo, self.hi, out)
             return out
         if self.simple and len(parts) <= 2 and parts[0].dtype == parts[-1].dtype:
-            y1, f1 = (parts[1], np.int64(factors[1])) if len(parts) == 2 else (parts[0], np.int64(0))
-            loop = fused.requantize_cols if per_col and self.channels > 1 else fused.requantize_rows
-            loop(parts[0], y1, np.int64(factors[0]), f1, bias, self.M, self.n, self.half, self.lo, self.hi, out)
-            return out
+            y1, f1 = (parts[1], int(factors[1])) if len(parts) == 2 else (parts[0], 0)
+            A0, A1 = self.scaled(int(factors[0])), self.scaled(f1)
+            if A0 is not None and A1 is not None:
+                loop = fused.requantize_cols if per_col and self.channels > 1 else fused.requantize_rows
+                loop(parts[0], y1, A0, A1, self.folded(bias), self.n, self.lo, self.hi, out)
+                return out
         fused.requantize_parts(tuple(parts), np.asarray(factors, np.int64), bias, self.M, self.n, self.clamp, self.pre,
                                self.lo, self.hi, self.mode, per_col, out)
         return out
