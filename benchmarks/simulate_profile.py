@@ -43,6 +43,7 @@ _ROUTES = {
     "integer-conv-kxk": ("_float_conv_splits", lambda w, in_bits: False),
     "unsigned-gemm": ("_cpu_unsigned_gemm_is_exact", lambda: False),
     "int8-matmul-unsigned": ("INT8_MATMUL_UNSIGNED", False),
+    "depthwise-float64-requant": ("DEPTHWISE_FLOAT64_REQUANT", False),
 }
 
 

@@ -570,6 +570,11 @@ def _depthwise_plane(kernel, H: int, W: int) -> int:
     return max(oh, 0) * max(ow, 0)
 
 
+# The depthwise loops requantize in float64 where that is exact (fused.REQUANT_FLOAT64). A switch only for
+# ``benchmarks.simulate_profile --without depthwise-float64-requant``.
+DEPTHWISE_FLOAT64_REQUANT = True
+
+
 def _depthwise_runner(kernel, rq: "RequantParams", bias: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
     """The runner of :func:`depthwise_in_loop`'s route: int8/int16 codes in, requantized codes out."""
     bound = (1 << (kernel.in_bits - 1)) * int(kernel.wsum)
@@ -580,6 +585,10 @@ def _depthwise_runner(kernel, rq: "RequantParams", bias: np.ndarray) -> Callable
     ph, pw, ph_end, pw_end = kernel.pads
     dh, dw = kernel.dilations
     geometry = np.array([sh, sw, ph, pw, dh, dw, ph_end, pw_end], np.int64)
+    # the requantization in float64 where every value of it is an integer below 2**53 (fused._requant_row)
+    largest = (int(np.abs(bias).max(initial=0)) + bound) * int(np.abs(rq.M).max(initial=0)) + int(rq.half.max(initial=0))
+    form = (fused.REQUANT_GENERIC if not rq.simple else fused.REQUANT_FLOAT64 if largest < F64_EXACT and DEPTHWISE_FLOAT64_REQUANT
+            else fused.REQUANT_INT64)
 
     def run(x: np.ndarray) -> np.ndarray:
         if x.dtype not in (np.int8, np.int16) or not x.flags.c_contiguous:
@@ -589,7 +598,7 @@ def _depthwise_runner(kernel, rq: "RequantParams", bias: np.ndarray) -> Callable
         ow = (W + pw + pw_end - dw * (kw - 1) - 1) // sw + 1
         out = np.empty((n * cout, oh, ow), rq.out_dtype)
         fused.depthwise_rows(x.reshape(n * cin, H, W), w, bias, rq.M, rq.n, rq.half, rq.clamp, rq.pre, rq.lo, rq.hi,
-                             rq.mode, rq.simple, geometry, out)
+                             rq.mode, form, geometry, out)
         return out.reshape(n, cout, oh, ow)
 
     run.depthwise_loop = True
