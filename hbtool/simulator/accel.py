@@ -538,6 +538,18 @@ def conv_fast(kernel, threads: int | None = None, in_shape: tuple | None = None)
 # 0.49-0.92x the session route's time on planes of 28 x 28 and larger, 1.2-3.4x on 14 x 14 and 7 x 7,
 # where its per-plane work is too short to vectorise and onnxruntime's channel-blocked kernel wins.
 DEPTHWISE_LOOP_MIN_PLANE = 28 * 28
+# The same on a CPU whose uint8 x int8 GEMM saturates (x86 without VNNI; measured on an AVX2 EPYC, where
+# onnxruntime's blocked layout holds 8 channels, not 16, and after the loop's float64 requantization):
+# 0.72-0.75x the session's time on MobileNetV2's 14 x 14 output planes, 1.08-1.25x on its 7 x 7 ones
+# (best of 30, load 4, docs/simulate.md). The saturation self-test stands in for the vector width: the
+# two machines measured differ in both.
+DEPTHWISE_LOOP_MIN_PLANE_WITHOUT_VNNI = 14 * 14
+
+
+def depthwise_loop_min_plane() -> int:
+    """:data:`DEPTHWISE_LOOP_MIN_PLANE`, or :data:`DEPTHWISE_LOOP_MIN_PLANE_WITHOUT_VNNI` on CPUs whose
+    uint8 x int8 GEMM saturates (:func:`_cpu_integer_gemm_never_saturates`)."""
+    return DEPTHWISE_LOOP_MIN_PLANE if _cpu_integer_gemm_never_saturates() else DEPTHWISE_LOOP_MIN_PLANE_WITHOUT_VNNI
 
 
 def depthwise_in_loop(kernel, in_shape: tuple | None = None) -> bool:
@@ -547,7 +559,7 @@ def depthwise_in_loop(kernel, in_shape: tuple | None = None) -> bool:
 
     Depthwise 2-D convolutions (one input channel per group) whose sums are exact in float64
     (``2**(in_bits-1) * sum|w| < 2**53``; float32 while ``<= 2**24``) with an output plane of at
-    least :data:`DEPTHWISE_LOOP_MIN_PLANE`. A one-node session reorders NCHW to onnxruntime's
+    least :func:`depthwise_loop_min_plane`. A one-node session reorders NCHW to onnxruntime's
     blocked layout and back on every call, its float accumulators take a second pass to
     requantize, and its input is handed over as float32 (four bytes a code, the loop reads int8).
     """
@@ -557,7 +569,7 @@ def depthwise_in_loop(kernel, in_shape: tuple | None = None) -> bool:
         return False
     if in_shape is None or len(in_shape) != 4 or not all(isinstance(d, (int, np.integer)) and d > 0 for d in in_shape[2:]):
         return False
-    return _depthwise_plane(kernel, int(in_shape[2]), int(in_shape[3])) >= DEPTHWISE_LOOP_MIN_PLANE
+    return _depthwise_plane(kernel, int(in_shape[2]), int(in_shape[3])) >= depthwise_loop_min_plane()
 
 
 def _depthwise_plane(kernel, H: int, W: int) -> int:

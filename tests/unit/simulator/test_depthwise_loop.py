@@ -61,14 +61,19 @@ def test_the_depthwise_loop_equals_the_numpy_form(monkeypatch, seed, float64_req
     np.testing.assert_array_equal(run(x).astype(np.int64), want)  # int64 codes from a numpy-form producer
 
 
-def test_the_loop_runs_on_large_planes_and_the_session_on_small_ones():
+@pytest.mark.parametrize("vnni", [True, False])
+def test_the_loop_runs_on_large_planes_and_the_session_on_small_ones(monkeypatch, vnni):
+    """28 x 28 output planes and larger where the uint8 x int8 GEMM never saturates (VNNI), 14 x 14 elsewhere."""
+    monkeypatch.setattr(accel, "_cpu_integer_gemm_never_saturates", lambda: vnni)
     rng = np.random.default_rng(3)
     kern = Conv.build(rng.integers(-128, 128, (16, 1, 3, 3)), None, 0.03, 0.01, 0.5, pads=[1, 1, 1, 1], group=16)
     strided = Conv.build(rng.integers(-128, 128, (16, 1, 3, 3)), None, 0.03, 0.01, 0.5, strides=[2, 2], pads=[1, 1, 1, 1],
                          group=16)
     assert accel.depthwise_in_loop(kern, (1, 16, 28, 28))
-    assert not accel.depthwise_in_loop(kern, (1, 16, 14, 14))
-    assert not accel.depthwise_in_loop(strided, (1, 16, 28, 28))  # a 14 x 14 output plane
+    assert accel.depthwise_in_loop(kern, (1, 16, 14, 14)) == (not vnni)
+    assert accel.depthwise_in_loop(strided, (1, 16, 28, 28)) == (not vnni)  # a 14 x 14 output plane
+    assert not accel.depthwise_in_loop(kern, (1, 16, 13, 14))
+    assert not accel.depthwise_in_loop(strided, (1, 16, 14, 14))  # 7 x 7
     assert accel.depthwise_in_loop(strided, (1, 16, 56, 56))
     assert not accel.depthwise_in_loop(kern, None)  # shape unknown: the session route
     assert not accel.depthwise_in_loop(kern, (1, 16, "h", 28))
