@@ -10,7 +10,10 @@ every depthwise layer as a one-node onnxruntime session; ``matmul-integer``: act
 float GEMMs; ``same-shape-flat``: an Add / Mul of operands of one shape in rows of the last axis; ``avgpool-loop``:
 AvgPool in its numpy form; ``affine-pairs``: a scalar Mul and its scalar Add as two steps, so the two executors'
 steps no longer line up and ``--kind`` does not apply; ``integer-conv-kxk``: int8 3 x 3 convolutions whose float32
-form splits the weight as that float form, not ``ConvInteger``), runs the two interleaved and lists the steps of ``--kind``
+form splits the weight as that float form, not ``ConvInteger``; ``unsigned-gemm``: Linear and int16 x int8 MatMul
+without the uint8 x uint8 ``MatMulInteger`` chosen where uint8 x int8 saturates, as on main before it;
+``int8-matmul-unsigned``: int8 x int8 MatMuls as float32 GEMMs on those CPUs; ``depthwise-float64-requant``: the
+depthwise loops requantizing in int64), runs the two interleaved and lists the steps of ``--kind``
 side by side.
 
 ``--cores`` (use with ``--threads 2``) also records each step's process CPU time beside its wall
@@ -40,6 +43,9 @@ _ROUTES = {
     "avgpool-loop": ("_BUILDERS", lambda builders: {k: v for k, v in builders.items() if k != "AvgPool"}),
     "affine-pairs": ("AFFINE_PAIRS", False),
     "integer-conv-kxk": ("_float_conv_splits", lambda w, in_bits: False),
+    "unsigned-gemm": ("_cpu_unsigned_gemm_is_exact", lambda: False),
+    "int8-matmul-unsigned": ("INT8_MATMUL_UNSIGNED", False),
+    "depthwise-float64-requant": ("DEPTHWISE_FLOAT64_REQUANT", False),
 }
 
 

@@ -5,9 +5,10 @@ thousands of images, so its hot paths are replaced here by equivalent computatio
 
 * **Products** (Linear, MatMul, Conv and ConvTranspose accumulators) run in onnxruntime (MLAS):
   Linear as a uint8 x int8 integer GEMM (int16 activations as two base-256 digits in one
-  call) wherever a worst-case self-test shows this CPU's kernel exact
-  (:func:`_integer_gemm_is_exact`); pointwise int8 convolutions as uint8 x uint8 integer
-  GEMMs; everything else as float GEMMs or convolutions on operands holding small integers,
+  call) where a worst-case self-test shows this CPU's kernel exact
+  (:func:`_cpu_integer_gemm_never_saturates`, :func:`_integer_gemm_is_exact`), else as uint8 x
+  uint8 (weights offset by 128) where that kernel is exact (:func:`_cpu_unsigned_gemm_is_exact`);
+  pointwise int8 convolutions as uint8 x uint8 integer GEMMs; everything else as float GEMMs or convolutions on operands holding small integers,
   exact because every partial sum is an integer the float type represents exactly, in any
   summation order: float32 while the worst-case partial sum is at most ``2**24``, otherwise
   float64 (``2**53``; Linear and MatMul). Convolution has only a float32 kernel in
@@ -124,19 +125,44 @@ class RequantParams:
         self.simple = rq.rounding in ("floor", "half_up") and rq.clamp_acc is None and rq.pre_shift is None
         up = rq.rounding == "half_up"
         self.half = np.where((self.n > 0) & up, np.left_shift(np.int64(1), np.maximum(self.n - 1, 0)), 0).astype(np.int64)
+        self._folded: tuple = (None, None)
+        self._scaled: dict[int, np.ndarray | None] = {}
+        # the multipliers as int32 where every one fits (the loops multiply 32 x 32 -> 64 bits), else None
+        self.M32 = self.scaled(1)
+
+    def scaled(self, factor: int) -> np.ndarray | None:
+        """``factor * M`` per channel as int32 (a digit part's multiplier in the two-part loops), or None
+        where one does not fit int32 (then the generic loop runs)."""
+        if factor not in self._scaled:
+            values = [factor * int(m) for m in self.M]
+            fits = all(-(2**31) <= v < 2**31 for v in values)
+            self._scaled[factor] = np.ascontiguousarray(np.array(values, np.int64).astype(np.int32)) if fits else None
+        return self._scaled[factor]
+
+    def folded(self, bias: np.ndarray) -> np.ndarray:
+        """``bias * M + half`` per channel, int64 (wrapping as the loops' int64 arithmetic does): the
+        one-part loops' constant term, worked out once per bias array (a runner passes the same one)."""
+        held, value = self._folded
+        if held is not bias:
+            with np.errstate(over="ignore"):
+                value = np.ascontiguousarray(np.asarray(bias, np.int64) * self.M + self.half)
+            self._folded = (bias, value)
+        return value
 
     def apply(self, parts: tuple, factors, bias: np.ndarray, per_col: bool) -> np.ndarray:
         """Requantized ``bias + sum(factors * parts)`` over 2-D parts ``(R, Q)``; channels per column or per row."""
         out = np.empty(parts[0].shape, self.out_dtype)
-        if self.simple and len(parts) == 1 and int(factors[0]) == 1:
+        if self.simple and len(parts) == 1 and int(factors[0]) == 1 and self.M32 is not None:
             loop = fused.requantize_cols_one if per_col and self.channels > 1 else fused.requantize_rows_one
-            loop(parts[0], bias, self.M, self.n, self.half, self.lo, self.hi, out)
+            loop(parts[0], self.folded(bias), self.M32, self.n, self.lo, self.hi, out)
             return out
         if self.simple and len(parts) <= 2 and parts[0].dtype == parts[-1].dtype:
-            y1, f1 = (parts[1], np.int64(factors[1])) if len(parts) == 2 else (parts[0], np.int64(0))
-            loop = fused.requantize_cols if per_col and self.channels > 1 else fused.requantize_rows
-            loop(parts[0], y1, np.int64(factors[0]), f1, bias, self.M, self.n, self.half, self.lo, self.hi, out)
-            return out
+            y1, f1 = (parts[1], int(factors[1])) if len(parts) == 2 else (parts[0], 0)
+            A0, A1 = self.scaled(int(factors[0])), self.scaled(f1)
+            if A0 is not None and A1 is not None:
+                loop = fused.requantize_cols if per_col and self.channels > 1 else fused.requantize_rows
+                loop(parts[0], y1, A0, A1, self.folded(bias), self.n, self.lo, self.hi, out)
+                return out
         fused.requantize_parts(tuple(parts), np.asarray(factors, np.int64), bias, self.M, self.n, self.clamp, self.pre,
                                self.lo, self.hi, self.mode, per_col, out)
         return out
@@ -291,26 +317,59 @@ def _cpu_integer_gemm_never_saturates() -> bool:
     return bool(np.array_equal(got, (x.astype(np.int64) - 128) @ w)) and _integer_gemm_is_exact(session, w)
 
 
+@functools.lru_cache(maxsize=None)
+def _cpu_unsigned_gemm_is_exact() -> bool:
+    """Whether this CPU's uint8 x uint8 GEMM (``MatMulInteger`` with zero points 128 on both operands,
+    the form :func:`_integer_linear` and :func:`_integer_matmul` build) is exact at its largest sums.
+
+    Where uint8 x int8 saturates pair sums in int16 (x86 without VNNI: ``vpmaddubsw``), MLAS widens
+    uint8 x uint8 operands to int16 and multiplies pairs into int32 (``vpmaddwd``), exact for any
+    codes: measured on an AVX2 EPYC, one thread, a 396 x 192 x 768 product took 0.65x the float32
+    GEMM's time (uint8 x int8 0.49x, not exact; int8 x int8 3.1x, a generic kernel). Believed, so
+    tested once per process, as :func:`_cpu_integer_gemm_never_saturates` tests its kernel: operands
+    at 0 and 255 only (products of -128 and 127 after the zero points), every same-signed pair at its
+    largest (``2 * 128 * 128`` overflows int16, as do the raw ``255 * 255`` pairs) and mixed pairs.
+    """
+    K = 64
+    alternate = np.where(np.arange(K) % 2, 255, 0)
+    w = np.stack([np.full(K, 255), np.zeros(K), alternate, 255 - alternate], axis=1).astype(np.uint8)
+    x = np.stack([np.full(K, 255), np.zeros(K), alternate, 255 - alternate]).astype(np.uint8)
+    inits = {"w": w, "xz": np.array(128, np.uint8), "wz": np.array(128, np.uint8)}
+    session = _integer_session(onnx_bytes.node("MatMulInteger", ["x", "w", "xz", "wz"], ["y"]), inits, 1)
+    got = session.run(None, {"x": x})[0].astype(np.int64)
+    return bool(np.array_equal(got, (x.astype(np.int64) - 128) @ (w.astype(np.int64) - 128)))
+
+
 def _integer_linear(w: np.ndarray, threads: int | None):
-    """A ``MatMulInteger`` session (uint8 activations with zero point 128, int8 weights), or None
-    when the weight is not int8, the int32 sums could overflow, or the CPU's kernel is not exact."""
+    """A ``MatMulInteger`` session of uint8 activations with zero point 128 (``x + 128``), or None when
+    the weight is not int8, the int32 sums could overflow, or no integer kernel of this CPU is exact.
+
+    The weight goes in as int8 where this CPU's uint8 x int8 kernel never saturates (VNNI/AMX); else
+    as uint8 ``w + 128`` with zero point 128 where the uint8 x uint8 kernel is exact
+    (:func:`_cpu_unsigned_gemm_is_exact`: AVX2 without VNNI); else as int8 if a worst-case test of
+    this very weight passes (:func:`_integer_gemm_is_exact`). The session's input is the same in all three.
+    """
     K, N = w.shape
     if w.min(initial=0) < -128 or w.max(initial=0) > 127 or K * 255 * 128 >= 2**31:
         return None
-    inits = {"w": w.astype(np.int8), "xz": np.array(128, np.uint8)}
-    session = _integer_session(onnx_bytes.node("MatMulInteger", ["x", "w", "xz"], ["y"]), inits, threads)
+    signed = {"w": w.astype(np.int8), "xz": np.array(128, np.uint8)}
     if _cpu_integer_gemm_never_saturates():
-        return session
+        return _integer_session(onnx_bytes.node("MatMulInteger", ["x", "w", "xz"], ["y"]), signed, threads)
+    if _cpu_unsigned_gemm_is_exact() and K * 255 * 255 < 2**31:
+        unsigned = {"w": (w + 128).astype(np.uint8), "xz": np.array(128, np.uint8), "wz": np.array(128, np.uint8)}
+        return _integer_session(onnx_bytes.node("MatMulInteger", ["x", "w", "xz", "wz"], ["y"]), unsigned, threads)
     if 2 * N * N * K > 2**30:
         return None  # too big to test alone: the exact float product runs instead
+    session = _integer_session(onnx_bytes.node("MatMulInteger", ["x", "w", "xz"], ["y"]), signed, threads)
     return session if _integer_gemm_is_exact(session, w) else None
 
 
 def linear_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.ndarray] | None:
     """``requantize(x @ W + b)`` of a Linear kernel: one exact GEMM and one fused pass.
 
-    A uint8 x int8 integer GEMM where this CPU's kernel is exact (:func:`_integer_linear`;
-    int16 activations as two base-256 digits in one call). Otherwise float32 on the whole
+    An integer GEMM where one of this CPU's kernels is exact (:func:`_integer_linear`: uint8 x
+    int8, or uint8 x uint8 where that one saturates; int16 activations as two base-256 digits in
+    one call). Otherwise float32 on the whole
     operands when the worst partial sum allows, else on base-256 digits of the activation
     (both digits in one GEMM of twice the rows) and, if needed, base-16 digits of the weight
     (:func:`plan_float_conv`); float64 when no split fits.
@@ -479,6 +538,18 @@ def conv_fast(kernel, threads: int | None = None, in_shape: tuple | None = None)
 # 0.49-0.92x the session route's time on planes of 28 x 28 and larger, 1.2-3.4x on 14 x 14 and 7 x 7,
 # where its per-plane work is too short to vectorise and onnxruntime's channel-blocked kernel wins.
 DEPTHWISE_LOOP_MIN_PLANE = 28 * 28
+# The same on a CPU whose uint8 x int8 GEMM saturates (x86 without VNNI; measured on an AVX2 EPYC, where
+# onnxruntime's blocked layout holds 8 channels, not 16, and after the loop's float64 requantization):
+# 0.72-0.75x the session's time on MobileNetV2's 14 x 14 output planes, 1.08-1.25x on its 7 x 7 ones
+# (best of 30, load 4, docs/simulate.md). The saturation self-test stands in for the vector width: the
+# two machines measured differ in both.
+DEPTHWISE_LOOP_MIN_PLANE_WITHOUT_VNNI = 14 * 14
+
+
+def depthwise_loop_min_plane() -> int:
+    """:data:`DEPTHWISE_LOOP_MIN_PLANE`, or :data:`DEPTHWISE_LOOP_MIN_PLANE_WITHOUT_VNNI` on CPUs whose
+    uint8 x int8 GEMM saturates (:func:`_cpu_integer_gemm_never_saturates`)."""
+    return DEPTHWISE_LOOP_MIN_PLANE if _cpu_integer_gemm_never_saturates() else DEPTHWISE_LOOP_MIN_PLANE_WITHOUT_VNNI
 
 
 def depthwise_in_loop(kernel, in_shape: tuple | None = None) -> bool:
@@ -488,7 +559,7 @@ def depthwise_in_loop(kernel, in_shape: tuple | None = None) -> bool:
 
     Depthwise 2-D convolutions (one input channel per group) whose sums are exact in float64
     (``2**(in_bits-1) * sum|w| < 2**53``; float32 while ``<= 2**24``) with an output plane of at
-    least :data:`DEPTHWISE_LOOP_MIN_PLANE`. A one-node session reorders NCHW to onnxruntime's
+    least :func:`depthwise_loop_min_plane`. A one-node session reorders NCHW to onnxruntime's
     blocked layout and back on every call, its float accumulators take a second pass to
     requantize, and its input is handed over as float32 (four bytes a code, the loop reads int8).
     """
@@ -498,7 +569,7 @@ def depthwise_in_loop(kernel, in_shape: tuple | None = None) -> bool:
         return False
     if in_shape is None or len(in_shape) != 4 or not all(isinstance(d, (int, np.integer)) and d > 0 for d in in_shape[2:]):
         return False
-    return _depthwise_plane(kernel, int(in_shape[2]), int(in_shape[3])) >= DEPTHWISE_LOOP_MIN_PLANE
+    return _depthwise_plane(kernel, int(in_shape[2]), int(in_shape[3])) >= depthwise_loop_min_plane()
 
 
 def _depthwise_plane(kernel, H: int, W: int) -> int:
@@ -511,6 +582,11 @@ def _depthwise_plane(kernel, H: int, W: int) -> int:
     return max(oh, 0) * max(ow, 0)
 
 
+# The depthwise loops requantize in float64 where that is exact (fused.REQUANT_FLOAT64). A switch only for
+# ``benchmarks.simulate_profile --without depthwise-float64-requant``.
+DEPTHWISE_FLOAT64_REQUANT = True
+
+
 def _depthwise_runner(kernel, rq: "RequantParams", bias: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
     """The runner of :func:`depthwise_in_loop`'s route: int8/int16 codes in, requantized codes out."""
     bound = (1 << (kernel.in_bits - 1)) * int(kernel.wsum)
@@ -521,6 +597,10 @@ def _depthwise_runner(kernel, rq: "RequantParams", bias: np.ndarray) -> Callable
     ph, pw, ph_end, pw_end = kernel.pads
     dh, dw = kernel.dilations
     geometry = np.array([sh, sw, ph, pw, dh, dw, ph_end, pw_end], np.int64)
+    # the requantization in float64 where every value of it is an integer below 2**53 (fused._requant_row)
+    largest = (int(np.abs(bias).max(initial=0)) + bound) * int(np.abs(rq.M).max(initial=0)) + int(rq.half.max(initial=0))
+    form = (fused.REQUANT_GENERIC if not rq.simple else fused.REQUANT_FLOAT64 if largest < F64_EXACT and DEPTHWISE_FLOAT64_REQUANT
+            else fused.REQUANT_INT64)
 
     def run(x: np.ndarray) -> np.ndarray:
         if x.dtype not in (np.int8, np.int16) or not x.flags.c_contiguous:
@@ -530,7 +610,7 @@ def _depthwise_runner(kernel, rq: "RequantParams", bias: np.ndarray) -> Callable
         ow = (W + pw + pw_end - dw * (kw - 1) - 1) // sw + 1
         out = np.empty((n * cout, oh, ow), rq.out_dtype)
         fused.depthwise_rows(x.reshape(n * cin, H, W), w, bias, rq.M, rq.n, rq.half, rq.clamp, rq.pre, rq.lo, rq.hi,
-                             rq.mode, rq.simple, geometry, out)
+                             rq.mode, form, geometry, out)
         return out.reshape(n, cout, oh, ow)
 
     run.depthwise_loop = True
@@ -618,12 +698,14 @@ def _float_conv_runner(session, factors, sx: bool, C: int, rq: "RequantParams", 
 
 def _integer_matmul(kernel, threads: int | None) -> Callable[[np.ndarray, np.ndarray], np.ndarray] | None:
     """``requantize(a @ b)`` of an int16 ``a`` and an int8-range ``b`` as two onnxruntime
-    ``MatMulInteger`` products (uint8 x int8, batched), or None.
+    ``MatMulInteger`` products (batched), or None.
 
     ``a``'s base-256 digits (``fused.digits_u8``: ``hi + 128`` with zero point 128, ``lo = a & 255``
     with zero point 0) are multiplied by ``b`` in two calls and recombined ``256 * hi + lo`` in the
-    requantizing pass; only where this CPU's kernel never saturates a pair of products
-    (:func:`_cpu_integer_gemm_never_saturates`) and ``k * 255 * 128 < 2**31``. The float route
+    requantizing pass. ``b`` goes in as int8 where this CPU's uint8 x int8 kernel never saturates a
+    pair of products (:func:`_cpu_integer_gemm_never_saturates`, ``k * 255 * 128 < 2**31``), else as
+    uint8 ``b + 128`` with zero point 128 where the uint8 x uint8 kernel is exact
+    (:func:`_cpu_unsigned_gemm_is_exact`, ``k * 255 * 255 < 2**31``). The float route
     needs two float32 digit products for these (attention's probabilities @ V). Measured, whole
     step, one thread: DeiT-Tiny's 3 x 198 x 198 @ 198 x 64 0.33x the float route's time alone and
     0.56-0.65x inside the model, Swin-T's windows 0.68-0.99x inside the model. An int8 ``a`` (Q @ K^T)
@@ -631,13 +713,22 @@ def _integer_matmul(kernel, threads: int | None) -> Callable[[np.ndarray, np.nda
     (docs/simulate.md).
     """
     k = int(kernel.k)
-    if kernel.b_bits > 8 or kernel.a_bits != 16 or k * 255 * 128 >= 2**31 or not _cpu_integer_gemm_never_saturates():
+    if kernel.b_bits > 8 or kernel.a_bits != 16:
+        return None
+    if _cpu_integer_gemm_never_saturates() and k * 255 * 128 < 2**31:
+        unsigned_b = False
+    elif _cpu_unsigned_gemm_is_exact() and k * 255 * 255 < 2**31:
+        unsigned_b = True
+    else:
         return None
 
     def session(zero_point: int):
-        model = onnx_bytes.model([onnx_bytes.node("MatMulInteger", ["a", "b", "az"], ["y"])],
-                                 {"a": ElemType.UINT8, "b": ElemType.INT8}, {"y": ElemType.INT32},
-                                 {"az": np.array(zero_point, np.uint8)})
+        inits = {"az": np.array(zero_point, np.uint8)}
+        if unsigned_b:
+            inits["bz"] = np.array(128, np.uint8)
+        model = onnx_bytes.model([onnx_bytes.node("MatMulInteger", ["a", "b"] + list(inits), ["y"])],
+                                 {"a": ElemType.UINT8, "b": ElemType.UINT8 if unsigned_b else ElemType.INT8},
+                                 {"y": ElemType.INT32}, inits)
         return _session(model, threads)
 
     rq = RequantParams(kernel.requant, 1)
@@ -648,12 +739,13 @@ def _integer_matmul(kernel, threads: int | None) -> Callable[[np.ndarray, np.nda
     def run(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         nd = max(a.ndim, b.ndim)
         a = as_stored(a.reshape((1,) * (nd - a.ndim) + a.shape))
-        b8 = np.ascontiguousarray(b.reshape((1,) * (nd - b.ndim) + b.shape), dtype=np.int8)
+        b = b.reshape((1,) * (nd - b.ndim) + b.shape)
+        b_in = offset_u8(b) if unsigned_b else np.ascontiguousarray(b, dtype=np.int8)
         digits = np.empty((2,) + a.shape, np.uint8)
         if a.size:
             fused.digits_u8(a.reshape(-1, a.shape[-1]), digits.reshape(2, -1, a.shape[-1]))
-        y_hi = high.run(None, {"a": digits[0], "b": b8})[0]
-        y_lo = low.run(None, {"a": digits[1], "b": b8})[0]
+        y_hi = high.run(None, {"a": digits[0], "b": b_in})[0]
+        y_lo = low.run(None, {"a": digits[1], "b": b_in})[0]
         if y_hi.size == 0:
             return np.zeros(y_hi.shape, rq.out_dtype)
         n = y_hi.shape[-1]
@@ -662,17 +754,62 @@ def _integer_matmul(kernel, threads: int | None) -> Callable[[np.ndarray, np.nda
     return _marked(run, rq, {1: np.int8})
 
 
+# An int8 x int8 activation MatMul (attention's Q @ K^T) runs as one uint8 x uint8 ``MatMulInteger``
+# where that kernel is chosen (:func:`_unsigned_int8_matmul`). A switch only for
+# ``benchmarks.simulate_profile --without int8-matmul-unsigned``.
+INT8_MATMUL_UNSIGNED = True
+
+
+def _unsigned_int8_matmul(kernel, threads: int | None) -> Callable[[np.ndarray, np.ndarray], np.ndarray] | None:
+    """``requantize(a @ b)`` of two int8-range activations as one uint8 x uint8 ``MatMulInteger``
+    (both offset by 128, zero points 128), or None.
+
+    Only on CPUs whose uint8 x int8 kernel saturates and whose uint8 x uint8 kernel is exact
+    (:func:`_cpu_unsigned_gemm_is_exact`; AVX2 without VNNI), and while ``k * 255 * 255 < 2**31``.
+    There the float32 GEMM it replaces took 1.3-1.5x its time per step inside the models (one thread,
+    load 8, AVX2 EPYC: DeiT-Tiny's twelve Q @ K^T 5.19 -> 3.62 ms, Swin-T's 8.05 -> 6.01 ms, sums of
+    the steps' bests) and the whole models 0.94-0.98x (DeiT-Tiny) and 0.98-0.99x (Swin-T) CPU time,
+    medians of interleaved runs. On VNNI CPUs the uint8 x int8 product of the same operands was
+    1.02-1.2x the float32 GEMM's time inside both models (docs/simulate.md), so they keep the float GEMM.
+    """
+    k = int(kernel.k)
+    if (kernel.a_bits > 8 or kernel.b_bits > 8 or k * 255 * 255 >= 2**31 or _cpu_integer_gemm_never_saturates()
+            or not _cpu_unsigned_gemm_is_exact()):
+        return None
+    inits = {"az": np.array(128, np.uint8), "bz": np.array(128, np.uint8)}
+    model = onnx_bytes.model([onnx_bytes.node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])],
+                             {"a": ElemType.UINT8, "b": ElemType.UINT8}, {"y": ElemType.INT32}, inits)
+    session = _session(model, threads)
+    rq = RequantParams(kernel.requant, 1)
+    zero = np.zeros(1, np.int64)
+
+    def run(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        nd = max(a.ndim, b.ndim)
+        a_in = offset_u8(a.reshape((1,) * (nd - a.ndim) + a.shape))
+        b_in = offset_u8(b.reshape((1,) * (nd - b.ndim) + b.shape))
+        y = session.run(None, {"a": a_in, "b": b_in})[0]
+        if y.size == 0:
+            return np.zeros(y.shape, rq.out_dtype)
+        return rq.apply((y.reshape(-1, y.shape[-1]),), _ONE, zero, True).reshape(y.shape)
+
+    return _marked(run, rq, {0: np.int8, 1: np.int8})
+
+
 def matmul_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray, np.ndarray], np.ndarray] | None:
     """``requantize(a @ b)`` of two activations: exact batched GEMMs and one fused pass.
 
     ``MatMulInteger`` for an int16 ``a`` and an int8 ``b`` where this CPU's kernel is exact
-    (:func:`_integer_matmul`); otherwise float32 when ``k * |a|max * |b|max <= 2**24``, else with the int16 operand(s) split
+    (:func:`_integer_matmul`), and for two int8 operands where the uint8 x uint8 kernel is the one
+    chosen (:func:`_unsigned_int8_matmul`); otherwise float32 when ``k * |a|max * |b|max <= 2**24``, else with the int16 operand(s) split
     into base-256 digits stacked on a new leading axis (one broadcast MatMul computes every digit
     product); float64 when even that does not fit.
     """
     integer = _integer_matmul(kernel, threads)
     if integer is not None:
         return integer
+    integer8 = _unsigned_int8_matmul(kernel, threads) if INT8_MATMUL_UNSIGNED else None
+    if integer8 is not None:
+        return integer8
     k = int(kernel.k)
     amax, bmax = 1 << (kernel.a_bits - 1), 1 << (kernel.b_bits - 1)
     plan = None

@@ -43,9 +43,12 @@ def _layer(rng, kernel=None):
     return kern, x
 
 
+@pytest.mark.parametrize("float64_requant", [True, False])
 @pytest.mark.parametrize("seed", range(70))
-def test_the_depthwise_loop_equals_the_numpy_form(seed):
-    """Seeds from 40 on draw 3 x 3 kernels (their own pass per kernel row) at random strides and dilations."""
+def test_the_depthwise_loop_equals_the_numpy_form(monkeypatch, seed, float64_requant):
+    """Seeds from 40 on draw 3 x 3 kernels (their own pass per kernel row) at random strides and dilations.
+    floor / half_up requantize in float64 where exact (``fused.REQUANT_FLOAT64``), and in the int64 form with it off."""
+    monkeypatch.setattr(accel, "DEPTHWISE_FLOAT64_REQUANT", float64_requant)
     rng = np.random.default_rng(1000 + seed)
     kern, x = _layer(rng, (3, 3) if seed >= 40 else None)
     cout = kern.weight.shape[0]
@@ -58,14 +61,19 @@ def test_the_depthwise_loop_equals_the_numpy_form(seed):
     np.testing.assert_array_equal(run(x).astype(np.int64), want)  # int64 codes from a numpy-form producer
 
 
-def test_the_loop_runs_on_large_planes_and_the_session_on_small_ones():
+@pytest.mark.parametrize("vnni", [True, False])
+def test_the_loop_runs_on_large_planes_and_the_session_on_small_ones(monkeypatch, vnni):
+    """28 x 28 output planes and larger where the uint8 x int8 GEMM never saturates (VNNI), 14 x 14 elsewhere."""
+    monkeypatch.setattr(accel, "_cpu_integer_gemm_never_saturates", lambda: vnni)
     rng = np.random.default_rng(3)
     kern = Conv.build(rng.integers(-128, 128, (16, 1, 3, 3)), None, 0.03, 0.01, 0.5, pads=[1, 1, 1, 1], group=16)
     strided = Conv.build(rng.integers(-128, 128, (16, 1, 3, 3)), None, 0.03, 0.01, 0.5, strides=[2, 2], pads=[1, 1, 1, 1],
                          group=16)
     assert accel.depthwise_in_loop(kern, (1, 16, 28, 28))
-    assert not accel.depthwise_in_loop(kern, (1, 16, 14, 14))
-    assert not accel.depthwise_in_loop(strided, (1, 16, 28, 28))  # a 14 x 14 output plane
+    assert accel.depthwise_in_loop(kern, (1, 16, 14, 14)) == (not vnni)
+    assert accel.depthwise_in_loop(strided, (1, 16, 28, 28)) == (not vnni)  # a 14 x 14 output plane
+    assert not accel.depthwise_in_loop(kern, (1, 16, 13, 14))
+    assert not accel.depthwise_in_loop(strided, (1, 16, 14, 14))  # 7 x 7
     assert accel.depthwise_in_loop(strided, (1, 16, 56, 56))
     assert not accel.depthwise_in_loop(kern, None)  # shape unknown: the session route
     assert not accel.depthwise_in_loop(kern, (1, 16, "h", 28))
@@ -97,3 +105,38 @@ def test_a_strided_layer_split_over_threads_equals_the_numpy_form(strides, dilat
         np.testing.assert_array_equal(run(x).astype(np.int64), kern.apply_numpy(x))
     finally:
         fused.set_threads(None)
+
+
+def test_the_float64_requantization_is_taken_only_where_every_value_is_below_2_53(monkeypatch):
+    """Which form the runner passes the loop: float64 for the kernels ``Conv.build`` makes (its requantizers keep
+    ``acc * M`` below ``2**52``), generic for other roundings, and int64 for a requantizer whose ``(|bias| + max|sum|)
+    * M`` could reach ``2**53`` (hand-made: 38-bit multipliers), checked against Python integers."""
+    from types import SimpleNamespace
+
+    forms = []
+    real = accel.fused.depthwise_rows
+    monkeypatch.setattr(accel.fused, "depthwise_rows", lambda *a: (forms.append(int(a[11])), real(*a))[1])
+    rng = np.random.default_rng(77)
+    w = rng.integers(-128, 128, size=(4, 1, 3, 3))
+    w[0] = 127
+    x = rng.integers(-128, 128, size=(1, 4, 6, 6))
+    x[0, 0] = 127
+    bias = rng.integers(-5000, 5000, 4)
+    for rounding, form in (("half_up", accel.fused.REQUANT_FLOAT64), ("half_even", accel.fused.REQUANT_GENERIC)):
+        kern = Conv.build(w, bias, 0.03, rng.uniform(0.001, 0.02, 4), 0.5, pads=[1, 1, 1, 1], group=4, in_bits=8,
+                          out_bits=16, rounding=rounding)
+        run = accel._depthwise_runner(kern, accel.RequantParams(kern.requant, 4), accel._bias(kern, 4))
+        np.testing.assert_array_equal(run(x.astype(np.int8)).astype(np.int64), kern.apply_numpy(x))
+        assert forms[-1] == form
+    M, n = np.full(4, 2**38 + 12345, np.int64), np.full(4, 44, np.int64)
+    wide = SimpleNamespace(M=M, n=n, clamp_acc=None, pre_shift=None, lo=-32768, hi=32767, rounding="half_up")
+    params = accel.RequantParams(wide, 4)
+    got = accel._depthwise_runner(kern, params, bias)(x.astype(np.int8))
+    assert forms[-1] == accel.fused.REQUANT_INT64
+    xp = np.pad(x[0], ((0, 0), (1, 1), (1, 1)))
+    for c in range(4):
+        for oy in range(6):
+            for ox in range(6):
+                acc = int(bias[c]) + sum(int(w[c, 0, ky, kx]) * int(xp[c, oy + ky, ox + kx]) for ky in range(3) for kx in range(3))
+                want = min(max((acc * int(M[c]) + (1 << 43)) >> 44, -32768), 32767)
+                assert int(got[0, c, oy, ox]) == want

@@ -167,7 +167,8 @@ def test_linear_integer_and_float_forms_are_bit_exact(monkeypatch, in_bits, inte
     """The uint8 x int8 GEMM path (forced on with weights no CPU's kernel can saturate, |w| <= 64)
     and the float path the self-test falls back to."""
     monkeypatch.setattr(accel, "_integer_gemm_is_exact", lambda session, w: integer)
-    monkeypatch.setattr(accel, "_cpu_integer_gemm_never_saturates", lambda: integer)  # the once-per-process probe
+    monkeypatch.setattr(accel, "_cpu_integer_gemm_never_saturates", lambda: integer)  # the once-per-process probes
+    monkeypatch.setattr(accel, "_cpu_unsigned_gemm_is_exact", lambda: False)
     wmax = 64 if integer else 127
     w = RNG.integers(-wmax, wmax + 1, size=(300, 24))
     kern = Linear.build(w, RNG.integers(-5000, 5000, 24), 0.02, RNG.uniform(0.001, 0.01, 24), 0.7, in_bits=in_bits, out_bits=16)
