@@ -18,10 +18,11 @@ A task that raises re-raises here, in the caller, with the worker's exception.
 Background tasks (:meth:`TaskPool.background`): work that no decision waits for (``hbtool debug --auto``'s report
 ranking while the search runs) goes to a worker only while fewer than ``workers`` tasks are in flight, so it fills
 the slots the foreground tasks leave idle (a search round with one try, the coordinator thinking between rounds)
-and never queues ahead of a foreground task submitted while it waits. Its results are read later, in order. A caller whose foreground tasks come one at a time (a search that runs a round's
-tries one by one while background work is left, so that no try runs whose result the search would not read) keeps
-slots for them (:meth:`TaskPool.keep_for_foreground`): background work then takes at most the other slots, so the next
-foreground task never waits behind a background task that took the slot its predecessor freed.
+and never queues ahead of a foreground task submitted while it waits. Its results are read later, in order. A
+caller whose foreground tasks come one at a time (a search that runs a round's tries one by one while background work
+is left, so that no try runs whose result the search would not read) keeps slots for them
+(:meth:`TaskPool.keep_for_foreground`): background work then takes at most the other slots, so the next foreground
+task never waits behind a background task that took the slot its predecessor freed.
 """
 
 from __future__ import annotations
