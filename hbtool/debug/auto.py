@@ -378,6 +378,8 @@ def run_auto(session: DebugSession, ranking: Ranking, target_cosine: float, max_
             return search.result()
         finally:
             runner.ending = None
+            if hasattr(runner, "search_ended"):
+                runner.search_ended()
 
 
 @dataclass

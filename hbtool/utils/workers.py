@@ -18,7 +18,11 @@ A task that raises re-raises here, in the caller, with the worker's exception.
 Background tasks (:meth:`TaskPool.background`): work that no decision waits for (``hbtool debug --auto``'s report
 ranking while the search runs) goes to a worker only while fewer than ``workers`` tasks are in flight, so it fills
 the slots the foreground tasks leave idle (a search round with one try, the coordinator thinking between rounds)
-and never queues ahead of a foreground task submitted while it waits. Its results are read later, in order.
+and never queues ahead of a foreground task submitted while it waits. Its results are read later, in order. A
+caller whose foreground tasks come one at a time (a search that runs a round's tries one by one while background work
+is left, so that no try runs whose result the search would not read) keeps slots for them
+(:meth:`TaskPool.keep_for_foreground`): background work then takes at most the other slots, so the next foreground
+task never waits behind a background task that took the slot its predecessor freed.
 """
 
 from __future__ import annotations
@@ -80,8 +84,11 @@ class TaskPool:
         self._executor: ProcessPoolExecutor | None = None
         self._ray = None
         self._ray_started_here = False
-        # tasks in flight on the workers (foreground and background): a background task starts only below ``workers``
+        # tasks in flight on the workers (foreground and background): a background task starts only below ``workers``,
+        # and only while fewer than ``workers - kept`` background tasks are in flight (:meth:`keep_for_foreground`)
         self._in_flight = 0
+        self._background_in_flight = 0
+        self._kept = 0
         self._slots = threading.Condition()
         self._closing = False
         self._backgrounds: list[Background] = []
@@ -173,12 +180,13 @@ class TaskPool:
                 nxt += 1
             yield result
 
-    def _submit(self, fn: Callable[[Any], Any], item: Any, reserved: bool = False) -> Future:
-        """``fn(item)`` on a worker now, counted in flight until it ends (``reserved``: already counted, by a
+    def _submit(self, fn: Callable[[Any], Any], item: Any, background: bool = False) -> Future:
+        """``fn(item)`` on a worker now, counted in flight until it ends (``background``: already counted, by a
         background feeder). A foreground task never waits for a slot: its caller bounds what it keeps in flight."""
-        if not reserved:
+        if not background:
             with self._slots:
                 self._in_flight += 1
+        ended = self._background_ended if background else self._ended
         try:
             if self._ray is not None:
                 if self._remote is None:
@@ -187,15 +195,35 @@ class TaskPool:
             else:
                 future = self._executor.submit(fn, item)
         except BaseException:
-            self._ended(None)
+            ended(None)
             raise
-        future.add_done_callback(self._ended)
+        future.add_done_callback(ended)
         return future
 
     def _ended(self, _future) -> None:
         with self._slots:
             self._in_flight -= 1
             self._slots.notify_all()
+
+    def _background_ended(self, _future) -> None:
+        with self._slots:
+            self._in_flight -= 1
+            self._background_in_flight -= 1
+            self._slots.notify_all()
+
+    def keep_for_foreground(self, slots: int) -> None:
+        """From now on background work leaves ``slots`` of the ``workers`` slots to foreground tasks (at most
+        ``workers - 1``: background work keeps one slot; 0 gives them back). For a caller that submits its foreground
+        tasks one at a time while background work is left: its next task then starts at once on the slot its last
+        one freed, instead of behind a background task the feeder started there meanwhile."""
+        with self._slots:
+            self._kept = max(0, min(int(slots), self.workers - 1))
+            self._slots.notify_all()
+
+    def background_waiting(self) -> bool:
+        """Background tasks are left that have not started (and nobody reads them yet)."""
+        with self._slots:
+            return any(not b._reading and len(b.futures) < len(b.items) for b in self._backgrounds) and not self._closing
 
     def background(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> "Background":
         """Start ``fn(item)`` for every item as background work (module docstring): on a worker only while fewer than
@@ -222,12 +250,16 @@ class Background:
         pool = self.pool
         for item in self.items:
             with pool._slots:
-                while not pool._closing and not self._reading and pool._in_flight >= pool.workers:
+                while not pool._closing and not self._reading and (
+                        pool._in_flight >= pool.workers or pool._background_in_flight >= pool.workers - pool._kept):
                     pool._slots.wait()
                 if pool._closing or self._reading:
                     return            # closing; or the reader submits the rest as foreground work
                 pool._in_flight += 1  # the slot taken here, the task submitted outside the lock
-            self.futures.append(pool._submit(self.fn, item, reserved=True))
+                pool._background_in_flight += 1
+                # counted as started now (background_waiting), the future appended once submitted
+                self.futures.append(None)
+            self.futures[-1] = pool._submit(self.fn, item, background=True)
 
     def results(self) -> Iterator[Any]:
         """Each item's result, in order (a task that raised re-raises here)."""

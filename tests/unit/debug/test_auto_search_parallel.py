@@ -153,6 +153,48 @@ def test_the_whole_command_with_its_ranking_in_the_background_gives_the_serial_r
     assert one.auto.tries_run == one.auto.tries <= two.auto.tries_run
 
 
+class _Pause:
+    """A background job that only takes time (stands in for a chunk of the report's ranking)."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    def run(self, session) -> float:
+        import time
+
+        time.sleep(self.seconds)
+        return self.seconds
+
+
+def test_no_try_runs_for_nothing_while_background_work_waits(serial):
+    """While background work waits to start, a round's tries start one at a time (the other worker runs the
+    background work): a round the search stops reading after its first try started no second try, whose result the
+    serial search would never read. Once all background work has started, slices of ``workers`` tries again. The
+    measurements are those of the tries run here."""
+    from hbtool.debug.auto import INT16_OUT, int16_groups, with_group
+    from hbtool.debug.trials import Trial, TrialRunner, evaluate
+
+    _, _, result = serial
+    trials = [Trial(with_group({}, names, INT16_OUT[1]), priced=True) for names in int16_groups(result.session, result.ranking)[:3]]
+    with TrialRunner(result.session, workers=2) as runner:
+        back = runner.background([_Pause(1.0) for _ in range(4)])
+        assert runner.slice_size() == 1
+        results = runner.run(trials)
+        first = next(results)
+        results.close()                       # the round ended at its first try
+        assert runner.tries_run == 1
+        assert list(back.results()) == [1.0] * 4
+        runner.search_ended()
+        assert runner.slice_size() == 2
+        results = runner.run(trials)
+        second = next(results)
+        results.close()
+        assert runner.tries_run == 1 + 2      # a whole slice, the second try speculative
+    here = evaluate(result.session, trials[0])
+    for m in (first, second):
+        assert (m.node_info, m.outputs, m.metric, m.fps) == (here.node_info, here.outputs, here.metric, here.fps)
+
+
 @pytest.mark.parametrize("flags, says", [(["--workers", "0"], "--workers 0"),
                                          (["--cluster", "127.0.0.1:1"], "cannot reach the Ray cluster"),
                                          (["--cluster", "no-port"], "not a Ray address")])

@@ -77,7 +77,10 @@ def test_background_tasks_fill_idle_workers_and_yield_to_foreground_tasks():
 
     with TaskPool(2) as pool:
         back = pool.background(_stamped, range(8))
-        time.sleep(1.0)                              # workers start, then take background tasks while idle
+        # workers start, then take background tasks while idle (waited for: a loaded machine starts them in seconds)
+        started_by = time.time() + 60
+        while not (back.futures and back.futures[0] is not None and back.futures[0].done()) and time.time() < started_by:
+            time.sleep(0.05)
         asked = time.time()
         front = list(pool.map(_stamped, [100, 101]))
         got = list(back.results())
@@ -102,3 +105,30 @@ def test_background_on_a_local_ray_cluster_keeps_order():
         back = pool.background(_slow_first, range(5))
         front = list(pool.map(_slow_first, range(3)))
         assert [r for r, _ in back.results()] == list(range(3, 8)) and [r for r, _ in front] == [3, 4, 5]
+
+
+def test_slots_kept_for_foreground_tasks_one_at_a_time():
+    """A caller that submits its foreground tasks one at a time while background work is left (``hbtool debug
+    --auto``'s tries beside the report's ranking) keeps a slot for them: background work runs on the other slots
+    only, so each foreground task starts at once instead of behind a background task that took its freed slot."""
+    import time
+
+    with TaskPool(2) as pool:
+        list(pool.map(_stamped, [-1, -2]))           # both workers started
+        pool.keep_for_foreground(1)
+        back = pool.background(_stamped, range(6))
+        assert pool.background_waiting()
+        front, waits = [], []
+        for i in (100, 101, 102):
+            asked = time.time()
+            r = next(iter(pool.map(_stamped, [i])))
+            front.append(r)
+            waits.append(r[1] - asked)
+        pool.keep_for_foreground(0)
+        got = list(back.results())
+    assert [r[0] for r in got] == list(range(6)) and [r[0] for r in front] == [100, 101, 102]
+    assert max(waits) < 0.2, waits                   # never behind a background task (each takes 0.3 s)
+    # at most one background task at a time while the slot was kept: none of the first ones overlap
+    starts = sorted((r[1], r[2]) for r in got if r[1] < front[-1][2])
+    assert all(b[0] >= a[1] - 0.05 for a, b in zip(starts, starts[1:])), starts
+    assert not pool.background_waiting()
