@@ -27,6 +27,7 @@ task never waits behind a background task that took the slot its predecessor fre
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 import threading
@@ -271,7 +272,9 @@ class Background:
             self._reading = True          # from now on the rest go in as foreground tasks (nobody else waits)
             pool._slots.notify_all()
         self.thread.join()
-        started = list(self.futures)
+        # a submit that raised left its placeholder (None) and ended the feeder: that item and the rest go in as
+        # foreground tasks, so the caller sees the error itself
+        started = list(itertools.takewhile(lambda f: f is not None, self.futures))
         rest = self.items[len(started):]
         yield from (f.result() for f in started)
         yield from pool.map(self.fn, rest)

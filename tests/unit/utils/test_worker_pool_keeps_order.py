@@ -132,3 +132,23 @@ def test_slots_kept_for_foreground_tasks_one_at_a_time():
     starts = sorted((r[1], r[2]) for r in got if r[1] < front[-1][2])
     assert all(b[0] >= a[1] - 0.05 for a, b in zip(starts, starts[1:])), starts
     assert not pool.background_waiting()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the feeder thread ends on it
+def test_a_background_submit_that_fails_raises_its_own_error_when_read(monkeypatch):
+    """A background task the pool could not submit (a broken pool) leaves no half-started entry: reading the results
+    submits it again as foreground work, so the caller sees the pool's own error, not an internal one."""
+    with TaskPool(2, initializer=_setup, initargs=(0,)) as pool:
+        real_submit = pool._submit
+
+        def submit(fn, item, background=False):
+            if background and item == 1:
+                raise RuntimeError("pool broken")
+            return real_submit(fn, item, background)
+
+        monkeypatch.setattr(pool, "_submit", submit)
+        later = pool.background(_slow_first, range(3))
+        later.thread.join()
+        monkeypatch.setattr(pool, "map", lambda fn, items: (_ for _ in ()).throw(RuntimeError("pool broken")))
+        with pytest.raises(RuntimeError, match="pool broken"):
+            list(later.results())
