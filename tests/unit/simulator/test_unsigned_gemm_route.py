@@ -91,8 +91,6 @@ def test_the_int16_by_int8_matmul_takes_the_unsigned_gemm_and_is_bit_exact(unsig
     np.testing.assert_array_equal(got.astype(np.int64), want)
 
 
-
-
 def test_the_unsigned_self_test_fails_on_a_kernel_that_saturates_pair_sums(monkeypatch):
     """The self-test's operands make every kind of pair sum overflow int16: a kernel that saturated
     them (or the zero-point-shifted ones) would read wrong, and the route would not be taken."""
