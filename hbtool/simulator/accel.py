@@ -340,6 +340,18 @@ def _cpu_unsigned_gemm_is_exact() -> bool:
     return bool(np.array_equal(got, (x.astype(np.int64) - 128) @ (w.astype(np.int64) - 128)))
 
 
+def _exact_integer_gemm(k: int) -> str | None:
+    """Which of this CPU's ``MatMulInteger`` kernels sums ``k`` products of uint8 activations exactly in
+    int32: ``"signed"`` (uint8 x int8) where it never saturates a pair of products (VNNI/AMX) and
+    ``k * 255 * 128 < 2**31``; else ``"unsigned"`` (uint8 x uint8, the int8 operand offset by 128)
+    where that kernel is exact (AVX2 without VNNI) and ``k * 255 * 255 < 2**31``; else None."""
+    if _cpu_integer_gemm_never_saturates():
+        return "signed" if k * 255 * 128 < 2**31 else None
+    if _cpu_unsigned_gemm_is_exact() and k * 255 * 255 < 2**31:
+        return "unsigned"
+    return None
+
+
 def _integer_linear(w: np.ndarray, threads: int | None):
     """A ``MatMulInteger`` session of uint8 activations with zero point 128 (``x + 128``), or None when
     the weight is not int8, the int32 sums could overflow, or no integer kernel of this CPU is exact.
@@ -353,9 +365,10 @@ def _integer_linear(w: np.ndarray, threads: int | None):
     if w.min(initial=0) < -128 or w.max(initial=0) > 127 or K * 255 * 128 >= 2**31:
         return None
     signed = {"w": w.astype(np.int8), "xz": np.array(128, np.uint8)}
-    if _cpu_integer_gemm_never_saturates():
+    kind = _exact_integer_gemm(K)
+    if kind == "signed":
         return _integer_session(onnx_bytes.node("MatMulInteger", ["x", "w", "xz"], ["y"]), signed, threads)
-    if _cpu_unsigned_gemm_is_exact() and K * 255 * 255 < 2**31:
+    if kind == "unsigned":
         unsigned = {"w": (w + 128).astype(np.uint8), "xz": np.array(128, np.uint8), "wz": np.array(128, np.uint8)}
         return _integer_session(onnx_bytes.node("MatMulInteger", ["x", "w", "xz", "wz"], ["y"]), unsigned, threads)
     if 2 * N * N * K > 2**30:
@@ -715,12 +728,10 @@ def _integer_matmul(kernel, threads: int | None) -> Callable[[np.ndarray, np.nda
     k = int(kernel.k)
     if kernel.b_bits > 8 or kernel.a_bits != 16:
         return None
-    if _cpu_integer_gemm_never_saturates() and k * 255 * 128 < 2**31:
-        unsigned_b = False
-    elif _cpu_unsigned_gemm_is_exact() and k * 255 * 255 < 2**31:
-        unsigned_b = True
-    else:
+    kind = _exact_integer_gemm(k)
+    if kind is None:
         return None
+    unsigned_b = kind == "unsigned"
 
     def session(zero_point: int):
         inits = {"az": np.array(zero_point, np.uint8)}
@@ -773,8 +784,7 @@ def _unsigned_int8_matmul(kernel, threads: int | None) -> Callable[[np.ndarray, 
     1.02-1.2x the float32 GEMM's time inside both models (docs/simulate.md), so they keep the float GEMM.
     """
     k = int(kernel.k)
-    if (kernel.a_bits > 8 or kernel.b_bits > 8 or k * 255 * 255 >= 2**31 or _cpu_integer_gemm_never_saturates()
-            or not _cpu_unsigned_gemm_is_exact()):
+    if kernel.a_bits > 8 or kernel.b_bits > 8 or _exact_integer_gemm(k) != "unsigned":
         return None
     inits = {"az": np.array(128, np.uint8), "bz": np.array(128, np.uint8)}
     model = onnx_bytes.model([onnx_bytes.node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])],
