@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -294,10 +293,7 @@ def test_every_wart_is_checked():
 @pytest.mark.parametrize("name", sorted(warts.WARTS))
 def test_wart_model(name, tmp_path):
     builder, opset, _ = warts.WARTS[name]
-    t0 = time.perf_counter()
     path = builder(tmp_path / f"{name}.onnx")
-    elapsed = time.perf_counter() - t0
-    assert elapsed < 3.0, elapsed
     assert path == tmp_path / f"{name}.onnx" and path.stat().st_size < 1_000_000
     m = onnx.load(str(path))
     onnx.checker.check_model(m)
