@@ -234,29 +234,41 @@ def _softmax_rows(r0_, r1_, q, exps, mask_min, qmin, p, ymax, thresholds, out):
     256 / 65536 of them, tabulated once per kernel): one gather per element, where the two-table
     product and its rounding shift took 2x the whole loop's time on DeiT-Tiny's attention.
     Each row's exponentials are computed once into a row buffer (the sum needs them all before
-    the first quotient)."""
+    the first quotient). The three passes (max, gather and sum, quotient) are branch-free, so each
+    vectorises; the quotient is :func:`_floor_quotients` where that is exact, else the corrected
+    reciprocal."""
     R, N = q.shape
     L = len(thresholds)
-    e = np.empty(N, np.int64)
+    e = np.empty(N, np.float64)  # exponentials (< 2**31, exact in float64)
+    exact_below = np.int64(1) << max(np.int64(53) - p, np.int64(0))
     for r in range(r0_, r1_):
         qr = q[r]
         orow = out[r]
-        m = np.int64(qr[0])
+        m = qr[0]
         for j in range(1, N):
-            if qr[j] > m:
-                m = np.int64(qr[j])
+            m = max(m, qr[j])
+        mm = np.int64(m)
         total = np.int64(0)
-        for j in range(N):
-            u = m - np.int64(qr[j])
-            v = np.int64(exps[np.uint64(u)])  # u >= 0: an unsigned index carries no wraparound check
-            if mask_min and qr[j] == qmin and u > 0:
-                v = np.int64(0)
-            e[j] = v
-            total += v
+        if mask_min:
+            for j in range(N):
+                x = np.int64(qr[j])
+                u = mm - x
+                v = np.int64(exps[np.uint64(u)])  # u >= 0: an unsigned index carries no wraparound check
+                v = np.int64(0) if (x == qmin) & (u > 0) else v
+                e[j] = v
+                total += v
+        else:
+            for j in range(N):
+                v = np.int64(exps[np.uint64(mm - np.int64(qr[j]))])
+                e[j] = v
+                total += v
         half_total = total >> 1
+        if L == 0 and total < exact_below:
+            _floor_quotients(e, p, half_total, total, ymax, orow)
+            continue
         inv = 1.0 / np.float64(total)
         for j in range(N):
-            num = (e[j] << p) + half_total
+            num = (np.int64(e[j]) << p) + half_total
             # floor(num / total) by the reciprocal: num < 2**53 and the quotient < 2**23, so the
             # float estimate is within 1 of it; one integer check each way makes it exact
             y = np.int64(np.float64(num) * inv)
@@ -272,6 +284,25 @@ def _softmax_rows(r0_, r1_, q, exps, mask_min, qmin, p, ymax, thresholds, out):
                 orow[j] = k
             else:
                 orow[j] = _clip(y, 0, ymax)
+
+
+@jit(inline="always")
+def _floor_quotients(e, p, half_total, total, ymax, orow):
+    """``orow[j] = min((e[j] << p + half_total) // total, ymax)`` as ``floor`` of one float64 division.
+
+    Exact, not approximate, while ``total < 2**(53 - p)`` (the caller's test): ``num = e * 2**p +
+    half_total`` is an integer below ``2**53`` (the kernel checks that bound), so float64 holds it and
+    ``total``; IEEE division rounds the true quotient ``Q`` to the nearest double. ``Q <= 2**p + 1/2``
+    (``e <= total``), so doubles near it are ``2**(p - 52)`` apart or closer, and rounding moves ``Q``
+    by at most ``2**(p - 53)``. Where ``Q`` is not an integer it lies at least ``1 / total >
+    2**(p - 53)`` below the next integer, so the rounded value stays below it and ``floor`` gives
+    ``floor(Q)``; an integer ``Q`` is exact. No integer multiply-back and no branch per element."""
+    tf = np.float64(total)
+    half = np.float64(half_total)
+    scale = np.float64(np.int64(1) << p)
+    top = np.float64(ymax)
+    for j in range(len(orow)):
+        orow[j] = min(np.floor((e[j] * scale + half) / tf), top)
 
 
 @jit()
