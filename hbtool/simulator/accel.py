@@ -663,9 +663,9 @@ def _pointwise_gemm_runner(gemm, in_bits: int, w: np.ndarray, rq: "RequantParams
     def run16(x: np.ndarray) -> np.ndarray:
         x = as_stored(x)
         n = x.shape[0]
-        digits = _base256_digits(x)
-        np.bitwise_xor(digits, np.uint8(128), out=digits)  # as int8: hi, and lo - 128
-        y = gemm.run(None, {"x": digits.view(np.int8).reshape(2 * n, x.shape[1], -1)})[0]
+        digits = np.empty((2,) + x.shape, np.int8)
+        fused.digits_i8(x, digits)  # hi, and lo - 128
+        y = gemm.run(None, {"x": digits.reshape(2 * n, x.shape[1], -1)})[0]
         return _requantize_digit_halves(rq, y, n, C, bias_lo).reshape((n, C) + x.shape[2:])
 
     return _marked(run16, rq)
