@@ -12,7 +12,7 @@ AvgPool in its numpy form; ``affine-pairs``: a scalar Mul and its scalar Add as 
 steps no longer line up and ``--kind`` does not apply; ``integer-conv-kxk``: int8 3 x 3 convolutions whose float32
 form splits the weight as that float form, not ``ConvInteger``; ``unsigned-gemm``: Linear and int16 x int8 MatMul
 without the uint8 x uint8 ``MatMulInteger`` chosen where uint8 x int8 saturates, as on main before it;
-``int8-matmul-unsigned``: int8 x int8 MatMuls as float32 GEMMs on those CPUs; ``depthwise-float64-requant``: the
+``int8-matmul-unsigned``: int8 x int8 MatMuls as float32 GEMMs instead of `MatMulInteger`; ``depthwise-float64-requant``: the
 depthwise loops requantizing in int64), runs the two interleaved and lists the steps of ``--kind``
 side by side.
 

@@ -663,9 +663,9 @@ def _pointwise_gemm_runner(gemm, in_bits: int, w: np.ndarray, rq: "RequantParams
     def run16(x: np.ndarray) -> np.ndarray:
         x = as_stored(x)
         n = x.shape[0]
-        digits = _base256_digits(x)
-        np.bitwise_xor(digits, np.uint8(128), out=digits)  # as int8: hi, and lo - 128
-        y = gemm.run(None, {"x": digits.view(np.int8).reshape(2 * n, x.shape[1], -1)})[0]
+        digits = np.empty((2,) + x.shape, np.int8)
+        fused.digits_i8(x, digits)  # hi, and lo - 128
+        y = gemm.run(None, {"x": digits.reshape(2 * n, x.shape[1], -1)})[0]
         return _requantize_digit_halves(rq, y, n, C, bias_lo).reshape((n, C) + x.shape[2:])
 
     return _marked(run16, rq)
@@ -765,30 +765,36 @@ def _integer_matmul(kernel, threads: int | None) -> Callable[[np.ndarray, np.nda
     return _marked(run, rq, {1: np.int8})
 
 
-# An int8 x int8 activation MatMul (attention's Q @ K^T) runs as one uint8 x uint8 ``MatMulInteger``
-# where that kernel is chosen (:func:`_unsigned_int8_matmul`). A switch only for
+# An int8 x int8 activation MatMul (attention's Q @ K^T) runs as one ``MatMulInteger`` where an exact
+# integer kernel is chosen (:func:`_int8_matmul`). A switch only for
 # ``benchmarks.simulate_profile --without int8-matmul-unsigned``.
 INT8_MATMUL_UNSIGNED = True
 
 
-def _unsigned_int8_matmul(kernel, threads: int | None) -> Callable[[np.ndarray, np.ndarray], np.ndarray] | None:
-    """``requantize(a @ b)`` of two int8-range activations as one uint8 x uint8 ``MatMulInteger``
-    (both offset by 128, zero points 128), or None.
+def _int8_matmul(kernel, threads: int | None) -> Callable[[np.ndarray, np.ndarray], np.ndarray] | None:
+    """``requantize(a @ b)`` of two int8-range activations as one ``MatMulInteger`` of ``a + 128`` (zero point
+    128) and ``b`` (:func:`_exact_integer_gemm`: int8 as it is where the uint8 x int8 kernel never
+    saturates, else ``b + 128`` with zero point 128 where the uint8 x uint8 kernel is exact), or None.
 
-    Only on CPUs whose uint8 x int8 kernel saturates and whose uint8 x uint8 kernel is exact
-    (:func:`_cpu_unsigned_gemm_is_exact`; AVX2 without VNNI), and while ``k * 255 * 255 < 2**31``.
-    There the float32 GEMM it replaces took 1.3-1.5x its time per step inside the models (one thread,
-    load 8, AVX2 EPYC: DeiT-Tiny's twelve Q @ K^T 5.19 -> 3.62 ms, Swin-T's 8.05 -> 6.01 ms, sums of
-    the steps' bests) and the whole models 0.94-0.98x (DeiT-Tiny) and 0.98-0.99x (Swin-T) CPU time,
-    medians of interleaved runs. On VNNI CPUs the uint8 x int8 product of the same operands was
-    1.02-1.2x the float32 GEMM's time inside both models (docs/simulate.md), so they keep the float GEMM.
+    Measured against the float32 GEMM it replaces, inside the models (one thread, sums of the steps'
+    bests, load 8): on an AVX2 EPYC without VNNI (uint8 x uint8) DeiT-Tiny's twelve Q @ K^T 5.19 ->
+    3.62 ms, Swin-T's 8.05 -> 6.01 ms, the whole models 0.94-0.98x and 0.98-0.99x CPU time; on an
+    AVX-512 VNNI EPYC (Zen 4; uint8 x int8) DeiT-Tiny's 2.83 -> 1.48 ms and Swin-T's 4.69 -> 2.97 ms
+    (uint8 x uint8 there: 2.16 and 3.64 ms), the whole models 0.95x and 0.97x CPU time (interleaved
+    medians). An earlier measurement on an Intel VNNI CPU read the uint8 x int8 product 1.02-1.2x the
+    float32 GEMM inside both models (loaded, cause not found; docs/simulate.md); not measured again.
     """
     k = int(kernel.k)
-    if kernel.a_bits > 8 or kernel.b_bits > 8 or _exact_integer_gemm(k) != "unsigned":
+    kind = _exact_integer_gemm(k) if kernel.a_bits <= 8 and kernel.b_bits <= 8 else None
+    if kind is None:
         return None
-    inits = {"az": np.array(128, np.uint8), "bz": np.array(128, np.uint8)}
-    model = onnx_bytes.model([onnx_bytes.node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])],
-                             {"a": ElemType.UINT8, "b": ElemType.UINT8}, {"y": ElemType.INT32}, inits)
+    unsigned = kind == "unsigned"
+    inits = {"az": np.array(128, np.uint8)}
+    if unsigned:
+        inits["bz"] = np.array(128, np.uint8)
+    model = onnx_bytes.model([onnx_bytes.node("MatMulInteger", ["a", "b"] + list(inits), ["y"])],
+                             {"a": ElemType.UINT8, "b": ElemType.UINT8 if unsigned else ElemType.INT8}, {"y": ElemType.INT32},
+                             inits)
     session = _session(model, threads)
     rq = RequantParams(kernel.requant, 1)
     zero = np.zeros(1, np.int64)
@@ -796,7 +802,8 @@ def _unsigned_int8_matmul(kernel, threads: int | None) -> Callable[[np.ndarray, 
     def run(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         nd = max(a.ndim, b.ndim)
         a_in = offset_u8(a.reshape((1,) * (nd - a.ndim) + a.shape))
-        b_in = offset_u8(b.reshape((1,) * (nd - b.ndim) + b.shape))
+        b = b.reshape((1,) * (nd - b.ndim) + b.shape)
+        b_in = offset_u8(b) if unsigned else np.ascontiguousarray(b, dtype=np.int8)
         y = session.run(None, {"a": a_in, "b": b_in})[0]
         if y.size == 0:
             return np.zeros(y.shape, rq.out_dtype)
@@ -809,15 +816,15 @@ def matmul_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray, np.
     """``requantize(a @ b)`` of two activations: exact batched GEMMs and one fused pass.
 
     ``MatMulInteger`` for an int16 ``a`` and an int8 ``b`` where this CPU's kernel is exact
-    (:func:`_integer_matmul`), and for two int8 operands where the uint8 x uint8 kernel is the one
-    chosen (:func:`_unsigned_int8_matmul`); otherwise float32 when ``k * |a|max * |b|max <= 2**24``, else with the int16 operand(s) split
+    (:func:`_integer_matmul`), and for two int8 operands where an integer kernel is exact
+    (:func:`_int8_matmul`); otherwise float32 when ``k * |a|max * |b|max <= 2**24``, else with the int16 operand(s) split
     into base-256 digits stacked on a new leading axis (one broadcast MatMul computes every digit
     product); float64 when even that does not fit.
     """
     integer = _integer_matmul(kernel, threads)
     if integer is not None:
         return integer
-    integer8 = _unsigned_int8_matmul(kernel, threads) if INT8_MATMUL_UNSIGNED else None
+    integer8 = _int8_matmul(kernel, threads) if INT8_MATMUL_UNSIGNED else None
     if integer8 is not None:
         return integer8
     k = int(kernel.k)

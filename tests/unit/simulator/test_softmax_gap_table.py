@@ -35,3 +35,45 @@ def test_the_gap_table_is_the_kernels_own_exponential():
     e = kern.exp_numpy(q)
     np.testing.assert_array_equal(e[0, :4], kern.exp_of_gap(u)[0, :4])
     assert e[0, 4] == 0   # masked in exp_numpy, not in the gap's exponential
+
+
+def _quotients_numpy(q, exps, p, ymax):
+    """The kernel's quotient (``Softmax.apply_numpy``) on a given exponential table, masked codes at -32768."""
+    q = q.astype(np.int64)
+    e = exps[q.max(axis=1, keepdims=True) - q].astype(np.int64)
+    e[(q == -32768) & (q < q.max(axis=1, keepdims=True))] = 0   # not reached where no code is -32768
+    total = e.sum(axis=1, keepdims=True)
+    return np.clip(((e << p) + (total >> 1)) // total, 0, ymax)
+
+
+def test_the_float64_division_and_the_corrected_reciprocal_give_the_same_quotients():
+    """Rows whose sum ``T`` lies on both sides of ``2**(53 - p)``, where the loop switches from one float64
+    division (proved exact below it) to the reciprocal with an integer check each way, each row with a
+    quotient ``1 / T`` below an integer, where a product by the rounded reciprocal without the checks lands
+    on the integer (measured: the test fails with it). Same quotients as the kernel's integer division."""
+    from hbtool.simulator import fused
+
+    p, rows = 26, 30000
+    rng = np.random.default_rng(0)
+    exps = np.ones(1 << 16, np.int64)             # gap 0 (each row's maximum, 32767): exponential 1
+    q = np.zeros((rows, 3), np.int16)
+    gaps = iter(range(1, 1 << 16))
+    kept = 0
+    while kept < rows:
+        T = int(rng.integers(1 << 26, 1 << 28)) | 1
+        # a * 2**p + T // 2 + 1 == 0 (mod T): a's quotient is an integer less 1 / T
+        a = (-(T // 2 + 1) * pow(1 << p, -1, T)) % T
+        b = T - 1 - a
+        if not (0 <= b and max(a, b) < 1 << (53 - p)):   # num = e * 2**p + T // 2 below 2**53
+            continue
+        ga, gb = next(gaps), next(gaps)
+        exps[ga], exps[gb] = a, b
+        q[kept] = (32767, 32767 - ga, 32767 - gb)
+        kept += 1
+    ymax = np.int64((1 << p) - 1)
+    out = np.empty(q.shape, np.int64)
+    fused._softmax_rows(0, rows, q, exps.astype(np.int32), False, np.int64(-32768), np.int64(p), ymax,
+                        np.zeros(0, np.int64), out)
+    np.testing.assert_array_equal(out, _quotients_numpy(q, exps, p, ymax))
+    sums = exps[32767 - q.astype(np.int64)].sum(axis=1)
+    assert (sums < 1 << (53 - p)).sum() > 1000 and (sums >= 1 << (53 - p)).sum() > 1000   # both routes ran

@@ -130,7 +130,7 @@ def test_the_int8_by_int8_matmul_takes_the_unsigned_gemm_and_is_bit_exact(unsign
     a_batch = [d if rng.random() < 0.7 else 1 for d in batch]
     kern = MatMul.build(0.01, 0.02, float(rng.uniform(0.05, 5.0)), k, 8, 8, int(rng.choice([8, 16])),
                         relu=bool(rng.random() < 0.3), rounding=str(rng.choice(["floor", "half_up", "half_away", "half_even"])))
-    assert accel._unsigned_int8_matmul(kern, None) is not None
+    assert accel._int8_matmul(kern, None) is not None
     fast = accel.matmul_fast(kern)
     assert accel.reader_dtype(fast, 0) == np.int8 and accel.reader_dtype(fast, 1) == np.int8
     a = _codes(tuple(a_batch) + (m, k), 8)
@@ -143,14 +143,44 @@ def test_the_int8_by_int8_matmul_takes_the_unsigned_gemm_and_is_bit_exact(unsign
     np.testing.assert_array_equal(got.astype(np.int64), want)
 
 
-def test_the_int8_matmul_keeps_the_float_gemm_where_uint8_by_int8_is_exact(monkeypatch):
-    """On VNNI CPUs Q @ K^T stays a float32 GEMM (the integer product was slower inside the models there)."""
+def test_the_int8_matmul_takes_the_exact_integer_kernel_of_this_cpu(monkeypatch):
+    """Q @ K^T runs as uint8 x int8 where that kernel never saturates (VNNI), as uint8 x uint8 where only that one is
+    exact, and as a float32 GEMM where neither is (or the int32 sums could overflow)."""
+    def kind_of(kern):
+        fast = accel._int8_matmul(kern, None)
+        if fast is None:
+            return None
+        session = next(c.cell_contents for c in fast.__closure__ if hasattr(c.cell_contents, "get_inputs"))
+        return session.get_inputs()[1].type
+
     monkeypatch.setattr(accel, "_cpu_integer_gemm_never_saturates", lambda: True)
-    assert accel._unsigned_int8_matmul(MatMul.build(0.01, 0.02, 0.5, 64, 8, 8), None) is None
+    assert kind_of(MatMul.build(0.01, 0.02, 0.5, 64, 8, 8)) == "tensor(int8)"
     monkeypatch.setattr(accel, "_cpu_integer_gemm_never_saturates", lambda: False)
     monkeypatch.setattr(accel, "_cpu_unsigned_gemm_is_exact", lambda: False)
-    assert accel._unsigned_int8_matmul(MatMul.build(0.01, 0.02, 0.5, 64, 8, 8), None) is None
+    assert kind_of(MatMul.build(0.01, 0.02, 0.5, 64, 8, 8)) is None
     monkeypatch.setattr(accel, "_cpu_unsigned_gemm_is_exact", lambda: True)
-    assert accel._unsigned_int8_matmul(MatMul.build(0.01, 0.02, 0.5, 64, 8, 8), None) is not None
-    assert accel._unsigned_int8_matmul(MatMul.build(0.01, 0.02, 0.5, 64, 16, 8), None) is None  # int16 a: _integer_matmul
-    assert accel._unsigned_int8_matmul(MatMul.build(0.01, 0.02, 0.5, 33026, 8, 8), None) is None  # int32 sums could overflow
+    assert kind_of(MatMul.build(0.01, 0.02, 0.5, 64, 8, 8)) == "tensor(uint8)"
+    assert accel._int8_matmul(MatMul.build(0.01, 0.02, 0.5, 64, 16, 8), None) is None  # int16 a: _integer_matmul
+    assert accel._int8_matmul(MatMul.build(0.01, 0.02, 0.5, 33026, 8, 8), None) is None  # int32 sums could overflow
+
+
+@pytest.mark.skipif(not accel._cpu_integer_gemm_never_saturates(),
+                    reason="this CPU's uint8 x int8 GEMM saturates: the signed route is not taken")
+@pytest.mark.parametrize("seed", range(8))
+def test_the_int8_by_int8_matmul_on_the_signed_gemm_is_bit_exact(seed):
+    rng = np.random.default_rng(1400 + seed)
+    m, k, n = (int(v) for v in rng.integers(1, 70, 3))
+    batch = [int(v) for v in rng.integers(1, 4, int(rng.integers(0, 3)))]
+    a_batch = [d if rng.random() < 0.7 else 1 for d in batch]
+    kern = MatMul.build(0.01, 0.02, float(rng.uniform(0.05, 5.0)), k, 8, 8, int(rng.choice([8, 16])),
+                        relu=bool(rng.random() < 0.3), rounding=str(rng.choice(["floor", "half_up", "half_away", "half_even"])))
+    fast = accel.matmul_fast(kern)
+    assert accel.writes_through(fast) is not None and accel.reader_dtype(fast, 1) == np.int8   # the integer route
+    a = _codes(tuple(a_batch) + (m, k), 8)
+    b = _codes(tuple(batch) + (k, n), 8)
+    b[..., : k // 2, :] = -128  # with a's runs at 127 and its -128s: pairs of products at their largest, both signs
+    want = kern.apply_numpy(a, b)
+    if rng.random() < 0.5:  # handed over transposed, as after an in_perms (Q @ K^T)
+        b = np.swapaxes(np.ascontiguousarray(np.swapaxes(b, -1, -2)), -1, -2)
+    got = fast(a.astype(np.int8), b.astype(np.int8) if rng.random() < 0.5 else b.astype(np.int16))
+    np.testing.assert_array_equal(got.astype(np.int64), want)
