@@ -124,13 +124,15 @@ def run_debug(cfg: HbConfig, auto: bool = False, target_cosine: float = 0.99, ma
     n = int(samples or cfg.debug.num_samples)
     t = {"start": time.perf_counter()}
     deadline = time.monotonic() + time_limit if time_limit else None
-    session = open_session(cfg, metric, n, progress)
-    t["calibrate"] = time.perf_counter()
-    model = MaskedModel(session.base.calibrated, session.base.graph)
-    session.masked_model = model
-    # the workers start now (their imports and payload beside the op error below); the rankings, the gains pass, the
-    # prices and the search's tries all run on them, on one onnxruntime thread each, the same numbers for any count
-    with TrialRunner(session, workers, cluster, deadline) as runner:
+    # the workers start now, their imports beside the base calibration (much of it on one core), and get the session
+    # once it exists; the rankings, the gains pass, the prices and the search's tries all run on them, on one
+    # onnxruntime thread each, the same numbers for any count
+    with TrialRunner(None, workers, cluster, deadline) as runner:
+        session = open_session(cfg, metric, n, progress)
+        t["calibrate"] = time.perf_counter()
+        model = MaskedModel(session.base.calibrated, session.base.graph)
+        session.masked_model = model
+        runner.attach(session)
         return _analyse(cfg, session, model, runner, metric, auto, target_cosine, max_fps_loss, progress,
                         sensitivity_samples, candidates, weight_samples, weight_candidates, sensitivity_budget, deadline, t)
 

@@ -1,0 +1,43 @@
+"""``hbtool debug --workers N``: the serial stretch before the workers have work is as short as it can be.
+
+Issue 34's ``--workers 2`` line (>= 1.7x the speed of ``--workers 1``) is lost in the stretches that run in one
+process while the other cores idle. Before the search: the base calibration, with the workers started only after it
+(their imports then ran beside the op error), and calibrate's own evaluation of the PTQ model, which the debugger
+never reads (it measures the PTQ model itself). Each test checks the cause, not a clock.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import hbtool.debug.run as run
+import hbtool.quant.calibrate as calibrate
+from hbtool.debug.masked import MaskedModel
+from hbtool.utils.workers import TaskPool
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_the_workers_start_before_the_base_calibration(tmp_path, monkeypatch):
+    from hbtool.config import load_config
+    from tests.debug_models import tiny_transformer, write_config
+
+    order: list[str] = []
+    enter = TaskPool.__enter__
+
+    def entered(pool):
+        order.append(f"pool warmup={pool.warmup.__name__ if pool.warmup else None}")
+        return enter(pool)
+
+    def opened(*args, **kwargs):
+        order.append("session")
+        raise _Stop
+
+    monkeypatch.setattr(TaskPool, "__enter__", entered)
+    monkeypatch.setattr(run, "open_session", opened)
+    cfg = write_config(tmp_path, tiny_transformer(tmp_path / "m.onnx"), "1x16x32", {"auto_int16": False})
+    with pytest.raises(_Stop):
+        run.run_debug(load_config(cfg), auto=True, samples=8, workers=2)
+    assert order == ["pool warmup=_warm_worker", "session"]
