@@ -41,3 +41,17 @@ def test_the_workers_start_before_the_base_calibration(tmp_path, monkeypatch):
     with pytest.raises(_Stop):
         run.run_debug(load_config(cfg), auto=True, samples=8, workers=2)
     assert order == ["pool warmup=_warm_worker", "session"]
+
+
+def test_the_session_skips_calibrates_own_evaluation(tmp_path, monkeypatch):
+    """The plan and models of the PTQ calibration without its evaluation (the debugger measures the PTQ model on its
+    own samples: nothing reads calibrate's errors)."""
+    from tests.debug_models import all_int8_session
+
+    def evaluated(*args, **kwargs):
+        raise AssertionError("calibrate's evaluation ran")
+
+    monkeypatch.setattr(calibrate, "evaluate_outputs", evaluated)
+    session = all_int8_session(tmp_path)
+    assert session.base.quantized is not None and session.base.calibrated is not None
+    assert session.base.output_errors == {}
