@@ -130,7 +130,7 @@ def run_debug(cfg: HbConfig, auto: bool = False, target_cosine: float = 0.99, ma
     with TrialRunner(None, workers, cluster, deadline) as runner:
         session = open_session(cfg, metric, n, progress)
         t["calibrate"] = time.perf_counter()
-        model = MaskedModel(session.base.calibrated, session.base.graph)
+        model = MaskedModel(session.base.calibrated, session.base.graph, spinning=not runner.parallel)
         session.masked_model = model
         runner.attach(session)
         return _analyse(cfg, session, model, runner, metric, auto, target_cosine, max_fps_loss, progress,

@@ -55,3 +55,20 @@ def test_the_session_skips_calibrates_own_evaluation(tmp_path, monkeypatch):
     session = all_int8_session(tmp_path)
     assert session.base.quantized is not None and session.base.calibrated is not None
     assert session.base.output_errors == {}
+
+
+def test_a_switchable_model_beside_workers_does_not_spin(tmp_path):
+    """The op error's sessions run beside the worker processes: their idle onnxruntime threads sleep (the same
+    numbers: spinning is a wait policy)."""
+    import numpy as np
+
+    from tests.debug_models import all_int8_session
+
+    session = all_int8_session(tmp_path)
+    spinning = MaskedModel(session.base.calibrated, session.base.graph)
+    quiet = MaskedModel(session.base.calibrated, session.base.graph, spinning=False)
+    options = quiet.session().get_session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    mask, names = quiet.mask(off=[]), session.output_names
+    a, b = spinning.run(session.samples[:4], mask, names), quiet.run(session.samples[:4], mask, names)
+    assert all(np.array_equal(x, y) for rx, ry in zip(a, b) for x, y in zip(rx, ry))
