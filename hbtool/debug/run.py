@@ -20,7 +20,7 @@ import yaml
 from hbtool.config import HbConfig
 from hbtool.debug.analysis.graph_errors import NodeErrors, graph_errors
 from hbtool.debug.analysis.ranges import RangeFlag, RangeObserver, activation_flags, weight_flags
-from hbtool.debug.auto import WEIGHT_CANDIDATES, AutoResult, run_auto
+from hbtool.debug.auto import WEIGHT_CANDIDATES, AutoResult, calibrated_bytes, run_auto
 from hbtool.debug.masked import MaskedModel
 from hbtool.debug.metrics import DIRECTION
 from hbtool.debug.metrics_hook import resolve_metric
@@ -381,7 +381,7 @@ def write_debug(r: DebugResult, out_dir: Path) -> list[Path]:
         final = r.auto.final.result
         head = "# hbtool debug --auto: paste under model_parameters in the config (it replaces node_info)\n"
         payloads[out_dir / "node_info.yaml"] = (head + yaml.safe_dump(fragment(r.auto.node_info), sort_keys=False)).encode()
-        payloads[out_dir / f"{prefix}_calibrated_model.onnx"] = to_onnx(final.calibrated, stage="calibrated").SerializeToString()
+        payloads[out_dir / f"{prefix}_calibrated_model.onnx"] = calibrated_bytes(final)
         payloads[out_dir / f"{prefix}_quantized_model.onnx"] = to_onnx(final.quantized, stage="quantized").SerializeToString()
     payloads.update(write_report(r, data, out_dir))
     atomic_write_files(payloads)

@@ -72,3 +72,16 @@ def test_a_switchable_model_beside_workers_does_not_spin(tmp_path):
     mask, names = quiet.mask(off=[]), session.output_names
     a, b = spinning.run(session.samples[:4], mask, names), quiet.run(session.samples[:4], mask, names)
     assert all(np.array_equal(x, y) for rx, ry in zip(a, b) for x, y in zip(rx, ry))
+
+
+def test_the_final_models_calibrated_file_is_serialized_once(tmp_path):
+    """The final model is compiled for its measure and written by the report, both at the end of the command on one
+    core: its calibrated model is serialized once, the bytes ``hbtool calibrate`` writes."""
+    from hbtool.debug.auto import calibrated_bytes
+    from hbtool.ir.onnx_export import to_onnx
+    from tests.debug_models import all_int8_session
+
+    result = all_int8_session(tmp_path).calibrate({})
+    first = calibrated_bytes(result)
+    assert first == to_onnx(result.calibrated, stage="calibrated").SerializeToString()
+    assert calibrated_bytes(result) is first
