@@ -54,9 +54,10 @@ def _tree_cpu() -> float:
     return total
 
 
-def _runnable_threads(pid: int, skip: int) -> int:
-    """Threads of ``pid``'s process tree running or waiting for a core (state R), thread ``skip`` left out."""
-    count, stack = 0, [pid]
+def _tree_threads(pid: int, skip: int) -> tuple[int, float]:
+    """``(runnable, cpu)``: the threads of ``pid``'s process tree running or waiting for a core (state R), thread
+    ``skip`` left out, and the CPU seconds of the tree's live threads."""
+    runnable, cpu, tick, stack = 0, 0.0, os.sysconf("SC_CLK_TCK"), [pid]
     while stack:
         p = stack.pop()
         try:
@@ -65,19 +66,20 @@ def _runnable_threads(pid: int, skip: int) -> int:
             continue
         for tid in tids:
             try:
-                if int(tid) != skip and Path(f"/proc/{p}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "R":
-                    count += 1
+                fields = Path(f"/proc/{p}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
                 stack += [int(c) for c in Path(f"/proc/{p}/task/{tid}/children").read_text().split()]
             except (OSError, IndexError, ValueError):
                 continue
-    return count
+            runnable += fields[0] == "R" and int(tid) != skip
+            cpu += (int(fields[11]) + int(fields[12])) / tick
+    return runnable, cpu
 
 
 class _OneProcessClock(threading.Thread):
-    """The wall seconds in which at most one thread of this command's process tree (this process and its ``--workers``)
-    runs or waits for a core, sampled every ``period`` s: what a second idle core could not shorten. Load-independent
-    where wall seconds are not (a thread waiting for a core on a loaded machine still counts as wanting one), so the
-    one-process time of a run on a shared machine reads as it would idle, give or take the sampling."""
+    """The stretches in which at most one thread of this command's process tree (this process and its ``--workers``)
+    runs or waits for a core, sampled every ``period`` s: what a second idle core could not shorten. Counted in the CPU
+    seconds the tree spent in them, which is what they last on an idle machine, so a run on a shared machine reads
+    as it would idle (their wall seconds there are the load's; a thread waiting for a core still counts as runnable)."""
 
     def __init__(self, period: float = 0.2):
         super().__init__(name="one-process-clock", daemon=True)
@@ -85,15 +87,15 @@ class _OneProcessClock(threading.Thread):
         self.lock, self.stopped = threading.Lock(), threading.Event()
 
     def run(self) -> None:
-        me, last = threading.get_native_id(), time.perf_counter()
+        me = threading.get_native_id()
+        _, last = _tree_threads(os.getpid(), me)
         while not self.stopped.wait(self.period):
-            serial = _runnable_threads(os.getpid(), me) <= 1
-            now = time.perf_counter()
-            with self.lock:
-                if serial:
-                    self.pending += now - last
-                    self.total += now - last
-            last = now
+            runnable, cpu = _tree_threads(os.getpid(), me)
+            spent, last = max(cpu - last, 0.0), cpu     # a worker that ended takes its seconds with it: never below 0
+            if runnable <= 1:
+                with self.lock:
+                    self.pending += spent
+                    self.total += spent
 
     def take(self) -> float:
         """The one-process seconds since the last call."""
@@ -261,7 +263,7 @@ def whole_again(r, args, path: Path, workers: int, cluster: str | None, time_lim
     for k in dict.fromkeys(list(r.seconds) + list(again.seconds)):
         lines.append(f"  {k:<24}{r.seconds.get(k, 0.0):>14.1f}{again.seconds.get(k, 0.0):>22.1f}")
     lines.append(f"  {'(wall, CPU, 1-proc s)':<24}{a:>14}{b:>22}   (stages of the progress ticks; CPU: process + workers; "
-                 "1-proc: wall with at most one runnable thread)")
+                 "1-proc: CPU s spent with at most one runnable thread, what those stretches last idle)")
     for k in dict.fromkeys(list(first_stages) + list(progress.stages)):
         x, y = first_stages.get(k, [0.0, 0.0, 0.0]), progress.stages.get(k, [0.0, 0.0, 0.0])
         lines.append(f"  {k:<24}{f'{x[0]:.0f}, {x[1]:.0f}, {x[2]:.0f}':>14}{f'{y[0]:.0f}, {y[1]:.0f}, {y[2]:.0f}':>22}")
@@ -346,7 +348,8 @@ def run_case(spec, args, metric: str | None, time_limit: str) -> list[str]:
            "data_seconds": t1 - t0,
            # CPU seconds of the process and its workers (all threads): on a shared machine, wall time / load is no measure
            "cpu_seconds": cpu, "workers": args.workers[0], "load_average": os.getloadavg(),
-           # wall seconds with at most one runnable thread in the process tree, and per stage (wall, CPU, one-process)
+           # CPU seconds spent with at most one runnable thread in the process tree (the one-process stretches as they
+           # last idle), and per stage (wall, CPU, one-process)
            "one_process_seconds": one_process, "stages": progress.stages,
            "ptq_cosine": min(m["cosine"] for m in r.data["outputs"].values())}   # measured once, by write_debug
     lines = []
