@@ -27,6 +27,7 @@ import json
 import os
 import re
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -53,9 +54,61 @@ def _tree_cpu() -> float:
     return total
 
 
+def _tree_threads(pid: int, skip: int) -> tuple[int, float]:
+    """``(runnable, cpu)``: the threads of ``pid``'s process tree running or waiting for a core (state R), thread
+    ``skip`` left out, and the CPU seconds of the tree's live threads."""
+    runnable, cpu, tick, stack = 0, 0.0, os.sysconf("SC_CLK_TCK"), [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                fields = Path(f"/proc/{p}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+                stack += [int(c) for c in Path(f"/proc/{p}/task/{tid}/children").read_text().split()]
+            except (OSError, IndexError, ValueError):
+                continue
+            runnable += fields[0] == "R" and int(tid) != skip
+            cpu += (int(fields[11]) + int(fields[12])) / tick
+    return runnable, cpu
+
+
+class _OneProcessClock(threading.Thread):
+    """The stretches in which at most one thread of this command's process tree (this process and its ``--workers``)
+    runs or waits for a core, sampled every ``period`` s: what a second idle core could not shorten. Counted in the CPU
+    seconds the tree spent in them, which is what they last on an idle machine, so a run on a shared machine reads
+    as it would idle (their wall seconds there are the load's; a thread waiting for a core still counts as runnable)."""
+
+    def __init__(self, period: float = 0.2):
+        super().__init__(name="one-process-clock", daemon=True)
+        self.period, self.pending, self.total = period, 0.0, 0.0
+        self.lock, self.stopped = threading.Lock(), threading.Event()
+
+    def run(self) -> None:
+        me = threading.get_native_id()
+        _, last = _tree_threads(os.getpid(), me)
+        while not self.stopped.wait(self.period):
+            runnable, cpu = _tree_threads(os.getpid(), me)
+            spent, last = max(cpu - last, 0.0), cpu     # a worker that ended takes its seconds with it: never below 0
+            if runnable <= 1:
+                with self.lock:
+                    self.pending += spent
+                    self.total += spent
+
+    def take(self) -> float:
+        """The one-process seconds since the last call."""
+        with self.lock:
+            seconds, self.pending = self.pending, 0.0
+        return seconds
+
+
 class _printer:
-    """Progress as one line per stage every 10 % (a log file, not a terminal), and the wall and CPU seconds of each
-    stage (``stages``: the time from one progress tick to the next goes to the next tick's stage)."""
+    """Progress as one line per stage every 10 % (a log file, not a terminal), and the wall, CPU and one-process seconds
+    of each stage (``stages``: the time from one progress tick to the next goes to the next tick's stage; one-process:
+    :class:`_OneProcessClock`). ``close()`` ends the clock and books the time since the last tick as ``ending`` (after
+    the search's last tick: the final calibration and measure, the rest of the report's ranking)."""
 
     def __init__(self):
         self.shown: dict[str, int] = {}
@@ -63,15 +116,28 @@ class _printer:
         self.cpu = _tree_cpu()
         self.stages: dict[str, list[float]] = {}
         self.stage = ""
+        self.clock = _OneProcessClock()
+        self.clock.start()
+
+    def _book(self, stage: str, now: float) -> None:
+        cpu = _tree_cpu()
+        acc = self.stages.setdefault(stage, [0.0, 0.0, 0.0])
+        acc[0] += now - self.last
+        acc[1] += cpu - self.cpu
+        acc[2] += self.clock.take()
+        self.last, self.cpu, self.stage = now, cpu, stage
+
+    def close(self) -> float:
+        """Books the ``ending`` and stops the clock; returns the command's one-process seconds."""
+        self._book("ending", time.perf_counter())
+        self.clock.stopped.set()
+        self.clock.join()
+        return self.clock.total
 
     def __call__(self, stage: str, done: int, total: int) -> None:
         now = time.perf_counter()
         if stage != self.stage or now - self.last >= 1.0 or done >= total:   # /proc read at most once a second a stage
-            cpu = _tree_cpu()
-            acc = self.stages.setdefault(stage, [0.0, 0.0])
-            acc[0] += now - self.last
-            acc[1] += cpu - self.cpu
-            self.last, self.cpu, self.stage = now, cpu, stage
+            self._book(stage, now)
         step = int(10 * done / max(total, 1))
         if self.shown.get(stage) != step:
             self.shown[stage] = step
@@ -170,7 +236,7 @@ def search_again(r, args, workers: int, cluster: str | None, time_limit: str) ->
 
 
 def whole_again(r, args, path: Path, workers: int, cluster: str | None, time_limit: str, first_wall: float,
-                first_cpu: float, first_stages: dict[str, list[float]]) -> list[str]:
+                first_cpu: float, first_stages: dict[str, list[float]], first_one_process: float) -> list[str]:
     """The whole ``hbtool debug --auto`` again with ``workers`` (session, analysis, prices and gains, search): the
     user's wall time for the command beside the first run's, per phase, and whether it decided the same."""
     from hbtool.config import load_config
@@ -183,22 +249,26 @@ def whole_again(r, args, path: Path, workers: int, cluster: str | None, time_lim
                       weight_samples=args.weight_samples, weight_candidates=args.weight_candidates, progress=progress,
                       time_limit=parse_time_limit(time_limit), workers=workers, cluster=cluster)
     wall, cpu = time.perf_counter() - t, _tree_cpu() - c
+    one_process = progress.close()
     same = _decisions(again.auto) == _decisions(r.auto)
     row = {"model": r.session.cfg.model.output_model_file_prefix, "workers": workers, "cluster": cluster, "whole_seconds": wall,
            "first_whole_seconds": first_wall, "cpu_seconds": cpu, "first_cpu_seconds": first_cpu, "seconds": again.seconds,
            "first_seconds": r.seconds, "identical": same, "tries": again.auto.tries, "load_average": os.getloadavg(),
-           "stages": progress.stages, "first_stages": first_stages}
+           "stages": progress.stages, "first_stages": first_stages, "one_process_seconds": one_process,
+           "first_one_process_seconds": first_one_process}
     print(json.dumps(row, default=str), flush=True)
     a, b = f"workers {args.workers[0]}", f"workers {workers}" + (" on local Ray" if cluster else "")
     lines = [f"whole command, {a} against {b} (wall s; the phases run_debug reports):",
              f"  {'phase':<24}{a:>14}{b:>22}"]
     for k in dict.fromkeys(list(r.seconds) + list(again.seconds)):
         lines.append(f"  {k:<24}{r.seconds.get(k, 0.0):>14.1f}{again.seconds.get(k, 0.0):>22.1f}")
-    lines.append(f"  {'(wall, CPU s) per stage':<24}{a:>14}{b:>22}   (stages of the progress ticks; CPU: process + workers)")
+    lines.append(f"  {'(wall, CPU, 1-proc s)':<24}{a:>14}{b:>22}   (stages of the progress ticks; CPU: process + workers; "
+                 "1-proc: CPU s spent with at most one runnable thread, what those stretches last idle)")
     for k in dict.fromkeys(list(first_stages) + list(progress.stages)):
-        x, y = first_stages.get(k, [0.0, 0.0]), progress.stages.get(k, [0.0, 0.0])
-        lines.append(f"  {k:<24}{f'{x[0]:.0f}, {x[1]:.0f}':>14}{f'{y[0]:.0f}, {y[1]:.0f}':>22}")
-    lines.append(f"  {'command':<24}{f'{first_wall:.0f}, {first_cpu:.0f}':>14}{f'{wall:.0f}, {cpu:.0f}':>22}")
+        x, y = first_stages.get(k, [0.0, 0.0, 0.0]), progress.stages.get(k, [0.0, 0.0, 0.0])
+        lines.append(f"  {k:<24}{f'{x[0]:.0f}, {x[1]:.0f}, {x[2]:.0f}':>14}{f'{y[0]:.0f}, {y[1]:.0f}, {y[2]:.0f}':>22}")
+    lines.append(f"  {'command':<24}{f'{first_wall:.0f}, {first_cpu:.0f}, {first_one_process:.0f}':>14}"
+                 f"{f'{wall:.0f}, {cpu:.0f}, {one_process:.0f}':>22}")
     stopped = " (a search was cut by the time limit: the decisions are not comparable)" if (r.auto.stopped or again.auto.stopped) else ""
     lines.append(f"ratio {a} / {b}: {first_wall / max(wall, 1e-9):.2f}x wall ({first_cpu / max(cpu, 1e-9):.2f}x CPU); "
                  f"tries {r.auto.tries} / {again.auto.tries} (run: {r.auto.tries_run} / {again.auto.tries_run}); reached {r.auto.reached} / {again.auto.reached}; "
@@ -270,6 +340,7 @@ def run_case(spec, args, metric: str | None, time_limit: str) -> list[str]:
                   time_limit=parse_time_limit(time_limit), workers=args.workers[0], cluster=args.cluster)
     wall = time.perf_counter() - t1
     cpu = _tree_cpu() - c1
+    one_process = progress.close()         # run_debug's, as whole_again's (the report below is one process anyway)
     t2 = time.perf_counter()
     write_debug(r, case / "debug")
     report = time.perf_counter() - t2      # the report's writing: the command ends after it (--time-limit covers it)
@@ -277,6 +348,9 @@ def run_case(spec, args, metric: str | None, time_limit: str) -> list[str]:
            "data_seconds": t1 - t0,
            # CPU seconds of the process and its workers (all threads): on a shared machine, wall time / load is no measure
            "cpu_seconds": cpu, "workers": args.workers[0], "load_average": os.getloadavg(),
+           # CPU seconds spent with at most one runnable thread in the process tree (the one-process stretches as they
+           # last idle), and per stage (wall, CPU, one-process)
+           "one_process_seconds": one_process, "stages": progress.stages,
            "ptq_cosine": min(m["cosine"] for m in r.data["outputs"].values())}   # measured once, by write_debug
     lines = []
     if r.auto is not None:
@@ -301,7 +375,7 @@ def run_case(spec, args, metric: str | None, time_limit: str) -> list[str]:
     agains = [(w, None) for w in args.workers[1:]] + ([(2, "local")] if args.ray else [])
     for workers, cluster in agains if r.auto is not None else []:
         if args.whole:
-            lines += whole_again(r, args, path, workers, cluster, time_limit, wall, cpu, progress.stages)
+            lines += whole_again(r, args, path, workers, cluster, time_limit, wall, cpu, progress.stages, one_process)
             continue
         again = search_again(r, args, workers, cluster, time_limit)
         print(json.dumps(again, default=str), flush=True)

@@ -203,14 +203,28 @@ def mark_kept(steps: list[Step], remedy: str, node: str | None) -> None:
 def compile_variant(session: DebugSession, result, node_info: dict[str, dict[str, Any]]):
     """The variant compiled in memory from its calibrated model (what ``hbtool compile`` builds from it)."""
     from hbtool.compiler.compile import compile_model
-    from hbtool.ir.onnx_export import to_onnx
     from hbtool.utils.atomic import atomic_write_bytes
 
     cfg = session.config_with(node_info)
     with tempfile.TemporaryDirectory(prefix="hbtool_debug_") as tmp:
         path = Path(tmp) / f"{cfg.model.output_model_file_prefix}_calibrated_model.onnx"
-        atomic_write_bytes(path, to_onnx(result.calibrated, stage="calibrated").SerializeToString())
+        atomic_write_bytes(path, calibrated_bytes(result))
         return compile_model(cfg, calibrated=path)
+
+
+def calibrated_bytes(result) -> bytes:
+    """The calibrated model's file as ``hbtool calibrate`` writes it, serialized once per result (kept in
+    ``result.serialized``): the final model's is compiled for its measure and written by ``hbtool debug``'s report,
+    both at the end of the command, on one core."""
+    from hbtool.ir.onnx_export import to_onnx
+
+    cache = getattr(result, "serialized", None)
+    data = cache.get("calibrated_model") if cache is not None else None
+    if data is None:
+        data = to_onnx(result.calibrated, stage="calibrated").SerializeToString()
+        if cache is not None:
+            cache["calibrated_model"] = data
+    return data
 
 
 def fps_of(session: DebugSession, compiled, node_info: dict[str, dict[str, Any]]) -> float:

@@ -58,9 +58,12 @@ class DebugNode:
 class MaskedModel:
     """The switchable model and the quantizers it holds."""
 
-    def __init__(self, calibrated: Graph, float_graph: Graph, threads: int = 0):
+    def __init__(self, calibrated: Graph, float_graph: Graph, threads: int = 0, spinning: bool = True):
         #: onnxruntime threads of the session (0: every core; a ``--workers`` process runs on one)
         self.threads = threads
+        #: False where the sessions run beside worker processes (``hbtool debug --workers N``'s op error): idle
+        #: onnxruntime threads then sleep instead of spinning on the cores the workers need (the same numbers)
+        self.spinning = spinning
         g = calibrated.copy()
         cal_nodes = [n for n in g.nodes if n.op_type == CALIBRATION_OP]
         producers = g.producer_map()
@@ -243,7 +246,7 @@ class MaskedModel:
 
     def session(self, extra: tuple[str, ...] = ()):
         if extra not in self._sessions:
-            self._sessions[extra] = switched_session(self.graph, self.quantizers, list(extra), self.threads)
+            self._sessions[extra] = switched_session(self.graph, self.quantizers, list(extra), self.threads, self.spinning)
         return self._sessions[extra]
 
     def run(self, feeds: list[dict[str, np.ndarray]], mask: np.ndarray, names: list[str], extra: tuple[str, ...] = ()) -> list[list[np.ndarray]]:
@@ -292,8 +295,10 @@ def switch_by_if(model: onnx.ModelProto, quantizers: list[Quantizer]) -> onnx.Mo
     return model
 
 
-def switched_session(graph: Graph, quantizers: list[Quantizer], extra_outputs: list[str], threads: int = 0):
-    """An onnxruntime session of the masked graph with ``If`` switches that also returns ``extra_outputs``."""
+def switched_session(graph: Graph, quantizers: list[Quantizer], extra_outputs: list[str], threads: int = 0,
+                     spinning: bool = True):
+    """An onnxruntime session of the masked graph with ``If`` switches that also returns ``extra_outputs``
+    (``spinning=False``: idle pool threads sleep, for a session run beside other processes; the same numbers)."""
     import onnxruntime as ort
 
     from hbtool.ir.onnx_export import to_onnx
@@ -310,4 +315,6 @@ def switched_session(graph: Graph, quantizers: list[Quantizer], extra_outputs: l
     if threads:
         so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1
+    if not spinning:
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])

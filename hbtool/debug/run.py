@@ -20,7 +20,7 @@ import yaml
 from hbtool.config import HbConfig
 from hbtool.debug.analysis.graph_errors import NodeErrors, graph_errors
 from hbtool.debug.analysis.ranges import RangeFlag, RangeObserver, activation_flags, weight_flags
-from hbtool.debug.auto import WEIGHT_CANDIDATES, AutoResult, run_auto
+from hbtool.debug.auto import WEIGHT_CANDIDATES, AutoResult, calibrated_bytes, run_auto
 from hbtool.debug.masked import MaskedModel
 from hbtool.debug.metrics import DIRECTION
 from hbtool.debug.metrics_hook import resolve_metric
@@ -124,13 +124,15 @@ def run_debug(cfg: HbConfig, auto: bool = False, target_cosine: float = 0.99, ma
     n = int(samples or cfg.debug.num_samples)
     t = {"start": time.perf_counter()}
     deadline = time.monotonic() + time_limit if time_limit else None
-    session = open_session(cfg, metric, n, progress)
-    t["calibrate"] = time.perf_counter()
-    model = MaskedModel(session.base.calibrated, session.base.graph)
-    session.masked_model = model
-    # the workers start now (their imports and payload beside the op error below); the rankings, the gains pass, the
-    # prices and the search's tries all run on them, on one onnxruntime thread each, the same numbers for any count
-    with TrialRunner(session, workers, cluster, deadline) as runner:
+    # the workers start now, their imports beside the base calibration (much of it on one core), and get the session
+    # once it exists; the rankings, the gains pass, the prices and the search's tries all run on them, on one
+    # onnxruntime thread each, the same numbers for any count
+    with TrialRunner(None, workers, cluster, deadline) as runner:
+        session = open_session(cfg, metric, n, progress)
+        t["calibrate"] = time.perf_counter()
+        model = MaskedModel(session.base.calibrated, session.base.graph, spinning=not runner.parallel)
+        session.masked_model = model
+        runner.attach(session)
         return _analyse(cfg, session, model, runner, metric, auto, target_cosine, max_fps_loss, progress,
                         sensitivity_samples, candidates, weight_samples, weight_candidates, sensitivity_budget, deadline, t)
 
@@ -379,7 +381,7 @@ def write_debug(r: DebugResult, out_dir: Path) -> list[Path]:
         final = r.auto.final.result
         head = "# hbtool debug --auto: paste under model_parameters in the config (it replaces node_info)\n"
         payloads[out_dir / "node_info.yaml"] = (head + yaml.safe_dump(fragment(r.auto.node_info), sort_keys=False)).encode()
-        payloads[out_dir / f"{prefix}_calibrated_model.onnx"] = to_onnx(final.calibrated, stage="calibrated").SerializeToString()
+        payloads[out_dir / f"{prefix}_calibrated_model.onnx"] = calibrated_bytes(final)
         payloads[out_dir / f"{prefix}_quantized_model.onnx"] = to_onnx(final.quantized, stage="quantized").SerializeToString()
     payloads.update(write_report(r, data, out_dir))
     atomic_write_files(payloads)

@@ -13,6 +13,9 @@ target) wastes at most one slice; the tries it did not read are neither counted 
 
 A worker gets the session once (its initializer): the config, the statistics, the debug samples and
 the float outputs. It does not re-run the base calibration, and a task carries only its ``node_info``.
+``hbtool debug`` starts the worker processes before the session exists (:meth:`TrialRunner.attach`): their start
+and imports (about 3 CPU seconds each) run beside the base calibration, whose graph passes and plans run on one
+core, instead of beside the op error after it.
 The calibrated models stay in the worker: the search needs only the measurements, and the model it
 keeps is re-calibrated once at the end (:meth:`TrialRunner.materialize`; the same numbers).
 """
@@ -89,6 +92,14 @@ def measure_variant(session: DebugSession, result, node_info: dict[str, dict[str
     return m
 
 
+def _warm_worker() -> None:
+    """Per worker process as it starts, before the session exists: the imports of a try and of the jobs."""
+    import onnxruntime  # noqa: F401
+
+    from hbtool.debug import auto, masked, price, sensitivity  # noqa: F401
+    from hbtool.simulator import executor  # noqa: F401
+
+
 def _init_worker(payload: dict[str, Any]) -> None:
     """Per worker process: the session without its base calibration (a try needs only the statistics)."""
     from hbtool.debug.metrics_hook import resolve_metric
@@ -153,9 +164,12 @@ def probe_cluster(cluster: str | None) -> None:
 
 
 class TrialRunner:
-    """``with TrialRunner(session, workers, cluster) as runner: for m in runner.run(trials): ...``"""
+    """``with TrialRunner(session, workers, cluster) as runner: for m in runner.run(trials): ...``
 
-    def __init__(self, session: DebugSession, workers: int | None = 1, cluster: str | None = None,
+    ``session`` may be ``None`` when the runner opens (its workers start then) and be given later with
+    :meth:`attach`, before the first task."""
+
+    def __init__(self, session: DebugSession | None, workers: int | None = 1, cluster: str | None = None,
                  deadline: float | None = None):
         self.session = session
         self.workers = check_workers(workers)
@@ -180,14 +194,23 @@ class TrialRunner:
 
     def __enter__(self) -> "TrialRunner":
         if self.parallel:
-            s = self.session
-            base_dir = s.cfg.source.parent if s.cfg.source is not None else s.cfg.base_dir
-            payload = {"cfg": s.cfg, "base_dir": Path(base_dir), "samples": s.samples, "float_outputs": s.float_outputs,
-                       "stats_cache": s.stats_cache,
-                       # the gains pass's switchable model, built in a worker on its first gains task
-                       "masked_graphs": s.masked_graphs or ((s.base.calibrated, s.base.graph) if s.base is not None else None)}
-            self._pool = TaskPool(self.workers, self.cluster, initializer=_init_worker, initargs=(payload,)).__enter__()
+            self._pool = TaskPool(self.workers, self.cluster, warmup=_warm_worker).__enter__()
+        if self.session is not None:
+            self.attach(self.session)
         return self
+
+    def attach(self, session: DebugSession) -> None:
+        """The session the tasks run on, handed to the workers (:meth:`hbtool.utils.workers.TaskPool.set_state`)."""
+        self.session = session
+        if self._pool is None:
+            return
+        base_dir = session.cfg.source.parent if session.cfg.source is not None else session.cfg.base_dir
+        payload = {"cfg": session.cfg, "base_dir": Path(base_dir), "samples": session.samples,
+                   "float_outputs": session.float_outputs, "stats_cache": session.stats_cache,
+                   # the gains pass's switchable model, built in a worker on its first gains task
+                   "masked_graphs": session.masked_graphs or ((session.base.calibrated, session.base.graph)
+                                                              if session.base is not None else None)}
+        self._pool.set_state(_init_worker, (payload,))
 
     def __exit__(self, *exc) -> None:
         if self._pool is not None:

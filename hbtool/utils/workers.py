@@ -9,6 +9,8 @@ accepts remedies in that order makes the same decisions with 1 worker, N workers
 - ``workers=N``: N worker processes started with ``spawn`` (a forked copy of a process that already
   runs onnxruntime or torch thread pools can hang); each worker runs ``initializer(*initargs)`` once,
   so a task carries only what differs between tasks;
+- a state that does not exist yet when the pool opens (:meth:`TaskPool.set_state`): the workers start at once
+  (``warmup``: their imports), beside the caller's own work that makes the state, and get it later;
 - ``cluster=ADDRESS``: Ray (``pip install 'hbtool[cluster]'``); ``ADDRESS`` is what ``ray.init``
   takes (``auto``, ``ray://host:10001``), or ``local`` for a Ray cluster started on this machine.
   ``workers`` then bounds the tasks in flight.
@@ -30,6 +32,8 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import os
+import pickle
+import tempfile
 import threading
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, Callable, Iterable, Iterator
@@ -62,6 +66,18 @@ def _started() -> None:
     """A task that does nothing: submitted once per worker when the pool opens, so every process starts then."""
 
 
+def _with_state(state_file: str, fn: Callable[[Any], Any], item: Any) -> Any:
+    """``fn(item)`` once the worker holds the state of :meth:`TaskPool.set_state`: on its first such task the worker
+    reads ``(initializer, initargs)`` from ``state_file`` and runs the initializer (once per process and file)."""
+    if _STATE.get("__state_file__") != state_file:
+        with open(state_file, "rb") as f:
+            initializer, initargs = pickle.load(f)
+        _STATE.clear()
+        _run_initializer(initializer, initargs)
+        _STATE["__state_file__"] = state_file
+    return fn(item)
+
+
 def check_workers(workers: int | None) -> int:
     """``--workers`` as a count: ``None`` is the machine's cores; below 1 is an error."""
     if workers is None:
@@ -74,14 +90,20 @@ def check_workers(workers: int | None) -> int:
 class TaskPool:
     """``with TaskPool(workers, cluster, initializer, initargs) as pool: for r in pool.map(fn, items): ...``
 
-    ``fn`` and ``initializer`` must be importable module-level functions (they travel by name)."""
+    ``fn``, ``initializer`` and ``warmup`` must be importable module-level functions (they travel by name).
+    ``warmup``: run once per worker process as it starts, before any state (its imports: the seconds a process
+    takes to be ready, spent while the caller still prepares the state for :meth:`set_state`)."""
 
     def __init__(self, workers: int | None = 1, cluster: str | None = None,
-                 initializer: Callable[..., Any] | None = None, initargs: tuple = ()):
+                 initializer: Callable[..., Any] | None = None, initargs: tuple = (),
+                 warmup: Callable[[], Any] | None = None):
         self.workers = check_workers(workers)
         self.cluster = cluster
         self.initializer = initializer
         self.initargs = tuple(initargs)
+        self.warmup = warmup
+        self._state_file: str | None = None     # the state of :meth:`set_state`, for the worker processes
+        self._state_files: list[str] = []       # every one written (a task queued earlier may still read one)
         self._executor: ProcessPoolExecutor | None = None
         self._ray = None
         self._ray_started_here = False
@@ -103,9 +125,10 @@ class TaskPool:
         if self.cluster is not None:
             self._start_ray()
         elif self.workers > 1:
+            initializer, initargs = (self.initializer, self.initargs) if self.initializer is not None else (self.warmup, ())
             self._executor = ProcessPoolExecutor(
                 max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_run_initializer, initargs=(self.initializer, self.initargs))
+                initializer=_run_initializer, initargs=(initializer, initargs))
             # the executor spawns a process per task submitted while none is idle: start them all now, so that
             # their start and initializer (seconds: imports, the payload) run while the caller does its own work
             for _ in range(self.workers):
@@ -127,6 +150,28 @@ class TaskPool:
         if self._ray is not None and self._ray_started_here:
             self._ray.shutdown()
         self._ray = None
+        for path in self._state_files:
+            os.unlink(path)
+        self._state_files, self._state_file = [], None
+
+    def set_state(self, initializer: Callable[..., Any], initargs: tuple = ()) -> None:
+        """From now on every task runs where ``initializer(*initargs)`` has run once (as the constructor's
+        ``initializer``), for a state made after the pool opened: the workers started with the pool and did their
+        imports (``warmup``) while the caller made it.
+
+        Worker processes read it from a file written here once (pickled once, where an initializer given to the
+        constructor is pickled once per process), on their first task after this call. On Ray the tasks carry it,
+        as they carry the constructor's; here (one worker) the initializer runs now."""
+        self.initializer, self.initargs = initializer, tuple(initargs)
+        if self._executor is None:
+            if self._ray is None:
+                _run_initializer(initializer, self.initargs)
+            return
+        fd, path = tempfile.mkstemp(prefix="hbtool-pool-", suffix=".pkl")
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump((initializer, self.initargs), f, protocol=pickle.HIGHEST_PROTOCOL)
+        self._state_file = path
+        self._state_files.append(path)
 
     def _start_ray(self) -> None:
         try:
@@ -193,6 +238,8 @@ class TaskPool:
                 if self._remote is None:
                     self._remote = self._ray.remote(_ray_task).options(max_retries=0)
                 future = self._remote.remote((self.initializer, self.initargs), fn, item).future()
+            elif self._state_file is not None:
+                future = self._executor.submit(_with_state, self._state_file, fn, item)
             else:
                 future = self._executor.submit(fn, item)
         except BaseException:

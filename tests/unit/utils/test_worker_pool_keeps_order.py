@@ -185,3 +185,33 @@ def test_a_background_submit_that_fails_raises_its_own_error_when_read(monkeypat
         monkeypatch.setattr(pool, "map", lambda fn, items: (_ for _ in ()).throw(RuntimeError("pool broken")))
         with pytest.raises(RuntimeError, match="pool broken"):
             list(later.results())
+
+
+_WARMED: list[int] = []
+
+
+def _warm() -> None:
+    _WARMED.append(os.getpid())
+
+
+def _offset_and_warmed(i: int) -> tuple[int, bool]:
+    return i + worker_state()["offset"], os.getpid() in _WARMED
+
+
+def test_workers_start_before_their_state_and_get_it_once_set():
+    """``hbtool debug`` opens the pool before the session exists (the workers' imports beside its calibration):
+    the workers ran ``warmup`` as they started, and every task after ``set_state`` sees the state, read from one
+    file that is gone once the pool closes."""
+    with TaskPool(2, warmup=_warm) as pool:
+        pool.set_state(_setup, (40,))
+        files = list(pool._state_files)
+        results = list(pool.map(_offset_and_warmed, range(6)))
+        assert all(os.path.exists(f) for f in files) and len(files) == 1
+    assert results == [(40 + i, True) for i in range(6)]
+    assert not any(os.path.exists(f) for f in files)
+
+
+def test_a_state_set_after_opening_runs_here_with_one_worker():
+    with TaskPool(1) as pool:
+        pool.set_state(_setup, (5,))
+        assert [r for r, _ in pool.map(_slow_first, range(3))] == [5, 6, 7]

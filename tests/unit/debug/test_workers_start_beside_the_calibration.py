@@ -1,0 +1,87 @@
+"""``hbtool debug --workers N``: the serial stretch before the workers have work is as short as it can be.
+
+Issue 34's ``--workers 2`` line (>= 1.7x the speed of ``--workers 1``) is lost in the stretches that run in one
+process while the other cores idle. Before the search: the base calibration, with the workers started only after it
+(their imports then ran beside the op error), and calibrate's own evaluation of the PTQ model, which the debugger
+never reads (it measures the PTQ model itself). Each test checks the cause, not a clock.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import hbtool.debug.run as run
+import hbtool.quant.calibrate as calibrate
+from hbtool.debug.masked import MaskedModel
+from hbtool.utils.workers import TaskPool
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_the_workers_start_before_the_base_calibration(tmp_path, monkeypatch):
+    from hbtool.config import load_config
+    from tests.debug_models import tiny_transformer, write_config
+
+    order: list[str] = []
+    enter = TaskPool.__enter__
+
+    def entered(pool):
+        order.append(f"pool warmup={pool.warmup.__name__ if pool.warmup else None}")
+        return enter(pool)
+
+    def opened(*args, **kwargs):
+        order.append("session")
+        raise _Stop
+
+    monkeypatch.setattr(TaskPool, "__enter__", entered)
+    monkeypatch.setattr(run, "open_session", opened)
+    cfg = write_config(tmp_path, tiny_transformer(tmp_path / "m.onnx"), "1x16x32", {"auto_int16": False})
+    with pytest.raises(_Stop):
+        run.run_debug(load_config(cfg), auto=True, samples=8, workers=2)
+    assert order == ["pool warmup=_warm_worker", "session"]
+
+
+def test_the_session_skips_calibrates_own_evaluation(tmp_path, monkeypatch):
+    """The plan and models of the PTQ calibration without its evaluation (the debugger measures the PTQ model on its
+    own samples: nothing reads calibrate's errors)."""
+    from tests.debug_models import all_int8_session
+
+    def evaluated(*args, **kwargs):
+        raise AssertionError("calibrate's evaluation ran")
+
+    monkeypatch.setattr(calibrate, "evaluate_outputs", evaluated)
+    session = all_int8_session(tmp_path)
+    assert session.base.quantized is not None and session.base.calibrated is not None
+    assert session.base.output_errors == {}
+
+
+def test_a_switchable_model_beside_workers_does_not_spin(tmp_path):
+    """The op error's sessions run beside the worker processes: their idle onnxruntime threads sleep (the same
+    numbers: spinning is a wait policy)."""
+    import numpy as np
+
+    from tests.debug_models import all_int8_session
+
+    session = all_int8_session(tmp_path)
+    spinning = MaskedModel(session.base.calibrated, session.base.graph)
+    quiet = MaskedModel(session.base.calibrated, session.base.graph, spinning=False)
+    options = quiet.session().get_session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    mask, names = quiet.mask(off=[]), session.output_names
+    a, b = spinning.run(session.samples[:4], mask, names), quiet.run(session.samples[:4], mask, names)
+    assert all(np.array_equal(x, y) for rx, ry in zip(a, b) for x, y in zip(rx, ry))
+
+
+def test_the_final_models_calibrated_file_is_serialized_once(tmp_path):
+    """The final model is compiled for its measure and written by the report, both at the end of the command on one
+    core: its calibrated model is serialized once, the bytes ``hbtool calibrate`` writes."""
+    from hbtool.debug.auto import calibrated_bytes
+    from hbtool.ir.onnx_export import to_onnx
+    from tests.debug_models import all_int8_session
+
+    result = all_int8_session(tmp_path).calibrate({})
+    first = calibrated_bytes(result)
+    assert first == to_onnx(result.calibrated, stage="calibrated").SerializeToString()
+    assert calibrated_bytes(result) is first
