@@ -149,6 +149,7 @@ def evaluate_outputs(
     channel_out: dict[str, RunningChannelErrors] | None = None,
     serialized: tuple[bytes, bytes] | None = None,
     exact_test: bool = False,
+    float_session: Any = None,
 ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
     """Errors of ``test_graph`` against ``float_graph`` on the given feeds.
 
@@ -165,6 +166,8 @@ def evaluate_outputs(
     optimizations (blocked-layout convolutions, about a quarter less time a run on ResNet50), which only reorder
     exact arithmetic, so it computes the same numbers (``tests/unit/quant/test_quantized_model_any_level.py``).
     The float model keeps the basic level: its floats are what the report has always compared against.
+    ``float_session``: that float model's session (or a future of it) as :func:`evaluation_float_session` opens it
+    for ``node_tensors``, opened by the caller beforehand (calibrate opens it while it builds the quantized model).
     """
     tensor_map = tensor_map or {}
     node_tensors = node_tensors or []
@@ -193,10 +196,10 @@ def evaluate_outputs(
         else:
             t_model = with_extra_outputs(serialized[1], test_graph, t_extra)
         t_open = pool.submit(open_session, t_model, 0, not exact_test, False)
-        f_model = float_model_bytes(float_graph, node_tensors) if serialized is None else with_extra_outputs(serialized[0], float_graph, node_tensors)
-        f_sess = open_session(f_model, basic=True, spinning=False)
-        del f_model
         del t_model
+        if float_session is None:
+            float_session = evaluation_float_session(float_graph, node_tensors, None if serialized is None else serialized[0])
+        f_sess = float_session.result() if hasattr(float_session, "result") else float_session
         t_sess = t_open.result()
         added = None
         for feeds in batches:
@@ -214,6 +217,13 @@ def evaluate_outputs(
     out_err = {o: acc[o].result() for o in outs}
     node_err = {t: acc[t].result() for t in node_tensors}
     return out_err, node_err
+
+
+def evaluation_float_session(float_graph: Graph, node_tensors: list[str], serialized: bytes | None = None) -> Any:
+    """The float side of :func:`evaluate_outputs`: the float model at onnxruntime's basic level with ``node_tensors``
+    as extra outputs; ``serialized``: ``to_onnx(float_graph)`` already serialized (the outputs are appended to it)."""
+    model = float_model_bytes(float_graph, node_tensors) if serialized is None else with_extra_outputs(serialized, float_graph, node_tensors)
+    return open_session(model, basic=True, spinning=False)
 
 
 def runtime_feeds(cfg: HbConfig, input_names: list[str]) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None:
@@ -499,29 +509,34 @@ class _Calibration:
             self.options["prequantized"] = prequantized_summary(graph, self.cal.calibration_type, self.weights_kept,
                                                                 self.weights_requantized, self.loaded, plan,
                                                                 self.march.has_int16, self.tensors)
-        program, qgraph = self.quantized(plan)
+        program = self.lowered(plan)
         present = {o for n in program.nodes for o in n.outputs}
         node_tensors = [t for t in plan.tensors if t in present and t not in graph.outputs]
         node_scales = {t: log2_decode if plan.tensors[t].is_log2 else plan.tensors[t].channel_scales() for t in node_tensors}
         out_channels: dict[str, RunningChannelErrors] = {}
         serialized: dict[str, bytes] = {}
         if evaluate:
-            # the two models the evaluation runs are serialized once, as write_outputs writes them (the files)
-            serialized = {"optimized_float_model": self.float_bytes,
-                          "quantized_model": to_onnx(qgraph, stage="quantized").SerializeToString()}
-            with ThreadPoolExecutor(1) as evaluation:
+            with ThreadPoolExecutor(2) as evaluation:
+                # the float side of the evaluation needs only the compared tensors' names: its session opens (onnxruntime,
+                # outside the GIL) while this thread builds and serializes the quantized model
+                float_session = evaluation.submit(evaluation_float_session, graph, node_tensors, self.float_bytes)
+                qgraph = build_quantized_graph(program)
+                # the two models the evaluation runs are serialized once, as write_outputs writes them (the files)
+                serialized = {"optimized_float_model": self.float_bytes,
+                              "quantized_model": to_onnx(qgraph, stage="quantized").SerializeToString()}
                 # onnxruntime runs both models (outside the GIL) while this thread builds the calibrated graph and
                 # serializes the two files nobody runs, as write_outputs would (the same calls: the same bytes)
                 errors = evaluation.submit(evaluate_outputs, graph, qgraph, self.eval_batches, None, node_tensors, node_scales,
                                            test_feeds=runtime_feeds(cfg, list(graph.inputs)), channel_out=out_channels,
                                            serialized=(serialized["optimized_float_model"], serialized["quantized_model"]),
-                                           exact_test=computes_exactly(program))
+                                           exact_test=computes_exactly(program), float_session=float_session)
                 cgraph, _ = build_calibrated_graph(self.qsrc, plan, self.weights)
                 serialized["calibrated_model"] = to_onnx(cgraph, stage="calibrated").SerializeToString()
                 serialized["original_float_model"] = to_onnx(self.original, stage="original_float").SerializeToString()
                 self._stage_models(serialized)
                 out_err, node_err = errors.result()
         else:
+            qgraph = build_quantized_graph(program)
             cgraph, _ = build_calibrated_graph(self.qsrc, plan, self.weights)
             out_err, node_err = {}, {}
         if not candidates and out_err:
@@ -582,10 +597,10 @@ class _Calibration:
         mp = self.cal.max_percentile
         return {t: max(CANDIDATES, key=lambda m: sqnr_db(st, threshold(st, m, 127, mp), 127)) for t, st in self.stats.items()}
 
-    def quantized(self, plan: QuantPlan) -> tuple[Graph, Graph]:
-        """(integer program, the program with ONNX bodies) of ``plan``."""
+    def lowered(self, plan: QuantPlan) -> Graph:
+        """The integer program of ``plan`` (:func:`~hbtool.quant.quantized_model.build_quantized_graph` gives it its ONNX bodies)."""
         program, _ = lower_to_integer(self.qsrc, plan, self.weights, rounding=self.cfg.compiler.rounding, inputs=self.cfg.inputs)
-        return program, build_quantized_graph(program)
+        return program
 
     def output_cosine(self, test: Graph) -> float:
         """Mean output cosine of ``test`` against the float model on the evaluation samples."""

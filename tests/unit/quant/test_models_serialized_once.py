@@ -17,7 +17,7 @@ import yaml
 
 from hbtool.config import load_config
 from hbtool.ir.onnx_export import to_onnx
-from hbtool.quant.calibrate import evaluate_outputs, run_calibration, write_outputs
+from hbtool.quant.calibrate import evaluate_outputs, evaluation_float_session, run_calibration, write_outputs
 from hbtool.quant.collect import float_model_bytes, with_extra_outputs
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -66,6 +66,14 @@ def test_evaluation_measures_the_same_from_the_file_bytes(swin):
     from_files = evaluate_outputs(graph, qgraph, batches, None, tensors, scales,
                                   serialized=(result.serialized["optimized_float_model"], result.serialized["quantized_model"]))
     assert rebuilt == from_files
+    # calibrate opens the float side's session while it builds the quantized model, and hands it over: the same errors
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        opened = pool.submit(evaluation_float_session, graph, tensors, result.serialized["optimized_float_model"])
+        handed = evaluate_outputs(graph, qgraph, batches, None, tensors, scales, float_session=opened,
+                                  serialized=(result.serialized["optimized_float_model"], result.serialized["quantized_model"]))
+    assert handed == rebuilt
 
 
 def test_written_files_are_the_returned_models(swin):
