@@ -149,11 +149,13 @@ def calibrate(cfg: HbConfig, data: Iterable[Mapping[str, np.ndarray]] | None = N
     """
     from hbtool.quant.calibrate import run_calibration, write_outputs
     from hbtool.quant.report import render_report
+    from hbtool.utils.atomic import AtomicFileSet
     from hbtool.utils.stage_log import stage_log
 
-    with stage_log(cfg.model.log_level) as stage:  # log_level: what hb_calibrate.log records
-        result = run_calibration(cfg, progress=progress, samples=data)
-        files = write_outputs(cfg, result, render_report(result).export_text() + stage.text())
+    # the model files are written while the final evaluation runs, renamed into place with the rest at the end
+    with stage_log(cfg.model.log_level) as stage, AtomicFileSet() as staging:  # log_level: what hb_calibrate.log records
+        result = run_calibration(cfg, progress=progress, samples=data, staging=staging)
+        files = write_outputs(cfg, result, render_report(result).export_text() + stage.text(), staging)
     return CalibrateResult(files, result.method, result.candidates, result.output_errors, result.num_samples, result)
 
 

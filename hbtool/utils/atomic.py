@@ -3,7 +3,8 @@
 A crash, a full disk or Ctrl-C half-way through a write must never leave a truncated model or
 report where a complete one is expected, nor destroy the previous good one.
 
-:func:`atomic_write_files` writes a set of files as one: every file goes to a temporary file
+:func:`atomic_write_files` (and :class:`AtomicFileSet`, which writes each file as soon as its bytes exist)
+writes a set of files as one: every file goes to a temporary file
 beside its target first, and only when all of them are complete are they renamed into place,
 so a failure (disk full, Ctrl-C) leaves every earlier output as it was and no temporary file
 behind. Every byte goes through :func:`_write_all` (``os.write``), the one low-level write.
@@ -119,6 +120,65 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             _remove_dirs(created)
 
 
+class AtomicFileSet:
+    """Files written as one, all or nothing, each as soon as its bytes exist: :meth:`stage` writes a file to a
+    temporary file beside its target (and syncs it to disk), :meth:`commit` renames every staged file into place.
+
+    Staging lets a caller write the large files while it still computes the small ones (``hbtool calibrate``
+    writes its four models while the final evaluation runs), instead of writing everything at the end; nothing
+    reaches a target before :meth:`commit`, so the all-or-nothing rule of :func:`atomic_write_files` holds. Used
+    as a context manager: leaving the block without :meth:`commit` (an error, Ctrl-C) removes the temporary
+    files and the folders the set created, leaving every target as it was. An :class:`OSError` becomes a
+    one-line :class:`InputError` naming the file.
+    """
+
+    def __init__(self) -> None:
+        self._created: list[Path] = []
+        self._temps: list[tuple[Path, Path]] = []   # (temporary file, target), in staging order
+        self._done = False
+
+    def __enter__(self) -> "AtomicFileSet":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for tmp_path, _ in self._temps:
+            with contextlib.suppress(OSError):
+                if tmp_path.exists():
+                    tmp_path.unlink()
+        if not self._done:
+            _remove_dirs(self._created)
+
+    def __contains__(self, target: str | os.PathLike) -> bool:
+        return any(staged == Path(target) for _, staged in self._temps)
+
+    def stage(self, target: str | os.PathLike, data: bytes) -> None:
+        """Write ``data`` to a temporary file beside ``target`` (synced to disk); ``target`` itself is untouched
+        until :meth:`commit`."""
+        current = Path(target)
+        try:
+            _make_dirs(current.parent, self._created)
+            fd, tmp = tempfile.mkstemp(prefix=f".{current.name}.", suffix=".tmp", dir=current.parent)
+            self._temps.append((Path(tmp), current))
+            try:
+                _write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise _fail(current, exc) from None
+
+    def commit(self) -> None:
+        """Rename every staged file into place, in staging order."""
+        current = Path(".")
+        try:
+            for tmp_path, target in self._temps:
+                current = target
+                os.replace(tmp_path, target)
+        except OSError as exc:
+            raise _fail(current, exc) from None
+        self._done = True
+
+
 def atomic_write_files(files: Mapping[str | os.PathLike, bytes]) -> None:
     """Write ``{path: bytes}`` all or nothing: temporary files first, renamed once all are complete.
 
@@ -126,34 +186,10 @@ def atomic_write_files(files: Mapping[str | os.PathLike, bytes]) -> None:
     through) removes the temporary files and the folders this call created, leaving every
     target as it was.
     """
-    created: list[Path] = []
-    temps: list[tuple[Path, Path]] = []
-    current = Path(".")
-    done = False
-    try:
+    with AtomicFileSet() as staged:
         for target, data in files.items():
-            current = Path(target)
-            _make_dirs(current.parent, created)
-            fd, tmp = tempfile.mkstemp(prefix=f".{current.name}.", suffix=".tmp", dir=current.parent)
-            temps.append((Path(tmp), current))
-            try:
-                _write_all(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        for tmp_path, target in temps:
-            current = target
-            os.replace(tmp_path, target)
-        done = True
-    except OSError as exc:
-        raise _fail(current, exc) from None
-    finally:
-        for tmp_path, _ in temps:
-            with contextlib.suppress(OSError):
-                if tmp_path.exists():
-                    tmp_path.unlink()
-        if not done:
-            _remove_dirs(created)
+            staged.stage(target, data)
+        staged.commit()
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:

@@ -17,7 +17,7 @@ import yaml
 
 from hbtool.config import load_config
 from hbtool.ir.onnx_export import to_onnx
-from hbtool.quant.calibrate import evaluate_outputs, run_calibration, write_outputs
+from hbtool.quant.calibrate import evaluate_outputs, evaluation_float_session, run_calibration, write_outputs
 from hbtool.quant.collect import float_model_bytes, with_extra_outputs
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -66,6 +66,14 @@ def test_evaluation_measures_the_same_from_the_file_bytes(swin):
     from_files = evaluate_outputs(graph, qgraph, batches, None, tensors, scales,
                                   serialized=(result.serialized["optimized_float_model"], result.serialized["quantized_model"]))
     assert rebuilt == from_files
+    # calibrate opens the float side's session while it builds the quantized model, and hands it over: the same errors
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        opened = pool.submit(evaluation_float_session, graph, tensors, result.serialized["optimized_float_model"])
+        handed = evaluate_outputs(graph, qgraph, batches, None, tensors, scales, float_session=opened,
+                                  serialized=(result.serialized["optimized_float_model"], result.serialized["quantized_model"]))
+    assert handed == rebuilt
 
 
 def test_written_files_are_the_returned_models(swin):
@@ -77,3 +85,26 @@ def test_written_files_are_the_returned_models(swin):
     assert set(result.serialized) == {"optimized_float_model", "quantized_model", "calibrated_model", "original_float_model"}
     assert files["calibrated_model"].read_bytes() == to_onnx(result.calibrated, stage="calibrated").SerializeToString()
     assert files["original_float_model"].read_bytes() == to_onnx(result.original, stage="original_float").SerializeToString()
+
+
+def test_models_staged_during_the_evaluation_are_the_files_written(swin, tmp_path):
+    """hbtool calibrate hands run_calibration an AtomicFileSet: the four models are staged while the evaluation runs
+    (nothing at the targets yet), and write_outputs commits the very bytes an unstaged write gives."""
+    from hbtool.utils.atomic import AtomicFileSet
+
+    import copy
+
+    cfg, result = swin
+    staged_cfg = copy.deepcopy(cfg)
+    staged_cfg.model.working_dir = tmp_path / "staged"
+    wd = Path(staged_cfg.model.working_dir)
+    with AtomicFileSet() as staging:
+        staged = run_calibration(staged_cfg, staging=staging)
+        models = ("original_float_model", "optimized_float_model", "calibrated_model", "quantized_model")
+        assert sorted(p.name.split(".onnx")[0].lstrip(".") for p in wd.iterdir()) == sorted(f"{cfg.model.output_model_file_prefix}_{m}" for m in models)
+        assert all(p.name.endswith(".tmp") for p in wd.iterdir())   # staged, not yet at the targets
+        files = write_outputs(staged_cfg, staged, "", staging)
+    plain = write_outputs(cfg, result, "")
+    for key in models + ("quant_info",):
+        assert files[key].read_bytes() == plain[key].read_bytes(), key
+    assert not [p for p in wd.iterdir() if p.name.endswith(".tmp")]
