@@ -5,7 +5,7 @@
 
 Each model runs in its own worker process (``run.py --worker NAME``), and inside it every stage
 is the real CLI (``python -m hbtool.cli checker|calibrate|compile|simulate``, :mod:`benchmarks.runner`) in its own
-subprocess, with a YAML config the worker writes into ``benchmarks/_out/zoo/<model>/``: an exit
+subprocess, with a YAML config the worker writes into ``<--out>/<model>/`` (default ``benchmarks/_out/zoo/<model>/``): an exit
 3, a traceback, a crash or a timeout is recorded in the row, never fatal to the run. The worker
 reads what hbtool wrote (``checker.json``, ``<prefix>_quant_info.json``, the simulate table and
 its ``-o`` outputs, exit codes, stderr) and compares with the float model in onnxruntime.
@@ -319,14 +319,14 @@ def markdown(rows: list[dict], wall: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _where(model: str, stage: str) -> str:
-    """The innermost hbtool frame of an internal error's traceback (the stage ran with -v)."""
-    path = OUT_DIR / model / f"{stage}.stderr.txt"
+def _where(model: str, stage: str, root: Path = OUT_DIR) -> str:
+    """The innermost hbtool frame of an internal error's traceback (the stage ran with -v; its stderr in ``root``)."""
+    path = root / model / f"{stage}.stderr.txt"
     frames = re.findall(r'File "[^"]*/(hbtool/[^"]+)", line (\d+), in (\S+)', path.read_text()) if path.exists() else []
     return f" [at {frames[-1][0]}:{frames[-1][1]} {frames[-1][2]}]" if frames else ""
 
 
-def causes(rows: list[dict]) -> str:
+def causes(rows: list[dict], root: Path = OUT_DIR) -> str:
     """Every failure message grouped, with the models it hits."""
     groups: dict[str, dict[str, list[str]]] = {"exit 3 / traceback": defaultdict(list), "other non-zero exit": defaultdict(list),
                                                 "CPU placement": defaultdict(list), "float fallback": defaultdict(list)}
@@ -335,7 +335,7 @@ def causes(rows: list[dict]) -> str:
             if s["rc"] != 0:
                 kind = "exit 3 / traceback" if _internal(s) else "other non-zero exit"
                 msg = re.sub(r"/[^\s;:']+/", "<path>/", s.get("error") or f"rc {s['rc']}")
-                where = _where(r["model"], stage) if kind.startswith("exit 3") else ""
+                where = _where(r["model"], stage, root) if kind.startswith("exit 3") else ""
                 groups[kind][f"{stage}: {msg[:300]}{where}"].append(r["model"])
         if r.get("status"):
             groups["other non-zero exit"][r["status"]].append(r["model"])
@@ -359,7 +359,7 @@ def write_tables(rows: list[dict], out: Path, wall: float) -> None:
     wall = sum(r.get("wall_seconds", 0.0) for r in rows) or wall
     summary = {"models": len(rows), "clean": sum(clean(r) for r in rows), "exit3": sum(exit3(r) for r in rows),
                "wall_seconds": round(wall, 1)}
-    write_results(out, {"zoo.json": {"summary": summary, "rows": rows}, "zoo.md": markdown(rows, wall), "causes.md": causes(rows)})
+    write_results(out, {"zoo.json": {"summary": summary, "rows": rows}, "zoo.md": markdown(rows, wall), "causes.md": causes(rows, out)})
 
 
 # ----------------------------------------------------------------------------- main
@@ -381,14 +381,16 @@ def main() -> None:
     ap.add_argument("--calibration-type", default="default", help="hbtool's calibration_type (default: hbtool's own default)")
     ap.add_argument("--march", default="bayes", choices=("bayes", "bayes-e", "bernoulli2"),
                     help="the BPU every model is built for (default bayes, J5)")
-    ap.add_argument("--out", type=Path, default=OUT_DIR, help="where zoo.md / zoo.json / causes.md go")
+    ap.add_argument("--out", type=Path, default=OUT_DIR,
+                    help="where zoo.md / zoo.json / causes.md go, and each model's work folder (runs with different "
+                         "--out, e.g. one per march, can run side by side)")
     ap.add_argument("--update", action="store_true", help="keep the other models' rows of an earlier zoo.json in --out")
     ap.add_argument("--rewrite", action="store_true", help="only rewrite zoo.md / causes.md from --out's zoo.json")
     ap.add_argument("--strict", action="store_true",
                     help="exit 1 unless every exported model goes end to end clean (scripts/nightly.sh)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    args.out_root = OUT_DIR
+    args.out_root = args.out
 
     if args.rewrite:
         saved = json.loads((args.out / "zoo.json").read_text())
@@ -405,8 +407,8 @@ def main() -> None:
             row["runner_traceback"] = traceback.format_exc()
         for s in row.get("stages", {}).values():
             s.pop("stdout", None)
-        (OUT_DIR / spec.name / "row.json").parent.mkdir(parents=True, exist_ok=True)
-        (OUT_DIR / spec.name / "row.json").write_text(json.dumps(row, indent=1))
+        (args.out / spec.name / "row.json").parent.mkdir(parents=True, exist_ok=True)
+        (args.out / spec.name / "row.json").write_text(json.dumps(row, indent=1))
         return
 
     specs = select(args.models, args.fast)
@@ -417,7 +419,7 @@ def main() -> None:
     t_start = time.perf_counter()
     for spec in specs:
         t0 = time.perf_counter()
-        row_file = OUT_DIR / spec.name / "row.json"
+        row_file = args.out / spec.name / "row.json"
         if not spec.onnx_path.exists():
             row = {"model": spec.name, "source": spec.source, "exporter": spec.exporter,
                    "status": "not exported (run benchmarks/zoo/export.py)"}
@@ -425,7 +427,7 @@ def main() -> None:
             row_file.unlink(missing_ok=True)
             cmd = [sys.executable, "-m", "benchmarks.zoo.run", "--worker", spec.name, "--timeout", str(args.timeout),
                    "--cal-samples", str(args.cal_samples), "--eval-samples", str(args.eval_samples),
-                   "--calibration-type", args.calibration_type, "--march", args.march]
+                   "--calibration-type", args.calibration_type, "--march", args.march, "--out", str(args.out.resolve())]
             try:
                 subprocess.run(cmd, timeout=args.timeout + 120, cwd=ROOT, env=hbtool_env())
             except subprocess.TimeoutExpired:
