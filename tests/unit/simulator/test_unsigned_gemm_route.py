@@ -124,13 +124,18 @@ def test_the_unsigned_self_test_fails_on_a_kernel_that_saturates_pair_sums(monke
 @unsigned_exact
 @pytest.mark.parametrize("seed", range(12))
 def test_the_int8_by_int8_matmul_takes_the_unsigned_gemm_and_is_bit_exact(unsigned_route, seed):
-    rng = np.random.default_rng(1300 + seed)
+    _int8_by_int8_matmul_is_bit_exact(np.random.default_rng(1300 + seed))
+
+
+def _int8_by_int8_matmul_is_bit_exact(rng) -> None:
+    """A random int8 x int8 MatMul (batched, broadcast, transposed operands, every rounding) on the route this
+    process takes (the caller fixes which), against the kernel's numpy form."""
     m, k, n = (int(v) for v in rng.integers(1, 70, 3))
     batch = [int(v) for v in rng.integers(1, 4, int(rng.integers(0, 3)))]
     a_batch = [d if rng.random() < 0.7 else 1 for d in batch]
     kern = MatMul.build(0.01, 0.02, float(rng.uniform(0.05, 5.0)), k, 8, 8, int(rng.choice([8, 16])),
                         relu=bool(rng.random() < 0.3), rounding=str(rng.choice(["floor", "half_up", "half_away", "half_even"])))
-    assert accel._int8_matmul(kern, None) is not None
+    assert accel._int8_matmul(kern, None) is not None     # an integer route, not the float32 GEMM
     fast = accel.matmul_fast(kern)
     assert accel.reader_dtype(fast, 0) == np.int8 and accel.reader_dtype(fast, 1) == np.int8
     a = _codes(tuple(a_batch) + (m, k), 8)
@@ -168,19 +173,4 @@ def test_the_int8_matmul_takes_the_exact_integer_kernel_of_this_cpu(monkeypatch)
                     reason="this CPU's uint8 x int8 GEMM saturates: the signed route is not taken")
 @pytest.mark.parametrize("seed", range(8))
 def test_the_int8_by_int8_matmul_on_the_signed_gemm_is_bit_exact(seed):
-    rng = np.random.default_rng(1400 + seed)
-    m, k, n = (int(v) for v in rng.integers(1, 70, 3))
-    batch = [int(v) for v in rng.integers(1, 4, int(rng.integers(0, 3)))]
-    a_batch = [d if rng.random() < 0.7 else 1 for d in batch]
-    kern = MatMul.build(0.01, 0.02, float(rng.uniform(0.05, 5.0)), k, 8, 8, int(rng.choice([8, 16])),
-                        relu=bool(rng.random() < 0.3), rounding=str(rng.choice(["floor", "half_up", "half_away", "half_even"])))
-    fast = accel.matmul_fast(kern)
-    assert accel.writes_through(fast) is not None and accel.reader_dtype(fast, 1) == np.int8   # the integer route
-    a = _codes(tuple(a_batch) + (m, k), 8)
-    b = _codes(tuple(batch) + (k, n), 8)
-    b[..., : k // 2, :] = -128  # with a's runs at 127 and its -128s: pairs of products at their largest, both signs
-    want = kern.apply_numpy(a, b)
-    if rng.random() < 0.5:  # handed over transposed, as after an in_perms (Q @ K^T)
-        b = np.swapaxes(np.ascontiguousarray(np.swapaxes(b, -1, -2)), -1, -2)
-    got = fast(a.astype(np.int8), b.astype(np.int8) if rng.random() < 0.5 else b.astype(np.int16))
-    np.testing.assert_array_equal(got.astype(np.int64), want)
+    _int8_by_int8_matmul_is_bit_exact(np.random.default_rng(1400 + seed))
