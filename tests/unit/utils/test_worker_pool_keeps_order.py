@@ -69,6 +69,24 @@ def _stamped(i: int) -> tuple[int, float, float]:
     return i, start, time.time()
 
 
+def _record_handing(pool: TaskPool) -> dict[int, tuple[float, float]]:
+    """``{item: (clock before the pool's submit, clock after it)}``, filled as ``pool`` hands each task to its
+    workers (the first handing of an item), for tests that judge order by handing, not by when they asked."""
+    import time
+
+    handed: dict[int, tuple[float, float]] = {}
+    submit = pool._submit
+
+    def recording_submit(fn, item, background=False):
+        before = time.time()
+        future = submit(fn, item, background)
+        handed.setdefault(item, (before, time.time()))
+        return future
+
+    pool._submit = recording_submit
+    return handed
+
+
 def test_background_tasks_fill_idle_workers_and_yield_to_foreground_tasks():
     """Background work (``hbtool debug --auto``'s report ranking during the search) runs on the workers before its
     results are read, in order; a foreground batch submitted meanwhile goes ahead of the background tasks not yet
@@ -80,16 +98,7 @@ def test_background_tasks_fill_idle_workers_and_yield_to_foreground_tasks():
     import time
 
     with TaskPool(2) as pool:
-        handed: dict[int, tuple[float, float]] = {}     # item -> (clock before the submit, clock after it)
-        submit = pool._submit
-
-        def recording_submit(fn, item, background=False):
-            before = time.time()
-            future = submit(fn, item, background)
-            handed.setdefault(item, (before, time.time()))
-            return future
-
-        pool._submit = recording_submit
+        handed = _record_handing(pool)
         back = pool.background(_stamped, range(8))
         # workers start, then take background tasks while idle (waited for: a loaded machine starts them in seconds)
         started_by = time.time() + 60
@@ -135,20 +144,9 @@ def test_slots_kept_for_foreground_tasks_one_at_a_time():
     Judged by what ran when each foreground task was handed to the workers (recorded around the pool's submit):
     a free worker waited for it. Not by a wait bound: on a loaded CI machine a worker's pickup alone can take
     longer than any bound that would tell the two cases apart."""
-    import time
-
     with TaskPool(2) as pool:
         list(pool.map(_stamped, [-1, -2]))           # both workers started
-        handed: dict[int, tuple[float, float]] = {}  # item -> (clock before the submit, clock after it)
-        submit = pool._submit
-
-        def recording_submit(fn, item, background=False):
-            before = time.time()
-            future = submit(fn, item, background)
-            handed.setdefault(item, (before, time.time()))
-            return future
-
-        pool._submit = recording_submit
+        handed = _record_handing(pool)
         pool.keep_for_foreground(1)
         back = pool.background(_stamped, range(6))
         assert pool.background_waiting()
