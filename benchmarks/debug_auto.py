@@ -39,6 +39,17 @@ from benchmarks.paths import OUT
 HERE = Path(__file__).resolve().parent
 
 
+def _stat_fields(path: str | Path) -> list[str]:
+    """The fields of a /proc ``stat`` line after the command name (``[0]`` the state, ``[1]`` the parent pid,
+    ``[11]`` and ``[12]`` utime and stime in clock ticks); raises OSError or IndexError if it is gone."""
+    return Path(path).read_text().rsplit(")", 1)[1].split()
+
+
+def _cpu_seconds(fields: list[str], tick: int) -> float:
+    """User plus system CPU seconds of :func:`_stat_fields`."""
+    return (int(fields[11]) + int(fields[12])) / tick
+
+
 def _tree_cpu() -> float:
     """CPU seconds of this process (all threads) and of its children, the live ones (``--workers`` processes, read
     from /proc) and the finished ones: the command's CPU so far."""
@@ -46,11 +57,11 @@ def _tree_cpu() -> float:
     me, tick = os.getpid(), os.sysconf("SC_CLK_TCK")
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            fields = _stat_fields(stat)
         except (OSError, IndexError):
             continue
-        if int(fields[1]) == me:              # ppid; utime and stime are fields 14 and 15 of the stat line
-            total += (int(fields[11]) + int(fields[12])) / tick
+        if int(fields[1]) == me:              # a child of this process
+            total += _cpu_seconds(fields, tick)
     return total
 
 
@@ -66,12 +77,12 @@ def _tree_threads(pid: int, skip: int) -> tuple[int, float]:
             continue
         for tid in tids:
             try:
-                fields = Path(f"/proc/{p}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+                fields = _stat_fields(f"/proc/{p}/task/{tid}/stat")
                 stack += [int(c) for c in Path(f"/proc/{p}/task/{tid}/children").read_text().split()]
             except (OSError, IndexError, ValueError):
                 continue
             runnable += fields[0] == "R" and int(tid) != skip
-            cpu += (int(fields[11]) + int(fields[12])) / tick
+            cpu += _cpu_seconds(fields, tick)
     return runnable, cpu
 
 
