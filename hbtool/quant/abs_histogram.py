@@ -57,3 +57,14 @@ def add_abs_counts(hist: np.ndarray, flat: np.ndarray, per_bin: float, index: np
     else:
         _count_strided(flat, int(step), float(per_bin), last_bin, hist)
     return True
+
+
+def load_loops() -> None:
+    """Load both loops for float32 tensors (numba's import, then each loop from numba's on-disk cache, or compiled on
+    the first run ever) by counting two zeros into a scratch histogram. The statistics pass calls this on a thread
+    of its own while onnxruntime opens the session (which releases the GIL), instead of its first histogram
+    paying for it while the feeding thread waits; nothing of the pass's own counts is touched."""
+    hist = np.zeros(2, np.int64)
+    flat = np.zeros(2, np.float32)
+    add_abs_counts(hist, flat, 1.0, np.zeros(1, np.int64))
+    add_abs_counts(hist, flat, 1.0, None, 1)

@@ -8,6 +8,7 @@ tensors are too many to hold at once runs in pieces (:mod:`hbtool.quant.pieces`)
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Iterable, Iterator, Mapping
 
 import numpy as np
@@ -161,6 +162,40 @@ def collect_stats(
     channel_means = channel_means or {}
     channel_maxes = channel_maxes or {}
     extra = [t for t in list(channel_means) + list(channel_maxes) if t not in tensors]
+    compiled = histogram_elements(static_sizes(graph, tensors), num_samples) >= COMPILED_HISTOGRAM_MIN_ELEMENTS
+    with _loops_loading_beside(compiled):
+        stats = _observe_all(graph, tensors, batches, progress, channel_means, channel_maxes, model, extra, compiled)
+    return stats
+
+
+@contextmanager
+def _loops_loading_beside(compiled: bool) -> Iterator[None]:
+    """With ``compiled``, the histogram's compiled loops load on a thread of their own while the block opens the
+    session and starts the pass (:func:`hbtool.quant.abs_histogram.load_loops`): numba's import and cache cost about
+    0.5 CPU seconds, which the first histogram paid on the statistics thread while the thread feeding onnxruntime
+    waited for it, the second core idle on an idle machine. A histogram that comes before they are loaded waits
+    for them (Python's import lock, numba's compiler lock): the same loops, the same counts."""
+    if not compiled:
+        yield
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1, thread_name_prefix="hbtool-loops") as loader:
+        loading = loader.submit(_load_loops)
+        yield
+    loading.result()
+
+
+def _load_loops() -> None:
+    from hbtool.quant.abs_histogram import load_loops
+
+    load_loops()
+
+
+def _observe_all(graph: Graph, tensors: list[str], batches: Iterable[Mapping[str, np.ndarray]], progress,
+                 channel_means: dict[str, int], channel_maxes: dict[str, int], model: bytes | None, extra: list[str],
+                 compiled: bool) -> dict[str, TensorStats]:
+    """The pass of :func:`collect_stats`: the session, every batch observed, the statistics checked."""
     sess, out_names = observing_session(graph, list(tensors) + list(dict.fromkeys(extra)), model=model)
     stats = {t: TensorStats(t) for t in tensors}
     mean_acc: dict[str, list] = {}
@@ -168,7 +203,6 @@ def collect_stats(
     batch_dims = {name: (graph.shape(name) or (1,))[0] for name in graph.inputs}
     rng = np.random.default_rng(0)
     subsets: dict[int, np.ndarray] = {}
-    compiled = histogram_elements(static_sizes(graph, tensors), num_samples) >= COMPILED_HISTOGRAM_MIN_ELEMENTS
 
     def observe(name: str, arr: np.ndarray) -> None:
         if name in channel_means:
