@@ -1,8 +1,8 @@
 """glibc's allocator told to keep freed memory, for a command that passes large arrays around (``hbtool calibrate``).
 
 By default glibc serves a request of 128 KB or more (a threshold it raises, as such blocks are freed, up to 32 MB)
-with a fresh ``mmap`` and gives it back to the system when freed, and it returns the top of its heap once 128 KB of
-it (twice the raised threshold) are free. A calibration allocates and frees arrays of a few MB
+with a fresh ``mmap`` and gives it back to the system when freed, and it returns the top of its heap to the system
+once more than 128 KB of it are free (later twice the raised threshold). A calibration allocates and frees arrays of a few MB
 (every observed tensor of every sample, the candidates' and the evaluation's outputs) and copies of a 100 MB
 model (import, folding, serialization) all the time, so the same memory is handed back and mapped again, and each
 first touch of a fresh page is a page fault the kernel fills with zeros: ResNet50's calibration took 1.6 million
@@ -10,9 +10,9 @@ faults and 4 s of system time, where onnxruntime's ``quantize_static`` takes 430
 
 :func:`keep_freed_memory` sets, for the rest of the process, the mmap threshold to 32 MB (glibc's largest: every
 tensor of a CNN comes from the heap and is reused), the trim threshold to 1 GB (freed heap memory stays mapped
-up to that) and the top pad to 256 MB (the heap grows in large steps): on ResNet50 about 1.07 million faults
-against 1.4-1.6 million and 0.5-1 s less system time, for a peak resident size 0.1-0.3 GB larger (2.1 against
-1.9-2.0 GB); 256 MB and 64 MB saved less (1.25-1.44 million faults). Where and how memory is laid out changes
+up to that) and the top pad to 256 MB (the heap grows in large steps): ResNet50's command took 1.24-1.27 million
+faults against 1.65-1.71 million, 0.5-1 s less system time, and a peak resident size up to 0.2 GB larger (2.0-2.2
+against 1.9-2.0 GB; docs/calibrate.md); a 256 MB trim threshold and a 64 MB top pad saved less. Where and how memory is laid out changes
 nothing computed: every array's values are the same (the output files are the same bytes). A user's own
 ``MALLOC_*`` environment variables or ``GLIBC_TUNABLES`` win (nothing is set then), and anything but glibc on
 Linux is left alone.
