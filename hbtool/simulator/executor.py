@@ -32,6 +32,7 @@ from hbtool.kernels.movement import MOVEMENT
 from hbtool.simulator import accel
 from hbtool.simulator.accel import accelerate, narrowable, numpy_until_compiled, reader_dtype, writes_through
 from hbtool.simulator.batching import mergeable, merged_kernel, movement_step, per_sample
+from hbtool.simulator.cores import one_core
 
 
 # Samples per pass are capped so that a step's largest activation within a pass holds about this many
@@ -387,6 +388,9 @@ class Executor:
             def one_pass(bound: tuple[int, int]) -> dict[str, np.ndarray]:
                 start, stop = bound
                 chunk = {name: x[start * (x.shape[0] // S): stop * (x.shape[0] // S)] for name, x in feeds.items()}
+                if workers > 1:  # the passes keep the cores busy: each runs its steps on its own thread
+                    with one_core():
+                        return self._run(chunk, stop - start, keep)
                 return self._run(chunk, stop - start, keep)
 
             if workers > 1:
