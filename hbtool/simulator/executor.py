@@ -299,8 +299,10 @@ class Executor:
                  parallel_passes: bool | None = None):
         """``threads``: cores for onnxruntime and the integer loops (None: all); the loops' count is process-wide.
 
-        ``parallel_passes``: run the passes of a batch on ``threads`` threads at once (None: the
-        ``HBTOOL_SIM_PARALLEL_PASSES=1`` environment switch; off by default, see :meth:`run`)."""
+        ``parallel_passes``: run the passes of a batch on ``threads`` threads at once, each pass's steps on its
+        own thread (:func:`.cores.one_core`); None: on, unless ``HBTOOL_SIM_PARALLEL_PASSES=0``. On by default
+        since 2026-12-07: with the steps no longer split inside a pass, two passes kept both cores busy where
+        one pass split over both did not (docs/simulate.md, "Speed in one process")."""
         import os
 
         from hbtool.simulator.accel import fused
@@ -308,7 +310,7 @@ class Executor:
         if fused is not None:
             fused.set_threads(threads)
         if parallel_passes is None:
-            parallel_passes = os.environ.get("HBTOOL_SIM_PARALLEL_PASSES", "") == "1"
+            parallel_passes = os.environ.get("HBTOOL_SIM_PARALLEL_PASSES", "") != "0"
         cores = threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
         self.pass_workers = max(1, int(cores)) if parallel_passes else 1
         self.header = artifact.header
