@@ -52,7 +52,6 @@ class PerCoreSession:
 
     def __init__(self, make: Callable[[int | None], Any], threads: int | None):
         self._make = make
-        self._threads = threads
         self.session = make(threads)
         self._single = self.session if threads == 1 else None
         self._lock = threading.Lock()
