@@ -347,13 +347,18 @@ def main() -> None:
     ap.add_argument("--cli-model", default="ppocrv5_rec")
     ap.add_argument("--baseline", type=Path, default=None, help="another checkout (e.g. the old main) measured beside this one")
     ap.add_argument("--parallel-passes", action="store_true",
-                    help="this checkout's simulate runs a batch's passes on all threads at once (HBTOOL_SIM_PARALLEL_PASSES=1)")
+                    help="a batch's passes on all threads at once (HBTOOL_SIM_PARALLEL_PASSES=1; the default since 2026-12-07, "
+                         "so this matters for a --baseline before it)")
+    ap.add_argument("--sequential-passes", action="store_true",
+                    help="a batch's passes one after another, each step split over the threads (HBTOOL_SIM_PARALLEL_PASSES=0)")
     args = ap.parse_args()
     ZOO_OUT = args.zoo_out
     import os
 
-    if args.parallel_passes:  # read by every Executor of this process and of the CLI row's hbtool
-        os.environ["HBTOOL_SIM_PARALLEL_PASSES"] = "1"
+    if args.parallel_passes and args.sequential_passes:
+        raise SystemExit("--parallel-passes and --sequential-passes exclude each other")
+    if args.parallel_passes or args.sequential_passes:  # read by every Executor of this process and of the CLI rows' hbtool
+        os.environ["HBTOOL_SIM_PARALLEL_PASSES"] = "1" if args.parallel_passes else "0"
 
     counts = args.threads or [len(os.sched_getaffinity(0))]
     threads = counts[-1]  # the CLI row's

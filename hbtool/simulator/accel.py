@@ -41,6 +41,7 @@ import numpy as np
 from hbtool.kernels.builder import ElemType
 from hbtool.kernels.conv import plan_float_conv, split_weight
 from hbtool.simulator import onnx_bytes
+from hbtool.simulator.cores import PerCoreSession
 from hbtool.kernels.fixedpoint import int_range
 try:  # numba is a dependency; without it (an unsupported platform) simulate runs the numpy forms
     from hbtool.simulator import fused
@@ -222,7 +223,13 @@ class _TableWrite:
 
 
 # ------------------------------------------------------------------------------ products
-def _session(model, threads: int | None = None):
+def _session(model, threads: int | None = None) -> PerCoreSession:
+    """A one-node (or few-node) product session for ``threads`` intra-op threads, with its one-thread twin
+    for passes run on several threads at once (:class:`.cores.PerCoreSession`)."""
+    return PerCoreSession(functools.partial(_new_session, model), threads)
+
+
+def _new_session(model, threads: int | None = None):
     import onnxruntime as ort
 
     opts = ort.SessionOptions()

@@ -32,6 +32,7 @@ from hbtool.kernels.movement import MOVEMENT
 from hbtool.simulator import accel
 from hbtool.simulator.accel import accelerate, narrowable, numpy_until_compiled, reader_dtype, writes_through
 from hbtool.simulator.batching import mergeable, merged_kernel, movement_step, per_sample
+from hbtool.simulator.cores import one_core
 
 
 # Samples per pass are capped so that a step's largest activation within a pass holds about this many
@@ -298,8 +299,10 @@ class Executor:
                  parallel_passes: bool | None = None):
         """``threads``: cores for onnxruntime and the integer loops (None: all); the loops' count is process-wide.
 
-        ``parallel_passes``: run the passes of a batch on ``threads`` threads at once (None: the
-        ``HBTOOL_SIM_PARALLEL_PASSES=1`` environment switch; off by default, see :meth:`run`)."""
+        ``parallel_passes``: run the passes of a batch on ``threads`` threads at once, each pass's steps on its
+        own thread (:func:`.cores.one_core`); None: on, unless ``HBTOOL_SIM_PARALLEL_PASSES=0``. On by default
+        since 2026-12-07: with the steps no longer split inside a pass, two passes kept both cores busy where
+        one pass split over both did not (docs/simulate.md, "Speed in one process")."""
         import os
 
         from hbtool.simulator.accel import fused
@@ -307,7 +310,7 @@ class Executor:
         if fused is not None:
             fused.set_threads(threads)
         if parallel_passes is None:
-            parallel_passes = os.environ.get("HBTOOL_SIM_PARALLEL_PASSES", "") == "1"
+            parallel_passes = os.environ.get("HBTOOL_SIM_PARALLEL_PASSES", "") != "0"
         cores = threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
         self.pass_workers = max(1, int(cores)) if parallel_passes else 1
         self.header = artifact.header
@@ -387,6 +390,9 @@ class Executor:
             def one_pass(bound: tuple[int, int]) -> dict[str, np.ndarray]:
                 start, stop = bound
                 chunk = {name: x[start * (x.shape[0] // S): stop * (x.shape[0] // S)] for name, x in feeds.items()}
+                if workers > 1:  # the passes keep the cores busy: each runs its steps on its own thread
+                    with one_core():
+                        return self._run(chunk, stop - start, keep)
                 return self._run(chunk, stop - start, keep)
 
             if workers > 1:

@@ -44,6 +44,8 @@ _default_cache_dir()
 
 from numba import config as _numba_config, njit  # noqa: E402
 
+from hbtool.simulator.cores import on_one_core  # noqa: E402
+
 if os.environ.get("NUMBA_CACHE_DIR") and not _numba_config.CACHE_DIR:  # numba was imported before us
     _numba_config.CACHE_DIR = os.environ["NUMBA_CACHE_DIR"]
 
@@ -181,7 +183,8 @@ def _load_numba_target() -> None:
 
 
 def over_rows(loop, rows: int, work: int, *args) -> None:
-    """``loop(r0, r1, *args)`` over ``[0, rows)``: in the calling thread for small tensors, else in one
+    """``loop(r0, r1, *args)`` over ``[0, rows)``: in the calling thread for small tensors (or inside
+    :func:`.cores.one_core`), else in one
     contiguous chunk per core (the loops release the GIL, rows are independent, so the result is the
     same integers in any split).
 
@@ -194,7 +197,7 @@ def over_rows(loop, rows: int, work: int, *args) -> None:
         _CALL.skipped = True
         return
     threads = min(_THREADS[0], rows)
-    if threads <= 1 or work < MIN_PARALLEL_WORK:
+    if threads <= 1 or work < MIN_PARALLEL_WORK or on_one_core():
         loop(0, rows, *args)
         return
     if _POOL[0] is None:

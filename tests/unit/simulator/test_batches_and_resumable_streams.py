@@ -118,12 +118,22 @@ def test_passes_run_on_two_threads_at_once_give_the_same_bits(compiled):
     plain = Executor(art)
     ex = Executor(art, threads=2, parallel_passes=True)
     ex.micro_batch = 2
-    assert ex.pass_workers == 2 and Executor(art, threads=2).pass_workers == 1
+    assert ex.pass_workers == 2 and Executor(art, threads=2, parallel_passes=False).pass_workers == 1
     x = _images(7)
     batched = ex.run({"input": x})
     for o in ex.output_names:
         singles = np.concatenate([plain.run({"input": x[i:i + 1]})[o] for i in range(len(x))])
         assert np.array_equal(batched[o], singles), o
+
+
+def test_passes_run_at_once_by_default_unless_switched_off(compiled, monkeypatch):
+    """On since 2026-12-07 (docs/simulate.md); ``HBTOOL_SIM_PARALLEL_PASSES=0`` runs them one after another."""
+    name, wd = compiled
+    art = read_artifact(wd / f"{name}.bin")
+    monkeypatch.delenv("HBTOOL_SIM_PARALLEL_PASSES", raising=False)
+    assert Executor(art, threads=2).pass_workers == 2
+    monkeypatch.setenv("HBTOOL_SIM_PARALLEL_PASSES", "0")
+    assert Executor(art, threads=2).pass_workers == 1
 
 
 def _movement_model(tmp: Path) -> Path:
