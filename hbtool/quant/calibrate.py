@@ -105,14 +105,37 @@ def _tensor_names_for_eval(graph: Graph, plan: QuantPlan) -> list[str]:
 
 
 def prepare_float_graph(cfg: HbConfig, loaded: dict | None = None,
-                        node_info_out: dict | None = None) -> tuple[Graph, Graph]:
+                        node_info_out: dict | None = None, cache: dict[str, Any] | None = None) -> tuple[Graph, Graph]:
     """(original float graph with preprocessing, optimized and placed float graph).
 
     With ``loaded`` (a dict), quantization nodes already in the model are removed and their
     scales collected into it (``calibration_type: load``). ``node_info_out`` (a dict) receives
     ``node_info`` keyed by the optimized graph's node names (:mod:`hbtool.checker.node_names`).
+    ``cache`` (:func:`run_calibration`'s ``stats_cache``): the imported and optimized graphs, which do not depend on
+    ``node_info``, are kept in it and copied on a later call with the same model, inputs and output nodes. Why:
+    ``hbtool debug`` calibrates once per try with another ``node_info``, and the float graph passes were a quarter
+    of a try's CPU on the PP-OCRv5 recogniser; the placement, which reads ``node_info``, runs every time.
     """
-    from hbtool.checker.node_names import apply_output_nodes, resolve_node_info
+    from hbtool.checker.node_names import resolve_node_info
+
+    key = ("prepared_float_graph", str(cfg.model.onnx_model), repr(cfg.inputs), repr(cfg.model.output_nodes))
+    kept = cache.get("prepared_float_graph") if cache is not None and loaded is None else None
+    if kept is not None and kept[0] == key:
+        original, graph = kept[1].copy(), kept[2].copy()
+    else:
+        original, graph = _optimized_float_graph(cfg, loaded)
+        if cache is not None and loaded is None:
+            cache["prepared_float_graph"] = (key, original.copy(), graph.copy())
+    node_info = resolve_node_info(cfg.model.node_info, graph, [original], cfg.model.onnx_model)
+    place_graph(graph, load_march(cfg.model.march), node_info)
+    if node_info_out is not None:
+        node_info_out.update(node_info)
+    return original, graph
+
+
+def _optimized_float_graph(cfg: HbConfig, loaded: dict | None) -> tuple[Graph, Graph]:
+    """:func:`prepare_float_graph` before the placement: the imported graph with preprocessing, and its optimized copy."""
+    from hbtool.checker.node_names import apply_output_nodes
     from hbtool.ir.passes import optimize_float
 
     cfg.require_model()
@@ -131,10 +154,6 @@ def prepare_float_graph(cfg: HbConfig, loaded: dict | None = None,
                 loaded[node.outputs[0]] = loaded.pop(name)
     original = graph.copy()
     optimize_float(graph)
-    node_info = resolve_node_info(cfg.model.node_info, graph, [original], cfg.model.onnx_model)
-    place_graph(graph, load_march(cfg.model.march), node_info)
-    if node_info_out is not None:
-        node_info_out.update(node_info)
     return original, graph
 
 
@@ -312,7 +331,7 @@ class _Calibration:
         check_int16_supported(load_march(cfg.model.march), cfg.model.node_info, bool(cal.enable_int16), list(cal.optimization or []))
         self.loaded: dict | None = {} if cal.calibration_type == "load" else None
         self.node_info: dict[str, dict[str, Any]] = {}
-        self.original, self.graph = prepare_float_graph(cfg, self.loaded, self.node_info)
+        self.original, self.graph = prepare_float_graph(cfg, self.loaded, self.node_info, self.stats_cache)
         if not any(n.meta.get("on") == "BPU" for n in self.graph.nodes):
             raise NotDeployableError(
                 "no node of the model can run on the BPU, so there is nothing to quantize",
