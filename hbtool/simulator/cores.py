@@ -25,13 +25,16 @@ from typing import Any, Callable, Mapping
 
 # A product call of fewer multiply-adds than this runs on its session's one-thread twin even where its
 # thread may split (batch 1, or sequential passes). Why: onnxruntime's intra-op pool does not spin, so
-# each call that splits wakes a worker and waits for it; on small products that wake-up costs more than
-# the second core returns. sim5 measured (2 cores, load 7, MobileNetV2 batch 1) 23.5 ms of CPU a sample
-# with every session on 2 threads, 14.2 ms with every session on one (best wall 15.5 vs 13.8 ms), while
-# ResNet50's and Swin-T's products (mostly over 5e7 multiply-adds) gain from the second thread. The value
-# is a threshold between MobileNetV2's / DeiT-Tiny's products (under about 3e7 each) and ResNet50's;
-# docs/simulate.md (session sim6) gives the sweep. Results cannot depend on it: every product is exact.
-SMALL_PRODUCT_MACS = 20_000_000
+# each call that splits wakes a worker and waits for it, which costs more than the second core returns
+# on a small product. Measured (sim6, 2 cores of a Zen 4 EPYC, load about 2): every product call of one
+# batch-1 pass of MobileNetV2, DeiT-Tiny, the PP-OCRv5 recogniser, Swin-T and ResNet50 replayed 15 times
+# on its 2-thread session and on its twin, alternated; best wall per call, summed: under 5e6
+# multiply-adds 3.5 ms on 2 threads against 2.9 on one, 5e6-1e7 4.7 against 4.2, 1e7-2e7 5.7 against
+# 6.4, 2e7-3e7 3.7 against 4.7, and 2 threads ever further ahead above. The 2-thread calls cost 1.3-1.7x
+# the CPU everywhere under 2e8. So 1e7 is where the wall times cross; on a loaded machine the crossing
+# moves up (the worker waits for a core). docs/simulate.md (session sim6) gives the whole-model sweep.
+# Results cannot depend on it: every product is exact.
+SMALL_PRODUCT_MACS = 10_000_000
 SMALL_PRODUCT_MACS_ENV = "HBTOOL_SIM_SMALL_PRODUCT_MACS"
 
 
