@@ -33,6 +33,8 @@ numpy form unchanged.
 from __future__ import annotations
 
 import functools
+import itertools
+import math
 from types import SimpleNamespace
 from typing import Callable
 
@@ -223,10 +225,32 @@ class _TableWrite:
 
 
 # ------------------------------------------------------------------------------ products
-def _session(model, threads: int | None = None) -> PerCoreSession:
+def _session(model, threads: int | None = None, macs: Callable[[dict], int] | None = None) -> PerCoreSession:
     """A one-node (or few-node) product session for ``threads`` intra-op threads, with its one-thread twin
-    for passes run on several threads at once (:class:`.cores.PerCoreSession`)."""
-    return PerCoreSession(functools.partial(_new_session, model), threads)
+    for passes run on several threads at once and for calls of fewer multiply-adds (``macs(feeds)``) than
+    :func:`.cores.small_product_macs` (:class:`.cores.PerCoreSession`)."""
+    return PerCoreSession(functools.partial(_new_session, model), threads, macs)
+
+
+def _macs_per_x(per_element: float) -> Callable[[dict], int]:
+    """A call's multiply-adds as ``per_element`` times the size of its input ``x`` (a product with a
+    constant weight: every input element meets the same number of weights)."""
+    return lambda feeds: int(feeds["x"].size * per_element)
+
+
+def _conv_macs_per_element(w_shape: tuple, group: int, strides) -> float:
+    """Multiply-adds per input element of a convolution by a weight ``(M, C/group, kh, ...)``: each output
+    position takes ``C/group * kh * kw`` of them, and there are about ``M / strides`` outputs per input
+    position (padding and the border ignored: the figure only routes the call, it computes nothing)."""
+    return w_shape[0] * math.prod(w_shape[2:]) / (group * math.prod(int(s) for s in strides))
+
+
+def _matmul_macs(feeds: dict) -> int:
+    """Multiply-adds of a broadcast ``a @ b`` call: the broadcast batch times ``M * K * N`` (a 1-D
+    operand as one row or column, as numpy's matmul reads it)."""
+    a, b = feeds["a"].shape, feeds["b"].shape
+    batch = math.prod(max(p, q) for p, q in itertools.zip_longest(a[-3::-1], b[-3::-1], fillvalue=1))
+    return batch * (a[-2] if len(a) > 1 else 1) * a[-1] * (b[-1] if len(b) > 1 else 1)
 
 
 def _new_session(model, threads: int | None = None):
@@ -249,15 +273,18 @@ def _new_session(model, threads: int | None = None):
     return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
 
 
-def _integer_session(node, inits: dict, threads: int | None):
-    """A one-node onnxruntime session: uint8 input ``x``, int32 output ``y``."""
-    return _session(onnx_bytes.model([node], {"x": ElemType.UINT8}, {"y": ElemType.INT32}, inits), threads)
+def _integer_session(node, inits: dict, threads: int | None, macs_per_x: float | None = None):
+    """A one-node onnxruntime session: uint8 input ``x``, int32 output ``y``; ``macs_per_x``: multiply-adds
+    per input element (:func:`_macs_per_x`), None for the self-tests."""
+    macs = _macs_per_x(macs_per_x) if macs_per_x is not None else None
+    return _session(onnx_bytes.model([node], {"x": ElemType.UINT8}, {"y": ElemType.INT32}, inits), threads, macs)
 
 
 def _weight_digit_session(op: str, w: np.ndarray, split_w: bool, split_x: bool, dt: np.dtype, attrs: dict,
-                          threads: int | None):
+                          threads: int | None, macs_per_x: float):
     """One session running ``op(x, W_k)`` for the weight or its base-16 digits (outputs ``y0``, ``y1``),
-    and the factor of each part the runner recombines (activation digits hi, lo per output when ``split_x``)."""
+    and the factor of each part the runner recombines (activation digits hi, lo per output when ``split_x``).
+    ``macs_per_x``: one product's multiply-adds per input element."""
     weights = list(zip([16, 1], split_weight(w))) if split_w else [(1, w)]
     ttype = onnx_bytes.elem_type(dt)
     nodes, inits, outs = [], {}, {}
@@ -265,7 +292,7 @@ def _weight_digit_session(op: str, w: np.ndarray, split_w: bool, split_x: bool, 
         inits[f"w{k}"] = wp.astype(dt)
         nodes.append(onnx_bytes.node(op, ["x", f"w{k}"], [f"y{k}"], **attrs))
         outs[f"y{k}"] = ttype
-    session = _session(onnx_bytes.model(nodes, {"x": ttype}, outs, inits), threads)
+    session = _session(onnx_bytes.model(nodes, {"x": ttype}, outs, inits), threads, _macs_per_x(macs_per_x * len(weights)))
     factors = [f * d for f, _ in weights for d in ((256, 1) if split_x else (1,))]
     return session, factors
 
@@ -374,13 +401,13 @@ def _integer_linear(w: np.ndarray, threads: int | None):
     signed = {"w": w.astype(np.int8), "xz": np.array(128, np.uint8)}
     kind = _exact_integer_gemm(K)
     if kind == "signed":
-        return _integer_session(onnx_bytes.node("MatMulInteger", ["x", "w", "xz"], ["y"]), signed, threads)
+        return _integer_session(onnx_bytes.node("MatMulInteger", ["x", "w", "xz"], ["y"]), signed, threads, N)
     if kind == "unsigned":
         unsigned = {"w": (w + 128).astype(np.uint8), "xz": np.array(128, np.uint8), "wz": np.array(128, np.uint8)}
-        return _integer_session(onnx_bytes.node("MatMulInteger", ["x", "w", "xz", "wz"], ["y"]), unsigned, threads)
+        return _integer_session(onnx_bytes.node("MatMulInteger", ["x", "w", "xz", "wz"], ["y"]), unsigned, threads, N)
     if 2 * N * N * K > 2**30:
         return None  # too big to test alone: the exact float product runs instead
-    session = _integer_session(onnx_bytes.node("MatMulInteger", ["x", "w", "xz"], ["y"]), signed, threads)
+    session = _integer_session(onnx_bytes.node("MatMulInteger", ["x", "w", "xz"], ["y"]), signed, threads, N)
     return session if _integer_gemm_is_exact(session, w) else None
 
 
@@ -427,7 +454,7 @@ def linear_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np
         dt = _float_type((1 << (kernel.in_bits - 1)) * int(np.abs(w).sum(axis=0).max(initial=0)))
         if dt is None:
             return None
-    session, factors = _weight_digit_session("MatMul", w, sw, sx, dt, {}, threads)
+    session, factors = _weight_digit_session("MatMul", w, sw, sx, dt, {}, threads, N)
 
     def run(x: np.ndarray) -> np.ndarray:
         shape = x.shape
@@ -469,7 +496,8 @@ def _pointwise_integer_conv(kernel, w: np.ndarray, attrs: dict, threads: int | N
     if w.min(initial=0) < -128 or w.max(initial=0) > 127 or (kernel.in_bits == 16 and any(int(p) for p in kernel.pads)):
         return None
     inits = {"w": (w + 128).astype(np.uint8), "xz": np.array(128, np.uint8), "wz": np.array(128, np.uint8)}
-    return _integer_session(onnx_bytes.node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], **attrs), inits, threads)
+    return _integer_session(onnx_bytes.node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], **attrs), inits, threads,
+                            _conv_macs_per_element(w.shape, int(kernel.group), kernel.strides))
 
 
 def _float_conv_splits(w: np.ndarray, in_bits: int) -> bool:
@@ -502,7 +530,7 @@ def _pointwise_integer_matmul(kernel, w: np.ndarray, threads: int | None):
     inits = {"w": (w.reshape(cout, cin) + 128).astype(np.uint8), "wz": np.array(128, np.uint8)}
     model = onnx_bytes.model([onnx_bytes.node("MatMulInteger", ["w", "x", "wz"], ["y"])], {"x": ElemType.INT8}, {"y": ElemType.INT32},
                              inits)
-    return _session(model, threads)
+    return _session(model, threads, _macs_per_x(cout))
 
 
 def conv_fast(kernel, threads: int | None = None, in_shape: tuple | None = None) -> Callable[[np.ndarray], np.ndarray] | None:
@@ -549,7 +577,8 @@ def conv_fast(kernel, threads: int | None = None, in_shape: tuple | None = None)
         sx, sw = plan_float_conv(w, kernel.in_bits)
     except ValueError:
         return None
-    session, factors = _weight_digit_session("Conv", w, sw, sx, np.dtype(np.float32), attrs, threads)
+    session, factors = _weight_digit_session("Conv", w, sw, sx, np.dtype(np.float32), attrs, threads,
+                                             _conv_macs_per_element(w.shape, int(kernel.group), kernel.strides))
     return _float_conv_runner(session, factors, sx, C, rq, bias)
 
 
@@ -689,7 +718,9 @@ def conv_transpose_fast(kernel, threads: int | None = None) -> Callable[[np.ndar
         sx, sw = plan_float_conv(equivalent_conv_weight(w, int(kernel.group)), kernel.in_bits)
     except ValueError:
         return None
-    session, factors = _weight_digit_session("ConvTranspose", w, sw, sx, np.dtype(np.float32), kernel.onnx_attrs, threads)
+    # each input element meets C/group output channels times the kernel's positions (weight (Cin, C/group, kh, kw))
+    session, factors = _weight_digit_session("ConvTranspose", w, sw, sx, np.dtype(np.float32), kernel.onnx_attrs, threads,
+                                             math.prod(w.shape[1:]))
     return _float_conv_runner(session, factors, sx, C, RequantParams(kernel.requant, C), _bias(kernel, C))
 
 
@@ -747,7 +778,7 @@ def _integer_matmul(kernel, threads: int | None) -> Callable[[np.ndarray, np.nda
         model = onnx_bytes.model([onnx_bytes.node("MatMulInteger", ["a", "b"] + list(inits), ["y"])],
                                  {"a": ElemType.UINT8, "b": ElemType.UINT8 if unsigned_b else ElemType.INT8},
                                  {"y": ElemType.INT32}, inits)
-        return _session(model, threads)
+        return _session(model, threads, _matmul_macs)
 
     rq = RequantParams(kernel.requant, 1)
     zero = np.zeros(1, np.int64)
@@ -802,7 +833,7 @@ def _int8_matmul(kernel, threads: int | None) -> Callable[[np.ndarray, np.ndarra
     model = onnx_bytes.model([onnx_bytes.node("MatMulInteger", ["a", "b"] + list(inits), ["y"])],
                              {"a": ElemType.UINT8, "b": ElemType.UINT8 if unsigned else ElemType.INT8}, {"y": ElemType.INT32},
                              inits)
-    session = _session(model, threads)
+    session = _session(model, threads, _matmul_macs)
     rq = RequantParams(kernel.requant, 1)
     zero = np.zeros(1, np.int64)
 
@@ -851,7 +882,7 @@ def matmul_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray, np.
     sa, sb = plan
     ttype = onnx_bytes.elem_type(dt)
     model = onnx_bytes.model([onnx_bytes.node("MatMul", ["a", "b"], ["y"])], {"a": ttype, "b": ttype}, {"y": ttype})
-    session = _session(model, threads)
+    session = _session(model, threads, _matmul_macs)
     rq = RequantParams(kernel.requant, 1)
     zero = np.zeros(1, np.int64)
     fa = (256, 1) if sa else (1,)

@@ -10,13 +10,50 @@ over 2 threads, 13.1 ms with every step on one). Inside :func:`one_core` a threa
 alone: the loops unsplit, the products in a one-thread twin of each session (:class:`PerCoreSession`).
 Only where the work runs changes, never what is computed, so the bits are the same.
 
+At batch 1 a product session's own call decides: one whose work is small (fewer multiply-adds than
+:func:`small_product_macs`) runs on the one-thread twin too, because waking onnxruntime's second
+(non-spinning) worker costs more than it saves on it; a big one splits over the session's threads.
+
 No numba here: the executor and the sessions use it where numba is missing too.
 """
 
 from __future__ import annotations
 
+import os
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
+
+# A product call of fewer multiply-adds than this runs on its session's one-thread twin even where its
+# thread may split (batch 1, or sequential passes). Why: onnxruntime's intra-op pool does not spin, so
+# each call that splits wakes a worker and waits for it, which costs more than the second core returns
+# on a small product. Measured (sim6, 2 cores of a Zen 4 EPYC, load about 2): every product call of one
+# batch-1 pass of MobileNetV2, DeiT-Tiny, the PP-OCRv5 recogniser, Swin-T and ResNet50 replayed 15 times
+# on its 2-thread session and on its twin, alternated; best wall per call, summed: under 5e6
+# multiply-adds 3.5 ms on 2 threads against 2.9 on one, 5e6-1e7 4.7 against 4.2, 1e7-2e7 5.7 against
+# 6.4, 2e7-3e7 3.7 against 4.7, and 2 threads ever further ahead above. The 2-thread calls cost 1.3-1.7x
+# the CPU everywhere under 2e8: so alone, 2 threads win on wall time above about 1e7. Inside the models
+# (one process, an executor per threshold, alternated, 10-16 rounds, load 2-3.5, batch 1) the higher
+# thresholds won on both: MobileNetV2 CPU a sample 19.3 / 16.7 / 15.8 / 14.2 ms at off / 1e7 / 2e7 / 3e7
+# (best wall 16.2 / 14.2 / 13.8 / 13.3 ms), DeiT-Tiny 42.7 / 39.5 / 38.1 / 36.7 ms (best wall 34.4 / 32.3
+# / 33.0 / 32.8). 2e7 lies between the two; an idle sweep should settle it (docs/simulate.md, sim6).
+# Results cannot depend on it: every product is exact.
+SMALL_PRODUCT_MACS = 20_000_000
+SMALL_PRODUCT_MACS_ENV = "HBTOOL_SIM_SMALL_PRODUCT_MACS"
+
+
+def small_product_macs() -> int:
+    """:data:`SMALL_PRODUCT_MACS`, or the environment's ``HBTOOL_SIM_SMALL_PRODUCT_MACS`` (a number such as
+    ``2e7``; ``0`` routes every call by thread only, as before), read when a session is built."""
+    value = os.environ.get(SMALL_PRODUCT_MACS_ENV, "").strip()
+    if not value:
+        return SMALL_PRODUCT_MACS
+    try:
+        macs = float(value)
+    except ValueError:
+        raise ValueError(f"{SMALL_PRODUCT_MACS_ENV}={value!r} is not a number of multiply-adds") from None
+    if not macs >= 0:
+        raise ValueError(f"{SMALL_PRODUCT_MACS_ENV}={value!r} must be 0 or more")
+    return int(macs)
 
 _LOCAL = threading.local()  # .on: this thread's steps run on it alone
 
@@ -48,18 +85,32 @@ class PerCoreSession:
     float ones whose partial sums are all exactly representable integers), so no split or summation
     order can change it. (The CPU subgraphs' float sessions do not get a twin for that reason.) Anything
     else (``get_inputs``, ``get_session_options``...) is the main session's.
+
+    ``macs(feeds)``, where given, is a call's multiply-adds from its inputs' shapes (so batch size
+    counts): a call below :func:`small_product_macs` runs on the twin from any thread
+    (:meth:`on_twin`).
     """
 
-    def __init__(self, make: Callable[[int | None], Any], threads: int | None):
+    def __init__(self, make: Callable[[int | None], Any], threads: int | None,
+                 macs: Callable[[Mapping[str, Any]], int] | None = None):
         self._make = make
         self.session = make(threads)
         self._single = self.session if threads == 1 else None
         self._lock = threading.Lock()
+        self._macs = macs
+        self._small = small_product_macs() if macs is not None else 0
 
-    def run(self, *args, **kwargs):
-        if self._single is not self.session and on_one_core():
-            return self._one_thread().run(*args, **kwargs)
-        return self.session.run(*args, **kwargs)
+    def on_twin(self, feeds: Mapping[str, Any]) -> bool:
+        """Whether a call with ``feeds`` runs on the one-thread twin: inside :func:`one_core`, or a
+        product smaller than :func:`small_product_macs` (never where the main session is the twin)."""
+        if self._single is self.session:
+            return False
+        return on_one_core() or (self._small > 0 and self._macs(feeds) < self._small)
+
+    def run(self, output_names, feeds, *args, **kwargs):
+        if self.on_twin(feeds):
+            return self._one_thread().run(output_names, feeds, *args, **kwargs)
+        return self.session.run(output_names, feeds, *args, **kwargs)
 
     def _one_thread(self):
         if self._single is None:
