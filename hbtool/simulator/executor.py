@@ -32,7 +32,7 @@ from hbtool.kernels.movement import MOVEMENT
 from hbtool.simulator import accel
 from hbtool.simulator.accel import accelerate, narrowable, numpy_until_compiled, reader_dtype, writes_through
 from hbtool.simulator.batching import mergeable, merged_kernel, movement_step, per_sample
-from hbtool.simulator.cores import one_core
+from hbtool.simulator.cores import SMALL_PRODUCT_MACS_ENV, one_core, small_product_macs
 
 
 # Samples per pass are capped so that a step's largest activation within a pass holds about this many
@@ -311,6 +311,10 @@ class Executor:
             fused.set_threads(threads)
         if parallel_passes is None:
             parallel_passes = os.environ.get("HBTOOL_SIM_PARALLEL_PASSES", "") != "0"
+        try:  # read here once, so that a bad value is an error and not a silent fallback of every product session
+            small_product_macs()
+        except ValueError as exc:
+            raise InputError(str(exc), f"set {SMALL_PRODUCT_MACS_ENV} to a number of multiply-adds such as 2e7, or 0 (off)") from None
         cores = threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
         self.pass_workers = max(1, int(cores)) if parallel_passes else 1
         self.header = artifact.header

@@ -112,3 +112,21 @@ def test_products_give_the_same_results_on_either_side(monkeypatch):
         below, split = _routed(monkeypatch, 1, build, *inputs)  # every call is bigger than one multiply-add
         assert not any(split)
         np.testing.assert_array_equal(below, big)
+
+
+def test_a_bad_override_is_an_input_error_of_the_executor_not_a_silent_fallback(monkeypatch):
+    """A product session reads the threshold when it is built, and a failed build falls back to the kernel's numpy
+    form (correct, much slower): the executor reads it first, so a bad value stops simulate with the fix instead."""
+    from hbtool.errors import InputError
+    from hbtool.simulator.executor import Executor
+
+    monkeypatch.setenv(ENV, "lots")
+    with pytest.raises(InputError, match=ENV):
+        Executor(None)   # fails on the setting before it reads the artifact
+
+
+def test_the_routing_is_off_by_default(monkeypatch):
+    """Off until an idle sweep finds a threshold that wins on every model (docs/simulate.md, sim6)."""
+    monkeypatch.delenv(ENV, raising=False)
+    assert cores.small_product_macs() == 0
+    assert not PerCoreSession(_Fake, 2, _per_x).on_twin({"x": np.zeros(1)})
