@@ -119,12 +119,13 @@ def prepare_float_graph(cfg: HbConfig, loaded: dict | None = None,
     from hbtool.checker.node_names import resolve_node_info
 
     key = ("prepared_float_graph", str(cfg.model.onnx_model), repr(cfg.inputs), repr(cfg.model.output_nodes))
-    kept = cache.get("prepared_float_graph") if cache is not None and loaded is None else None
+    usable = cache is not None and loaded is None   # a load calibration strips quantization nodes into ``loaded``
+    kept = cache.get("prepared_float_graph") if usable else None
     if kept is not None and kept[0] == key:
         original, graph = kept[1].copy(), kept[2].copy()
     else:
         original, graph = _optimized_float_graph(cfg, loaded)
-        if cache is not None and loaded is None:
+        if usable:
             cache["prepared_float_graph"] = (key, original.copy(), graph.copy())
     node_info = resolve_node_info(cfg.model.node_info, graph, [original], cfg.model.onnx_model)
     place_graph(graph, load_march(cfg.model.march), node_info)

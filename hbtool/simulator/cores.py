@@ -10,9 +10,9 @@ over 2 threads, 13.1 ms with every step on one). Inside :func:`one_core` a threa
 alone: the loops unsplit, the products in a one-thread twin of each session (:class:`PerCoreSession`).
 Only where the work runs changes, never what is computed, so the bits are the same.
 
-At batch 1 a product session's own call decides: one whose work is small (fewer multiply-adds than
-:func:`small_product_macs`) runs on the one-thread twin too, because waking onnxruntime's second
-(non-spinning) worker costs more than it saves on it; a big one splits over the session's threads.
+Opt-in (:func:`small_product_macs`, off by default): at batch 1 too, a product call of fewer multiply-adds
+than the threshold runs on the one-thread twin, since waking onnxruntime's second (non-spinning) worker can
+cost more than it saves on a small product.
 
 No numba here: the executor and the sessions use it where numba is missing too.
 """
@@ -24,21 +24,11 @@ import threading
 from typing import Any, Callable, Mapping
 
 # A product call of fewer multiply-adds than this runs on its session's one-thread twin even where its
-# thread may split (batch 1, or sequential passes). Why: onnxruntime's intra-op pool does not spin, so
-# each call that splits wakes a worker and waits for it, which costs more than the second core returns
-# on a small product. Measured (sim6, 2 cores of a Zen 4 EPYC, load about 2): every product call of one
-# batch-1 pass of MobileNetV2, DeiT-Tiny, the PP-OCRv5 recogniser, Swin-T and ResNet50 replayed 15 times
-# on its 2-thread session and on its twin, alternated; best wall per call, summed: under 5e6
-# multiply-adds 3.5 ms on 2 threads against 2.9 on one, 5e6-1e7 4.7 against 4.2, 1e7-2e7 5.7 against
-# 6.4, 2e7-3e7 3.7 against 4.7, and 2 threads ever further ahead above. The 2-thread calls cost 1.3-1.7x
-# the CPU everywhere under 2e8: so alone, 2 threads win on wall time above about 1e7. Inside the models
-# (one process, an executor per threshold, alternated, 10-16 rounds, load 2-3.5, batch 1) the higher
-# thresholds won on both: MobileNetV2 CPU a sample 19.3 / 16.7 / 15.8 / 14.2 ms at off / 1e7 / 2e7 / 3e7
-# (best wall 16.2 / 14.2 / 13.8 / 13.3 ms), DeiT-Tiny 42.7 / 39.5 / 38.1 / 36.7 ms (best wall 34.4 / 32.3
-# / 33.0 / 32.8). On the idle machine (the coordinator's reruns, same day) 2e7 did not win: batch-1 best wall
-# against the routing off in the same run, MobileNetV2 10.5 / 11.2 ms and the recogniser 25.1 / 26.5, but DeiT-Tiny
-# 47.8 / 41.1 ms (worse), so it is OFF by default (0) until a sweep on an idle machine finds a threshold that wins on
-# every model (docs/simulate.md, sim6). Results cannot depend on it: every product is exact.
+# thread may split (batch 1, or sequential passes); 0: off. Loaded (sim6, 2 Zen 4 cores, load 2-3.5) thresholds of
+# 1e7-3e7 saved CPU on MobileNetV2 and DeiT-Tiny at batch 1; idle (the coordinator's alternated A/B, 2026-12-07) no
+# threshold of 1e7 / 2e7 / 5e7 won on MobileNetV2, the PP-OCRv5 recogniser and DeiT-Tiny alike, so it is off until a
+# sweep finds one (docs/simulate.md, sim6; docs/benchmarks.md, seventeenth session). Results cannot depend on it:
+# every product is exact.
 SMALL_PRODUCT_MACS = 0
 SMALL_PRODUCT_MACS_ENV = "HBTOOL_SIM_SMALL_PRODUCT_MACS"
 
@@ -56,6 +46,7 @@ def small_product_macs() -> int:
     if not macs >= 0:
         raise ValueError(f"{SMALL_PRODUCT_MACS_ENV}={value!r} must be 0 or more")
     return int(macs)
+
 
 _LOCAL = threading.local()  # .on: this thread's steps run on it alone
 
