@@ -33,7 +33,7 @@ from hbtool.kernels.movement import PERMUTATIONS
 from hbtool.march.description import check_int16_supported, load_march
 from hbtool.quant.calibrated_model import build_calibrated_graph, loaded_bias_delta
 from hbtool.quant.candidate_scoring import ScoringModel, plan_layout
-from hbtool.quant.collect import collect_stats, float_model_bytes, open_session, with_extra_outputs
+from hbtool.quant.collect import SessionModel, collect_stats, open_session, session_model, with_extra_outputs
 from hbtool.quant.data import CalibrationSet, load_calibration_data
 from hbtool.quant.fqvit import apply_ptf, apply_softmax_log2, log2_decode, ptf_tensors
 from hbtool.quant.masks import clamp_masks
@@ -167,7 +167,7 @@ def evaluate_outputs(
     scales: dict[str, Any] | None = None,
     test_feeds: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None,
     channel_out: dict[str, RunningChannelErrors] | None = None,
-    serialized: tuple[bytes, bytes] | None = None,
+    serialized: tuple[bytes | SessionModel, bytes | SessionModel] | None = None,
     exact_test: bool = False,
     float_session: Any = None,
 ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
@@ -179,8 +179,9 @@ def evaluate_outputs(
     per-channel array for the last axis, or a function that decodes the integers);
     ``test_feeds`` turns the float graph's feeds into the test graph's (run-time input formats);
     ``channel_out`` (a dict) receives every output's per-channel errors (hbtool.quant.output_channels).
-    ``serialized``: (float model, test model) as ``to_onnx`` serialized them (the files calibrate writes):
-    the compared tensors are appended to those bytes instead of serializing either model again.
+    ``serialized``: (float model, test model) already serialized (bytes as ``to_onnx`` wrote them, or
+    :class:`~hbtool.quant.collect.SessionModel`): the compared tensors are appended to them instead of serializing
+    either model again. Without it both are built as ``SessionModel`` (their weights handed over as arrays).
     ``exact_test``: ``test_graph`` computes integers exactly (the quantized model: integer codes carried in float64,
     every convolution split so that its float32 partial sums stay exact); its session then takes onnxruntime's full
     optimizations (blocked-layout convolutions, about a quarter less time a run on ResNet50), which only reorder
@@ -212,7 +213,7 @@ def evaluate_outputs(
 
     with ThreadPoolExecutor(2) as pool, ThreadPoolExecutor(1) as adder:
         if serialized is None:
-            t_model = float_model_bytes(test_graph, t_extra)
+            t_model = session_model(test_graph, t_extra)
         else:
             t_model = with_extra_outputs(serialized[1], test_graph, t_extra)
         t_open = pool.submit(open_session, t_model, 0, not exact_test, False)
@@ -239,10 +240,11 @@ def evaluate_outputs(
     return out_err, node_err
 
 
-def evaluation_float_session(float_graph: Graph, node_tensors: list[str], serialized: bytes | None = None) -> Any:
+def evaluation_float_session(float_graph: Graph, node_tensors: list[str], serialized: bytes | SessionModel | None = None) -> Any:
     """The float side of :func:`evaluate_outputs`: the float model at onnxruntime's basic level with ``node_tensors``
-    as extra outputs; ``serialized``: ``to_onnx(float_graph)`` already serialized (the outputs are appended to it)."""
-    model = float_model_bytes(float_graph, node_tensors) if serialized is None else with_extra_outputs(serialized, float_graph, node_tensors)
+    as extra outputs; ``serialized``: ``to_onnx(float_graph)`` already serialized, or its ``SessionModel`` (the outputs
+    are appended to it)."""
+    model = session_model(float_graph, node_tensors) if serialized is None else with_extra_outputs(serialized, float_graph, node_tensors)
     return open_session(model, basic=True, spinning=False)
 
 
@@ -399,9 +401,11 @@ class _Calibration:
         # pass, the float references, the final evaluation and the file (the stage metadata changes nothing onnxruntime
         # computes; tests/unit/quant/test_models_serialized_once.py checks the file is the returned graph's bytes)
         self.float_bytes = to_onnx(graph, stage="optimized_float").SerializeToString()
+        # and once without its weights, which every session here is handed as arrays (collect.SessionModel)
+        self.float_model = session_model(graph)
         self.references = self.background.submit(self._float_references)
         self.root_stats = _cached_stats(self.stats_cache, graph, observed, data, self._tick, self.mean_axes, ptf_axes, cal.batch_size,
-                                        self.float_bytes)
+                                        self.float_model)
         self.stats = {t: self.root_stats[reps[t]] for t in self.tensors}
 
     def reference_outputs(self) -> None:
@@ -412,7 +416,7 @@ class _Calibration:
         """(evaluation batches, the float model's outputs on them); runs on a background thread during the statistics pass."""
         n_eval = EVAL_SAMPLES if _total_macs(self.graph) < 1e9 else EVAL_SAMPLES // 2
         eval_batches = [b for _, b in zip(range(n_eval), self.data.iter_batches(1))]
-        f_sess = open_session(self.float_bytes, spinning=False)
+        f_sess = open_session(self.float_model, spinning=False)
         return eval_batches, [f_sess.run(list(self.graph.outputs), b) for b in eval_batches]
 
     def plan_weights(self) -> None:
@@ -496,7 +500,7 @@ class _Calibration:
                 layout = plan_layout(self.graph, plan, self.weights)
                 if layout not in models:
                     model = ScoringModel(self.qsrc, plan, dict(self.weights))
-                    models[layout] = (model, pool.submit(open_session, float_model_bytes(model.graph), 0, True, False))
+                    models[layout] = (model, pool.submit(open_session, session_model(model.graph), 0, True, False))
                 model, session = models[layout]
                 scores[method] = pool.submit(self._scored, session, model.feeds(plan))
             for k, method in enumerate(methods):
@@ -539,17 +543,18 @@ class _Calibration:
             with ThreadPoolExecutor(2) as evaluation:
                 # the float side of the evaluation needs only the compared tensors' names: its session opens (onnxruntime,
                 # outside the GIL) while this thread builds and serializes the quantized model
-                float_session = evaluation.submit(evaluation_float_session, graph, node_tensors, self.float_bytes)
+                float_session = evaluation.submit(evaluation_float_session, graph, node_tensors, self.float_model)
                 qgraph = build_quantized_graph(program)
-                # the two models the evaluation runs are serialized once, as write_outputs writes them (the files)
-                serialized = {"optimized_float_model": self.float_bytes,
-                              "quantized_model": to_onnx(qgraph, stage="quantized").SerializeToString()}
-                # onnxruntime runs both models (outside the GIL) while this thread builds the calibrated graph and
-                # serializes the two files nobody runs, as write_outputs would (the same calls: the same bytes)
+                # onnxruntime opens and runs both models (outside the GIL; their weights handed over as arrays:
+                # collect.SessionModel) while this thread serializes the quantized model for its file, builds the
+                # calibrated graph and serializes the two files nobody runs, as write_outputs would (the same calls:
+                # the same bytes)
                 errors = evaluation.submit(evaluate_outputs, graph, qgraph, self.eval_batches, None, node_tensors, node_scales,
                                            test_feeds=runtime_feeds(cfg, list(graph.inputs)), channel_out=out_channels,
-                                           serialized=(serialized["optimized_float_model"], serialized["quantized_model"]),
+                                           serialized=(self.float_model, session_model(qgraph)),
                                            exact_test=computes_exactly(program), float_session=float_session)
+                serialized = {"optimized_float_model": self.float_bytes,
+                              "quantized_model": to_onnx(qgraph, stage="quantized").SerializeToString()}
                 cgraph, _ = build_calibrated_graph(self.qsrc, plan, self.weights)
                 serialized["calibrated_model"] = to_onnx(cgraph, stage="calibrated").SerializeToString()
                 serialized["original_float_model"] = to_onnx(self.original, stage="original_float").SerializeToString()
@@ -624,9 +629,9 @@ class _Calibration:
 
     def output_cosine(self, test: Graph) -> float:
         """Mean output cosine of ``test`` against the float model on the evaluation samples."""
-        return self._output_cosine_of(float_model_bytes(test))
+        return self._output_cosine_of(session_model(test))
 
-    def _output_cosine_of(self, model: bytes) -> float:
+    def _output_cosine_of(self, model: bytes | SessionModel) -> float:
         """:meth:`output_cosine` of a serialized model."""
         return self._scored(open_session(model, basic=True, spinning=False), {})
 
@@ -644,7 +649,7 @@ class _Calibration:
 
 def _cached_stats(cache: dict[str, Any] | None, graph: Graph, observed: list[str], data: CalibrationSet, tick: Callable[[int], None],
                   mean_axes: dict[str, int], ptf_axes: dict[str, int], batch_size: int,
-                  model: bytes | None = None) -> dict[str, TensorStats]:
+                  model: bytes | SessionModel | None = None) -> dict[str, TensorStats]:
     """The statistics of ``observed``: from ``cache`` when it has them all, else one pass over the data.
 
     A full pass replaces the cache (histogram subsets are drawn per pass, so mixing passes would

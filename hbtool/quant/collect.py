@@ -9,7 +9,8 @@ tensors are too many to hold at once runs in pieces (:mod:`hbtool.quant.pieces`)
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 import onnx
@@ -22,9 +23,44 @@ from hbtool.quant.observers import COMPILED_HISTOGRAM_MIN_ELEMENTS, MAX_HIST_SAM
 from hbtool.quant.pieces import PiecewiseSession, plan_pieces, run_each, static_sizes
 
 
+#: constants of at least this many bytes stay numpy arrays handed to onnxruntime (:class:`SessionModel`): the shape
+#: tensors and scalars that its shape inference and folding read while loading stay in the model
+IN_MEMORY_MIN_BYTES = 1 << 16
+_IN_MEMORY_DTYPES = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64))
+
+
+def stays_in_memory(array: np.ndarray) -> bool:
+    """A large float constant (a weight): left out of a :class:`SessionModel`'s bytes."""
+    return array.dtype in _IN_MEMORY_DTYPES and array.nbytes >= IN_MEMORY_MIN_BYTES
+
+
+@dataclass(frozen=True)
+class SessionModel:
+    """A model for an onnxruntime session, serialized without its weights, and the weights as numpy arrays.
+
+    :func:`open_session` hands the arrays to onnxruntime as the model's external initializers (in memory), so a
+    session opened on a graph hbtool holds costs no serialization of the weights and no parse of them: on ResNet50
+    (100 MB of weights) serializing the scoring model took 0.56 s and opening it 0.41 s, most of both page faults of
+    the copies. onnxruntime folds and fuses the arrays as it does initializers in the bytes, so a session computes
+    the same numbers (``tests/unit/quant/test_session_model.py``)."""
+
+    data: bytes
+    weights: dict[str, np.ndarray]
+
+
+def session_model(graph: Graph, extra_outputs: Iterable[str] = ()) -> SessionModel:
+    """The float IR (with ``extra_outputs`` added as graph outputs) as a :class:`SessionModel`."""
+    from hbtool.ir.onnx_export import IN_MEMORY_LOCATION
+
+    model = to_onnx(graph, in_memory=stays_in_memory)
+    weights = {t.name: np.asarray(graph.values[t.name].data) for t in model.graph.initializer
+               if t.data_location == onnx.TensorProto.EXTERNAL and t.external_data[0].value == IN_MEMORY_LOCATION}
+    return SessionModel(_with_outputs(model, extra_outputs).SerializeToString(), weights)
+
+
 def float_session(graph: Graph, extra_outputs: Iterable[str] = (), threads: int = 0, basic: bool = False):
-    """An onnxruntime session of the float IR that also returns ``extra_outputs``."""
-    return open_session(float_model_bytes(graph, extra_outputs), threads, basic)
+    """An onnxruntime session of the float IR that also returns ``extra_outputs`` (its weights handed over as arrays)."""
+    return open_session(session_model(graph, extra_outputs), threads, basic)
 
 
 
@@ -36,7 +72,7 @@ def float_model_bytes(graph: Graph, extra_outputs: Iterable[str] = ()) -> bytes:
     return _with_outputs(to_onnx(graph), extra_outputs).SerializeToString()
 
 
-def with_extra_outputs(model: bytes, graph: Graph, extra_outputs: Iterable[str]) -> bytes:
+def with_extra_outputs(model: Any, graph: Graph, extra_outputs: Iterable[str]) -> Any:
     """``model`` (``to_onnx(graph)`` serialized, with any metadata) with ``extra_outputs`` added as graph
     outputs, as :func:`float_model_bytes` adds them, without building or serializing the model again.
 
@@ -44,7 +80,10 @@ def with_extra_outputs(model: bytes, graph: Graph, extra_outputs: Iterable[str])
     appends repeated fields: so the bytes of a ``ModelProto`` holding only the new ``graph.output``
     entries, appended, give the model :func:`_with_outputs` gives (same outputs in the same order, the
     same value infos). A large model is then serialized once for the file and once more for nothing.
+    A :class:`SessionModel` gets the outputs appended to its bytes and keeps its weights.
     """
+    if isinstance(model, SessionModel):
+        return SessionModel(with_extra_outputs(model.data, graph, extra_outputs), model.weights)
     have = set(graph.outputs)
     produced = {o for n in graph.nodes for o in n.outputs if o and o not in have}
     referenced = have | {t for n in graph.nodes for t in n.inputs}
@@ -72,12 +111,22 @@ def _with_outputs(model: onnx.ModelProto, extra_outputs: Iterable[str]) -> onnx.
     return model
 
 
-def open_session(model: bytes, threads: int = 0, basic: bool = False, spinning: bool = True):
-    """An onnxruntime CPU session of a serialized model. ``spinning=False`` for sessions that run beside
-    others: idle pool threads then sleep instead of spinning on the cores the others need (no effect on results)."""
+def open_session(model: bytes | SessionModel, threads: int = 0, basic: bool = False, spinning: bool = True):
+    """An onnxruntime CPU session of a serialized model or a :class:`SessionModel`. ``spinning=False`` for sessions
+    that run beside others: idle pool threads then sleep instead of spinning on the cores the others need (no effect
+    on results)."""
     import onnxruntime as ort
 
-    return ort.InferenceSession(model, _options(threads, basic, spinning=spinning), providers=["CPUExecutionProvider"])
+    options = _options(threads, basic, spinning=spinning)
+    if not isinstance(model, SessionModel):
+        return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    values = [ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(a)) for a in model.weights.values()]
+    options.add_external_initializers(list(model.weights), values)
+    session = ort.InferenceSession(model.data, options, providers=["CPUExecutionProvider"])
+    # onnxruntime copies them while it opens the session (tests/unit/quant/test_session_model.py); held anyway, as
+    # its documentation asks the memory to outlive the session
+    session._hbtool_weights = (values, model.weights)
+    return session
 
 
 def _options(threads: int = 0, basic: bool = False, pieces: bool = False, spinning: bool = True):
@@ -100,7 +149,7 @@ def _options(threads: int = 0, basic: bool = False, pieces: bool = False, spinni
     return so
 
 
-def observing_session(graph: Graph, observed: list[str], budget: int | None = None, model: bytes | None = None):
+def observing_session(graph: Graph, observed: list[str], budget: int | None = None, model: bytes | SessionModel | None = None):
     """(session, output names) that runs the float graph and hands out ``observed``: one onnxruntime
     session, or for a graph whose observed tensors exceed ``budget`` bytes the same graph in pieces
     (:mod:`hbtool.quant.pieces`), which gives the same arrays with a fraction of them in memory.
@@ -115,7 +164,7 @@ def observing_session(graph: Graph, observed: list[str], budget: int | None = No
 
     pieces = plan_pieces(graph, observed, _pieces.PIECE_BUDGET_BYTES if budget is None else budget)
     if pieces is None:
-        data = float_model_bytes(graph, observed) if model is None else with_extra_outputs(model, graph, observed)
+        data = session_model(graph, observed) if model is None else with_extra_outputs(model, graph, observed)
         sess = open_session(data, spinning=False)
         del data
         return sess, [o.name for o in sess.get_outputs()]
@@ -145,7 +194,7 @@ def collect_stats(
     progress=None,
     channel_means: dict[str, int] | None = None,
     channel_maxes: dict[str, int] | None = None,
-    model: bytes | None = None,
+    model: bytes | SessionModel | None = None,
     num_samples: int | None = None,
 ) -> dict[str, TensorStats]:
     """Observe ``tensors`` while running the float graph on every batch.
@@ -193,7 +242,7 @@ def _load_loops() -> None:
 
 
 def _observe_all(graph: Graph, tensors: list[str], batches: Iterable[Mapping[str, np.ndarray]], progress,
-                 channel_means: dict[str, int], channel_maxes: dict[str, int], model: bytes | None, extra: list[str],
+                 channel_means: dict[str, int], channel_maxes: dict[str, int], model: bytes | SessionModel | None, extra: list[str],
                  compiled: bool) -> dict[str, TensorStats]:
     """The pass of :func:`collect_stats`: the session, every batch observed, the statistics checked."""
     sess, out_names = observing_session(graph, list(tensors) + list(dict.fromkeys(extra)), model=model)

@@ -21,7 +21,8 @@ from hbtool.config import load_config
 from hbtool.quant import calibrate as calib
 from hbtool.quant.calibrated_model import build_calibrated_graph
 from hbtool.quant.candidate_scoring import ScoringModel, plan_layout
-from hbtool.quant.collect import float_model_bytes, open_session
+from hbtool.quant import collect
+from hbtool.quant.collect import float_model_bytes, open_session, session_model
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -51,7 +52,10 @@ def _prepared(tmp_path: Path, model: str, **cal) -> calib._Calibration:
     ("tiny_vit", {}),
     ("tiny_swin", {"ptf": True, "softmax_log2": True}),
 ])
-def test_shared_session_outputs_are_each_candidates_own(tmp_path, model, options):
+def test_shared_session_outputs_are_each_candidates_own(tmp_path, monkeypatch, model, options):
+    """Each candidate's own model from its full bytes; the shared scoring model as calibrate opens it, its weights
+    handed over as arrays (collect.SessionModel; the tiny models' weights count with the threshold at 1 KB)."""
+    monkeypatch.setattr(collect, "IN_MEMORY_MIN_BYTES", 1024)
     run = _prepared(tmp_path, model, **options)
     outputs = list(run.graph.outputs)
     shared: dict = {}
@@ -63,7 +67,9 @@ def test_shared_session_outputs_are_each_candidates_own(tmp_path, model, options
         layout = plan_layout(run.graph, plan, run.weights)
         if layout not in shared:
             scoring = ScoringModel(run.qsrc, plan, dict(run.weights))
-            shared[layout] = (scoring, open_session(float_model_bytes(scoring.graph), basic=True, spinning=False))
+            handed = session_model(scoring.graph)
+            assert handed.weights, "some weights are handed over as arrays"
+            shared[layout] = (scoring, open_session(handed, basic=True, spinning=False))
         scoring, sess = shared[layout]
         feeds = scoring.feeds(plan)
         assert feeds, "the scoring model feeds its activation numbers"
