@@ -19,7 +19,7 @@ from onnx import helper, numpy_helper
 
 from hbtool import __version__
 from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node
-from hbtool.ir.onnx_import import STAGE_KEY
+from hbtool.ir.onnx_import import IN_MEMORY_LOCATION, STAGE_KEY
 from hbtool.utils.atomic import atomic_write_bytes
 
 
@@ -106,11 +106,6 @@ def put_tensor(tensor: onnx.TensorProto, array: np.ndarray, name: str) -> None:
         tensor.name = name
     tensor.data_type = helper.np_dtype_to_tensor_dtype(array.dtype)
     tensor.raw_data = array.tobytes()   # a native little-endian type: from_array's bytes
-
-
-#: where a weight left out of a serialized model says it is: ONNX external data needs a location, and this one names no
-#: file. The consumer is handed the array itself (``hbtool.quant.collect.open_session`` gives onnxruntime the arrays)
-IN_MEMORY_LOCATION = "hbtool-in-memory"
 
 
 def put_in_memory_reference(tensor: onnx.TensorProto, array: np.ndarray, name: str) -> None:

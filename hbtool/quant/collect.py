@@ -19,19 +19,14 @@ from onnx import helper
 from hbtool.errors import InputError
 from hbtool.ir.graph import Graph
 from hbtool.ir.onnx_export import _value_info, to_onnx
+from hbtool.ir.onnx_import import IN_MEMORY_LOCATION, handed_over_in_memory
 from hbtool.quant.observers import COMPILED_HISTOGRAM_MIN_ELEMENTS, MAX_HIST_SAMPLES, TensorStats, histogram_elements
 from hbtool.quant.pieces import PiecewiseSession, plan_pieces, run_each, static_sizes
 
 
-#: constants of at least this many bytes stay numpy arrays handed to onnxruntime (:class:`SessionModel`): the shape
-#: tensors and scalars that its shape inference and folding read while loading stay in the model
-IN_MEMORY_MIN_BYTES = 1 << 16
-_IN_MEMORY_DTYPES = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64))
-
-
 def stays_in_memory(array: np.ndarray) -> bool:
-    """A large float constant (a weight): left out of a :class:`SessionModel`'s bytes."""
-    return array.dtype in _IN_MEMORY_DTYPES and array.nbytes >= IN_MEMORY_MIN_BYTES
+    """A weight (``hbtool.ir.onnx_import.handed_over_in_memory``): left out of a :class:`SessionModel`'s bytes."""
+    return handed_over_in_memory(array.dtype, array.nbytes)
 
 
 @dataclass(frozen=True)
@@ -50,8 +45,6 @@ class SessionModel:
 
 def session_model(graph: Graph, extra_outputs: Iterable[str] = ()) -> SessionModel:
     """The float IR (with ``extra_outputs`` added as graph outputs) as a :class:`SessionModel`."""
-    from hbtool.ir.onnx_export import IN_MEMORY_LOCATION
-
     model = to_onnx(graph, in_memory=stays_in_memory)
     weights = {t.name: np.asarray(graph.values[t.name].data) for t in model.graph.initializer
                if t.data_location == onnx.TensorProto.EXTERNAL and t.external_data[0].value == IN_MEMORY_LOCATION}

@@ -21,7 +21,7 @@ from hbtool.config import load_config
 from hbtool.quant import calibrate as calib
 from hbtool.quant.calibrated_model import build_calibrated_graph
 from hbtool.quant.candidate_scoring import ScoringModel, plan_layout
-from hbtool.quant import collect
+from hbtool.ir import onnx_import
 from hbtool.quant.collect import float_model_bytes, open_session, session_model
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -55,7 +55,7 @@ def _prepared(tmp_path: Path, model: str, **cal) -> calib._Calibration:
 def test_shared_session_outputs_are_each_candidates_own(tmp_path, monkeypatch, model, options):
     """Each candidate's own model from its full bytes; the shared scoring model as calibrate opens it, its weights
     handed over as arrays (collect.SessionModel; the tiny models' weights count with the threshold at 1 KB)."""
-    monkeypatch.setattr(collect, "IN_MEMORY_MIN_BYTES", 1024)
+    monkeypatch.setattr(onnx_import, "IN_MEMORY_MIN_BYTES", 1024)
     run = _prepared(tmp_path, model, **options)
     outputs = list(run.graph.outputs)
     shared: dict = {}
