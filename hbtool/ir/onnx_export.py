@@ -122,6 +122,18 @@ def put_in_memory_reference(tensor: onnx.TensorProto, array: np.ndarray, name: s
     entry.value = IN_MEMORY_LOCATION
 
 
+def put_back_in_memory_weights(model: onnx.ModelProto, graph: Graph) -> None:
+    """Fill every :data:`IN_MEMORY_LOCATION` reference of ``model`` (``to_onnx(graph, in_memory=...)``) with the
+    graph's array, in place: the model is then the bytes ``to_onnx(graph)`` gives, without building its nodes again
+    (calibrate opens a session on the model without its weights, then writes the file from the same message)."""
+    for tensor in model.graph.initializer:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL and any(
+                e.key == "location" and e.value == IN_MEMORY_LOCATION for e in tensor.external_data):
+            name = tensor.name
+            tensor.Clear()
+            put_tensor(tensor, np.asarray(graph.values[name].data), name)
+
+
 class DanglingTensorError(RuntimeError):
     """The IR reads a tensor that nothing defines: a bug in hbtool, never the user's model."""
 

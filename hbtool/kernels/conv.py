@@ -119,8 +119,21 @@ def conv_acc_numpy(x: np.ndarray, w: np.ndarray, strides: Sequence[int], pads: S
 
 
 # --------------------------------------------------------------------------- exact float conv in ONNX
+def _narrow(w: np.ndarray) -> np.ndarray:
+    """``w`` as int16 when its values allow the digit arithmetic there (weight codes: int8, int4), else as it is.
+
+    The weights arrive as int64; the splits and bounds of a model's convolutions on int64 arrays (four passes each,
+    three times per convolution) were half of lowering ResNet50 (0.6 of 1.2 s). The same integers either way."""
+    if w.dtype.kind != "i" or w.dtype.itemsize <= 2 or w.size == 0:
+        return w
+    if int(w.min()) < -(2 ** 15) + 16 or int(w.max()) > 2 ** 15 - 16:
+        return w
+    return w.astype(np.int16)
+
+
 def split_weight(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``w = 16 * hi + lo`` with hi in [-8, 8], lo in [-8, 7] (balanced digits)."""
+    """``w = 16 * hi + lo`` with hi in [-8, 8], lo in [-8, 7] (balanced digits); int16 digits for weight codes."""
+    w = _narrow(w)
     hi = (w + 8) >> 4
     return hi, w - 16 * hi
 
@@ -128,8 +141,10 @@ def split_weight(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def plan_float_conv(w: np.ndarray, in_bits: int) -> tuple[bool, bool]:
     """(split_x, split_w): the cheapest digit split keeping float32 partial sums <= 2**24."""
     def worst(parts: Sequence[np.ndarray]) -> int:
-        return max(int(np.abs(p).reshape(p.shape[0], -1).sum(axis=1).max(initial=0)) for p in parts)
+        # sums of int16 rows are taken in int64 (numpy's default for narrower integers): no overflow
+        return max(int(np.abs(p).reshape(p.shape[0], -1).sum(axis=1, dtype=np.int64).max(initial=0)) for p in parts)
 
+    w = _narrow(w)
     xmax = 2 ** (in_bits - 1)
     ws = worst([w])
     wsplit = worst(split_weight(w))

@@ -27,13 +27,14 @@ from hbtool.errors import InputError, NotDeployableError
 from hbtool.io.files import safe_file_name
 from hbtool.io.metrics import RunningChannelErrors, RunningErrors
 from hbtool.ir.graph import Graph
-from hbtool.ir.onnx_export import to_onnx
+from hbtool.ir.onnx_export import put_back_in_memory_weights, to_onnx
 from hbtool.ir.onnx_import import import_onnx
 from hbtool.kernels.movement import PERMUTATIONS
 from hbtool.march.description import check_int16_supported, load_march
 from hbtool.quant.calibrated_model import build_calibrated_graph, loaded_bias_delta
 from hbtool.quant.candidate_scoring import ScoringModel, plan_layout
-from hbtool.quant.collect import SessionModel, collect_stats, open_session, session_model, with_extra_outputs
+from hbtool.quant.collect import (SessionModel, collect_stats, open_session, session_model, session_model_of, stays_in_memory,
+                                  with_extra_outputs)
 from hbtool.quant.data import CalibrationSet, load_calibration_data
 from hbtool.quant.fqvit import apply_ptf, apply_softmax_log2, log2_decode, ptf_tensors
 from hbtool.quant.masks import clamp_masks
@@ -546,15 +547,17 @@ class _Calibration:
                 float_session = evaluation.submit(evaluation_float_session, graph, node_tensors, self.float_model)
                 qgraph = build_quantized_graph(program)
                 # onnxruntime opens and runs both models (outside the GIL; their weights handed over as arrays:
-                # collect.SessionModel) while this thread serializes the quantized model for its file, builds the
-                # calibrated graph and serializes the two files nobody runs, as write_outputs would (the same calls:
-                # the same bytes)
+                # collect.SessionModel) while this thread puts the weights back into the quantized model for its file
+                # (the message built once), builds the calibrated graph and serializes the two files nobody runs, as
+                # write_outputs would (the same bytes)
+                qmodel = to_onnx(qgraph, stage="quantized", in_memory=stays_in_memory)
                 errors = evaluation.submit(evaluate_outputs, graph, qgraph, self.eval_batches, None, node_tensors, node_scales,
                                            test_feeds=runtime_feeds(cfg, list(graph.inputs)), channel_out=out_channels,
-                                           serialized=(self.float_model, session_model(qgraph)),
+                                           serialized=(self.float_model, session_model_of(qmodel, qgraph)),
                                            exact_test=computes_exactly(program), float_session=float_session)
-                serialized = {"optimized_float_model": self.float_bytes,
-                              "quantized_model": to_onnx(qgraph, stage="quantized").SerializeToString()}
+                put_back_in_memory_weights(qmodel, qgraph)
+                serialized = {"optimized_float_model": self.float_bytes, "quantized_model": qmodel.SerializeToString()}
+                del qmodel
                 cgraph, _ = build_calibrated_graph(self.qsrc, plan, self.weights)
                 serialized["calibrated_model"] = to_onnx(cgraph, stage="calibrated").SerializeToString()
                 serialized["original_float_model"] = to_onnx(self.original, stage="original_float").SerializeToString()

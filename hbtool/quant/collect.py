@@ -46,9 +46,19 @@ class SessionModel:
 def session_model(graph: Graph, extra_outputs: Iterable[str] = ()) -> SessionModel:
     """The float IR (with ``extra_outputs`` added as graph outputs) as a :class:`SessionModel`."""
     model = to_onnx(graph, in_memory=stays_in_memory)
-    weights = {t.name: np.asarray(graph.values[t.name].data) for t in model.graph.initializer
-               if t.data_location == onnx.TensorProto.EXTERNAL and t.external_data[0].value == IN_MEMORY_LOCATION}
-    return SessionModel(_with_outputs(model, extra_outputs).SerializeToString(), weights)
+    return SessionModel(_with_outputs(model, extra_outputs).SerializeToString(), _in_memory_weights(model, graph))
+
+
+def session_model_of(model: onnx.ModelProto, graph: Graph) -> SessionModel:
+    """The :class:`SessionModel` of ``model``, which is ``to_onnx(graph, in_memory=stays_in_memory)`` (with any
+    metadata): for a caller that then writes the model's file from the same message
+    (``hbtool.ir.onnx_export.put_back_in_memory_weights``)."""
+    return SessionModel(model.SerializeToString(), _in_memory_weights(model, graph))
+
+
+def _in_memory_weights(model: onnx.ModelProto, graph: Graph) -> dict[str, np.ndarray]:
+    return {t.name: np.asarray(graph.values[t.name].data) for t in model.graph.initializer
+            if t.data_location == onnx.TensorProto.EXTERNAL and t.external_data[0].value == IN_MEMORY_LOCATION}
 
 
 def float_session(graph: Graph, extra_outputs: Iterable[str] = (), threads: int = 0, basic: bool = False):

@@ -118,3 +118,17 @@ def test_calibration_is_the_same_with_the_weights_in_the_bytes(swin_config, monk
     assert handed.candidates == inline.candidates and handed.method == inline.method
     assert handed.output_errors == inline.output_errors and handed.node_errors == inline.node_errors
     assert handed.serialized == inline.serialized
+
+
+def test_weights_put_back_give_the_file_bytes():
+    """calibrate builds the quantized model's message once: without its weights for the session, then with them put
+    back for the file, which must be the bytes ``to_onnx`` writes."""
+    from hbtool.ir.onnx_export import put_back_in_memory_weights, to_onnx
+    from hbtool.quant.collect import session_model_of, stays_in_memory
+
+    graph, _ = _graph()
+    model = to_onnx(graph, stage="quantized", in_memory=stays_in_memory)
+    handed = session_model_of(model, graph)
+    assert handed.weights and len(handed.data) < 4096
+    put_back_in_memory_weights(model, graph)
+    assert model.SerializeToString() == to_onnx(graph, stage="quantized").SerializeToString()
