@@ -291,15 +291,15 @@ _QDQ_REWRITES_LEFT_TO_HBTOOL = ("WeightBiasQuantization",)
 #: file. The consumer is handed the array itself (onnxruntime's in-memory external initializers: the folds here, and
 #: ``hbtool.quant.collect.open_session``)
 IN_MEMORY_LOCATION = "hbtool-in-memory"
-#: initializers of at least this many bytes are handed to onnxruntime as arrays; the small ones (the shapes and
-#: scalars its shape inference reads while loading) stay in the bytes
-IN_MEMORY_MIN_BYTES = 1 << 16
+#: the types onnxruntime is handed as arrays (numpy's own, which ``OrtValue.ortvalue_from_numpy`` takes): float
+#: weights, and the int8 / uint8 weights of the quantized model
 _IN_MEMORY_DTYPES = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64, np.int8, np.uint8))
 
 
 def handed_over_in_memory(dtype: Any, nbytes: int) -> bool:
-    """A weight (a large float or 8-bit constant) that a model for onnxruntime leaves out of its bytes."""
-    return np.dtype(dtype) in _IN_MEMORY_DTYPES and nbytes >= IN_MEMORY_MIN_BYTES
+    """A weight that a model for onnxruntime leaves out of its bytes: of a type above, and large enough that it is
+    no shape, scalar or pads tensor (:data:`SET_ASIDE_MIN_BYTES`, the size onnx's passes set aside from too)."""
+    return np.dtype(dtype) in _IN_MEMORY_DTYPES and nbytes >= SET_ASIDE_MIN_BYTES
 
 
 def _copy_fields(source: Any, target: Any, skip: str) -> None:
@@ -316,7 +316,8 @@ def _copy_fields(source: Any, target: Any, skip: str) -> None:
 
 
 def _large_weights_apart(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
-    """(``model`` without the bytes of its large initializers, {name: array} of them).
+    """(``model`` without the bytes of its large float initializers, {name: array} of them): a copy, where
+    :func:`_weights_set_aside` takes the same tensors' bytes out of ``model`` itself for onnx's passes.
 
     Each left-out initializer keeps its name, shape and type and points at :data:`IN_MEMORY_LOCATION`; onnxruntime
     is given the arrays (``add_external_initializers``). Serializing a 100 MB model for a fold and onnxruntime parsing
@@ -327,7 +328,7 @@ def _large_weights_apart(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[
     _copy_fields(model.graph, light.graph, "initializer")
     weights: dict[str, np.ndarray] = {}
     for tensor in model.graph.initializer:
-        dtype = _raw_dtype(tensor)
+        dtype = _raw_dtype(tensor) if tensor.data_type in SET_ASIDE_TYPES else None
         if dtype is not None and tensor.name not in weights and handed_over_in_memory(dtype, len(tensor.raw_data)):
             weights[tensor.name] = np.frombuffer(tensor.raw_data, dtype=dtype).reshape(tuple(tensor.dims))
             ref = light.graph.initializer.add()

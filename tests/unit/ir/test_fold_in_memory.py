@@ -57,7 +57,7 @@ def _model(opset: int) -> onnx.ModelProto:
 def test_imported_graph_is_the_same_with_the_weights_handed_over(opset, monkeypatch):
     imported = []
     for threshold in (1 << 40, 1024):
-        monkeypatch.setattr(onnx_import, "IN_MEMORY_MIN_BYTES", threshold)
+        monkeypatch.setattr(onnx_import, "SET_ASIDE_MIN_BYTES", threshold)
         imported.append(to_onnx(import_onnx(_model(opset))).SerializeToString())
     inline, handed = imported
     assert handed == inline
@@ -68,7 +68,7 @@ def test_imported_graph_is_the_same_with_the_weights_handed_over(opset, monkeypa
 def test_the_model_onnxruntime_parses_leaves_the_weights_out():
     model = _model(17)
     light, weights = onnx_import._large_weights_apart(model)
-    assert set(weights) == {"w", "w2"}   # 147 KB each; "m" (8 KB) and the small ones stay in the bytes
+    assert set(weights) == {"w", "w2", "m"}   # 147, 147 and 8 KB; the small ones and the int64 shapes stay in the bytes
     for name, array in weights.items():
         original = [t for t in model.graph.initializer if t.name == name][0]
         assert array.tobytes() == original.raw_data and array.shape == tuple(original.dims)

@@ -55,7 +55,7 @@ def _prepared(tmp_path: Path, model: str, **cal) -> calib._Calibration:
 def test_shared_session_outputs_are_each_candidates_own(tmp_path, monkeypatch, model, options):
     """Each candidate's own model from its full bytes; the shared scoring model as calibrate opens it, its weights
     handed over as arrays (collect.SessionModel; the tiny models' weights count with the threshold at 1 KB)."""
-    monkeypatch.setattr(onnx_import, "IN_MEMORY_MIN_BYTES", 1024)
+    monkeypatch.setattr(onnx_import, "SET_ASIDE_MIN_BYTES", 1024)
     run = _prepared(tmp_path, model, **options)
     outputs = list(run.graph.outputs)
     shared: dict = {}

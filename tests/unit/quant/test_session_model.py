@@ -53,7 +53,7 @@ def test_the_bytes_leave_the_weights_out():
     model = session_model(graph)
     full = float_model_bytes(graph)
     assert isinstance(model, SessionModel)
-    assert all(a.nbytes >= onnx_import.IN_MEMORY_MIN_BYTES for a in model.weights.values()) and len(model.weights) >= 2
+    assert all(a.nbytes >= onnx_import.SET_ASIDE_MIN_BYTES for a in model.weights.values()) and len(model.weights) >= 2
     assert len(model.data) < len(full) - sum(a.nbytes for a in model.weights.values()) + 4096
     proto = onnx.ModelProto.FromString(model.data)
     inline = {t.name for t in proto.graph.initializer if t.data_location != TensorProto.EXTERNAL}
@@ -112,7 +112,7 @@ def test_calibration_is_the_same_with_the_weights_in_the_bytes(swin_config, monk
 
     results = []
     for threshold in (1 << 40, 1024):
-        monkeypatch.setattr(onnx_import, "IN_MEMORY_MIN_BYTES", threshold)
+        monkeypatch.setattr(onnx_import, "SET_ASIDE_MIN_BYTES", threshold)
         results.append(run_calibration(load_config(swin_config)))
     inline, handed = results
     assert handed.candidates == inline.candidates and handed.method == inline.method
