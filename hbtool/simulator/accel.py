@@ -976,7 +976,7 @@ def quantize_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], 
     """:meth:`Quantize.apply_numpy` by one float32 scale as one fused pass writing int16 (the numpy form
     makes four whole-array passes and an int64 result); per-channel scales keep the numpy form."""
     scale = np.asarray(kernel.scale)
-    if scale.size != 1 or scale.dtype != np.float32:
+    if scale.size != 1 or scale.dtype != np.float32 or int(kernel.bits) > 16:  # the loop clamps in float32
         return None
     s = np.float32(scale.reshape(()))
     qmin, qmax = int_range(int(kernel.bits))
