@@ -120,7 +120,8 @@ _POOL: list[ThreadPoolExecutor | None] = [None]
 # run 0.2-0.7 ns an element: a split only pays past about 140k elements, and 1 << 15 (the old value) split
 # every 10 us loop of a batch-1 CNN. Measured (sim7, load 4-5), MobileNetV2's 960 x 49 requantize one thread
 # 10 us, split 33 us of CPU and 60 us of wall; whole models at batch 1, two threads: the old value cost
-# 15-30 % more CPU a sample than none at all (docs/benchmarks.md, "Batch 1: loops split only past 2**18").
+# 19-23 % more CPU a sample (best rounds) than no split at all (docs/benchmarks.md, "Batch 1: loops split only
+# past 2**18"). Past 2**18 (loops of 60-100 us and more) an idle second core should still pay for the split.
 MIN_PARALLEL_WORK = 1 << 18
 
 
