@@ -946,11 +946,37 @@ def avgpool_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], n
     return _marked(run, params, {0: np.int8} if kernel.in_bits <= 8 else {})
 
 
+def reduce_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.ndarray] | None:
+    """:meth:`ReduceMean.apply_numpy` (and ReduceSum's, the same form) over the trailing axes of a tensor by one
+    requantizer (a global average pool): the row sums and their requantization in one loop
+    (:func:`fused.row_sums_requant`); other axes, or a requantizer per channel, keep the numpy form."""
+    rq = kernel.requant
+    if any(v is not None and np.size(v) != 1 for v in (rq.M, rq.n, rq.clamp_acc, rq.pre_shift)):
+        return None
+    params = RequantParams(rq, 1)
+    axes = tuple(int(a) for a in kernel.axes)
+
+    def run(x: np.ndarray) -> np.ndarray:
+        rank = np.ndim(x)
+        reduced = sorted({a % rank for a in axes}) if rank else []
+        first = rank - len(reduced)
+        if not reduced or reduced != list(range(first, rank)) or len(reduced) != len(axes) or np.size(x) == 0:
+            return kernel.apply_numpy(x).astype(params.out_dtype)  # other axes, or the numpy form's own error
+        lead = np.shape(x)[:first]
+        x2 = (np.ascontiguousarray(x) if x.dtype in (np.int8, np.int16) else as_stored(x)).reshape(math.prod(lead), -1)
+        out = np.empty(x2.shape[0], params.out_dtype)
+        fused.row_sums_requant(x2, params.M[0], params.n[0], params.clamp[0], params.pre[0], params.lo, params.hi,
+                               np.int64(params.mode), out)
+        return out.reshape(lead + ((1,) * len(reduced) if kernel.keepdims else ()))
+
+    return _marked(run, params)
+
+
 def quantize_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], np.ndarray] | None:
     """:meth:`Quantize.apply_numpy` by one float32 scale as one fused pass writing int16 (the numpy form
     makes four whole-array passes and an int64 result); per-channel scales keep the numpy form."""
     scale = np.asarray(kernel.scale)
-    if scale.size != 1 or scale.dtype != np.float32:
+    if scale.size != 1 or scale.dtype != np.float32 or int(kernel.bits) > 16:  # the loop clamps in float32
         return None
     s = np.float32(scale.reshape(()))
     qmin, qmax = int_range(int(kernel.bits))
@@ -1322,6 +1348,8 @@ _BUILDERS = {
     "Softmax": softmax_fast,
     "MaxPool": maxpool_fast,
     "AvgPool": avgpool_fast,
+    "ReduceMean": reduce_fast,
+    "ReduceSum": reduce_fast,
     "Dequantize": dequantize_fast,
     "Quantize": quantize_fast,
 }

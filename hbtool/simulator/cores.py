@@ -1,8 +1,8 @@
 """Which threads may split a step over the cores: one switch for the loops and the onnxruntime sessions.
 
 A step of ``simulate`` uses the cores in one of two ways. At batch 1 there is one pass, so each step
-splits itself: the integer loops over rows (:func:`.jit.over_rows`), the products over onnxruntime's
-intra-op threads. With a batch's passes on several threads at once (:meth:`.executor.Executor.run`),
+splits itself: the integer loops over rows past :data:`.jit.MIN_PARALLEL_WORK` (:func:`.jit.over_rows`), the
+products over onnxruntime's intra-op threads. With a batch's passes on several threads at once (:meth:`.executor.Executor.run`),
 each pass already keeps a core busy; if its steps split too, two passes queue on one shared loop pool
 and on each session's one worker thread, and onnxruntime's non-spinning pools pay a wake-up per call
 (measured, 2 cores loaded: MobileNetV2 at batch 16 cost 20.0 ms of CPU a sample with every step split

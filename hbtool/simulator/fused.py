@@ -36,7 +36,7 @@ from hbtool.simulator.jit import (  # noqa: F401  the loops' controls, used thro
 __all__ = ["MODE_CODES", "background", "call_skipped", "compile_in_background", "end_call", "set_threads", "skipped_calls",
            "start_call", "threads", "requantize_parts", "requantize_cols", "requantize_rows", "split_digits", "layernorm_rows",
            "requantize_cols_one", "requantize_rows_one", "softmax_rows", "add_rows", "mul_rows", "mul_rowscalar", "add_rowscalar", "mul_rowscalar_simple", "add_rowscalar_simple", "add_rows_simple",
-           "mul_rows_simple", "lookup", "digits_u8", "digits_i8", "quantize", "depthwise_rows", "add_same_simple",
+           "mul_rows_simple", "lookup", "row_sums_requant", "digits_u8", "digits_i8", "quantize", "depthwise_rows", "add_same_simple",
            "mul_same_simple"]
 
 MODE_CODES = {"floor": 0, "half_up": 1, "half_away": 2, "half_even": 3}
@@ -472,19 +472,37 @@ def _lookup(r0_, r1_, x, table, offset, out):
 def _quantize(r0_, r1_, x, scale, qmin, qmax, out):
     """:meth:`Quantize.apply_numpy` of float32 ``x`` by one float32 ``scale``: ``clip(rint(x / scale))``,
     NaN to 0, element by element (the same IEEE float32 division and round-half-even as numpy's
-    whole-array passes, in one pass)."""
+    whole-array passes, in one pass).
+
+    Selects, not branches, so the loop vectorises: NaN to 0, then the clamp on the float32 value (``qmin``
+    and ``qmax`` of at most 16 bits are exact in float32, and so is every rounded value between them), one
+    conversion. MobileNetV2's 3 x 224 x 224 input 52.6 -> 19.9 us of CPU, one thread, hot (the branching
+    spelling kept it scalar)."""
     xs = x[r0_:r1_]
     os_ = out[r0_:r1_]
+    lo = np.float32(qmin)
+    hi = np.float32(qmax)
     for i in range(xs.shape[0]):
         v = np.rint(xs[i] / scale)
-        if v != v:
-            os_[i] = 0
-        elif v < qmin:
-            os_[i] = qmin
-        elif v > qmax:
-            os_[i] = qmax
-        else:
-            os_[i] = np.int64(v)
+        v = np.float32(0) if v != v else v
+        v = lo if v < lo else v
+        v = hi if v > hi else v
+        os_[i] = np.int32(v)
+
+
+@jit()
+def _row_sums_requant(r0_, r1_, x, M, n, clamp, pre, lo, hi, mode, out):
+    """``out[r] = requant(sum(x[r, :]))`` by one per-tensor requantizer (:func:`_requant_one`): a ReduceMean /
+    ReduceSum over the trailing axes, the rows' int64 sums and their requantization in one pass. The numpy
+    form (a range check, an int64 sum over the axes, four requantizing passes) took 68 us of CPU on
+    MobileNetV2's 1280 x 7 x 7 global pool, one thread, hot; this loop 5-10 us."""
+    R, Q = x.shape
+    for r in range(r0_, r1_):
+        xr = x[r]
+        total = np.int64(0)
+        for q in range(Q):
+            total += np.int64(xr[q])
+        out[r] = _requant_one(total, M, n, clamp, pre, lo, hi, mode)
 
 
 @jit()
@@ -795,6 +813,11 @@ def lookup(x, table, offset, out):
 def quantize(x, scale, qmin, qmax, out):
     """:func:`_quantize` over a flat tensor, split across the cores when it is big enough."""
     over_rows(_quantize, x.size, x.size, x, scale, qmin, qmax, out)
+
+
+def row_sums_requant(x, M, n, clamp, pre, lo, hi, mode, out):
+    """:func:`_row_sums_requant` of a 2-D ``x`` into 1-D ``out``, split across the cores when ``x`` is big enough."""
+    over_rows(_row_sums_requant, x.shape[0], x.size, x, M, n, clamp, pre, lo, hi, mode, out)
 
 
 def digits_u8(x, out):

@@ -114,7 +114,15 @@ def jit(**options):
 # ------------------------------------------------------------------------------ threads
 _THREADS = [max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))]
 _POOL: list[ThreadPoolExecutor | None] = [None]
-MIN_PARALLEL_WORK = 1 << 15  # elements below which splitting across threads costs more than it saves
+# Work (elements, or weighted elements for the heavier loops) below which a loop runs in the calling thread.
+# Handing half the rows to the pool thread and waiting for it costs about 21 us of wall and of CPU on this
+# project's 2-core VM (ThreadPoolExecutor submit + result of an empty function, 2026-12-07), while the loops
+# run 0.2-0.7 ns an element: a split only pays past about 140k elements, and 1 << 15 (the old value) split
+# every 10 us loop of a batch-1 CNN. Measured (sim7, load 4-5), MobileNetV2's 960 x 49 requantize one thread
+# 10 us, split 33 us of CPU and 60 us of wall; whole models at batch 1, two threads: the old value cost
+# 19-23 % more CPU a sample (best rounds) than no split at all (docs/benchmarks.md, "Batch 1: loops split only
+# past 2**18"). Past 2**18 (loops of 60-100 us and more) an idle second core should still pay for the split.
+MIN_PARALLEL_WORK = 1 << 18
 
 
 def set_threads(n: int | None) -> None:

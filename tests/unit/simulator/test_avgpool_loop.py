@@ -36,12 +36,15 @@ def test_avgpool_loop_is_bit_exact(rounding, in_bits, out_bits, relu, k, s, pads
         np.testing.assert_array_equal(got, kern.apply_numpy(x))
 
 
-def test_avgpool_loop_splits_over_threads_bit_exact():
+def test_avgpool_loop_splits_over_threads_bit_exact(monkeypatch):
+    from hbtool.simulator import jit
+
+    monkeypatch.setattr(jit, "MIN_PARALLEL_WORK", 1)  # split whatever the tensor's size
     before = fused.threads()
     fused.set_threads(2)
     try:
         kern = AvgPool.build((3, 3), 0.05, 0.04, 64, strides=(1, 1), pads=(1, 1, 1, 1), count_include_pad=True, in_bits=8)
-        x = _codes((2, 64, 40, 40), 8)  # past MIN_PARALLEL_WORK
+        x = _codes((2, 64, 40, 40), 8)
         np.testing.assert_array_equal(accel.accelerate(kern)(x.astype(np.int8)), kern.apply_numpy(x))
     finally:
         fused.set_threads(before)

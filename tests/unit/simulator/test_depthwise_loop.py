@@ -88,10 +88,12 @@ def test_the_loop_runs_on_large_planes_and_the_session_on_small_ones(monkeypatch
 
 
 @pytest.mark.parametrize("strides,dilations,mult", [((2, 2), (1, 1), 1), ((2, 1), (1, 2), 2), ((3, 2), (2, 1), 1)])
-def test_a_strided_layer_split_over_threads_equals_the_numpy_form(strides, dilations, mult):
+def test_a_strided_layer_split_over_threads_equals_the_numpy_form(monkeypatch, strides, dilations, mult):
     """Strided planes run through stride-phase planes; rows split across threads start mid-plane (a
-    thread's first row copies its own plane), large enough for the split to happen."""
-    from hbtool.simulator import fused
+    thread's first row copies its own plane); the split forced whatever the tensor's size."""
+    from hbtool.simulator import fused, jit
+
+    monkeypatch.setattr(jit, "MIN_PARALLEL_WORK", 1)
 
     rng = np.random.default_rng(sum(strides) * 10 + mult)
     C = 24

@@ -21,8 +21,11 @@ def _codes(shape, bits):
 
 
 @pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
-def threads(request):
-    """Both the one-call and the split-over-threads paths (the largest shape is past MIN_PARALLEL_WORK)."""
+def threads(request, monkeypatch):
+    """Both the one-call and the split-over-threads paths (at 2 threads every shape of more than one row splits)."""
+    from hbtool.simulator import jit
+
+    monkeypatch.setattr(jit, "MIN_PARALLEL_WORK", 1)
     before = fused.threads()
     fused.set_threads(request.param)
     yield request.param
