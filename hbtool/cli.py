@@ -17,6 +17,7 @@ import click
 
 from hbtool import __version__
 from hbtool.errors import HbError, InputError
+from hbtool.utils.process_exit import freeze_objects_at_exit
 
 EXIT_INTERNAL = 3
 
@@ -79,23 +80,6 @@ def main(verbose: bool) -> None:
     """Deploy float ONNX models to Horizon BPUs (Journey 5 / RDK Ultra `bayes`, RDK X5 `bayes-e`, RDK X3 `bernoulli2`): check, quantize, compile, simulate, estimate."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     freeze_objects_at_exit()
-
-
-def freeze_objects_at_exit() -> None:
-    """Have the interpreter's shutdown skip its cyclic garbage collections (``gc.freeze`` as the first exit step).
-
-    Shutdown collects garbage once more, traversing every object the collector tracks; after ``hbtool calibrate``
-    that includes numba's compiled histogram loop and its object graph, and the exit took 0.3-0.6 s (0.14 s
-    frozen) on the loaded 2-core machine, a second a time on the wall clock of a command users and CI wait for.
-    The process returns its memory to the system either way; an object left in a reference cycle is then not
-    finalized at exit, which Python never promises. atexit runs its handlers last-registered first, so this one,
-    registered by the command, runs before the handlers of the modules imported earlier (logging's flush among
-    them), which still run."""
-    import atexit
-    import gc
-
-    atexit.unregister(gc.freeze)   # once per process, however many commands a test runs in it
-    atexit.register(gc.freeze)
 
 
 def parse_input_shapes(pairs: Sequence[tuple[str, str]]) -> dict[str, tuple[int, ...]]:

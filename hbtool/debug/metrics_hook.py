@@ -38,7 +38,8 @@ class Metric:
 
     def value(self, quantized: Outputs, float_: Outputs) -> float:
         if self.hook is None:
-            return score(per_output(float_, quantized), self.name)
+            # a built-in metric is a whole-output column: the per-channel scan (per_output's default) is not read
+            return score(per_output(float_, quantized, channels=False), self.name)
         try:
             v = float(self.hook(dict(quantized), dict(float_)))
         except Exception as exc:  # the user's code: one line naming it
