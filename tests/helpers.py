@@ -177,3 +177,19 @@ def compile_like_tiny_cnn(tmp: Path, onnx_model: Path, prefix: str):
     r = CliRunner().invoke(main, ["compile", "-c", str(cfg)])
     assert r.exit_code == 0, r.output
     return read_artifact(tmp / "wd" / f"{prefix}.bin")
+
+
+def tiny_calibration_config(folder: Path, model: str = "tiny_swin", **calibration) -> Path:
+    """A config file in ``folder`` for one of the repository's tiny models (``configs/<model>.yaml``) calibrated on
+    the bundled digits, its working directory ``folder / "wd"``; ``calibration`` overrides calibration_parameters."""
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    data = yaml.safe_load((root / "configs" / f"{model}.yaml").read_text())
+    data["model_parameters"]["onnx_model"] = str(root / "samples" / "tiny" / f"{model}.onnx")
+    data["model_parameters"]["working_dir"] = str(folder / "wd")
+    data["calibration_parameters"]["cal_data_dir"] = str(root / "samples" / "data" / "digits_cal")
+    data["calibration_parameters"].update(calibration)
+    path = folder / "cfg.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path

@@ -13,27 +13,17 @@ from pathlib import Path
 
 import onnx
 import pytest
-import yaml
 
 from hbtool.config import load_config
 from hbtool.ir.onnx_export import to_onnx
 from hbtool.quant.calibrate import evaluate_outputs, evaluation_float_session, run_calibration, write_outputs
 from hbtool.quant.collect import float_model_bytes, with_extra_outputs
-
-ROOT = Path(__file__).resolve().parents[3]
+from tests.helpers import tiny_calibration_config
 
 
 @pytest.fixture(scope="module")
 def swin(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("swin")
-    data = yaml.safe_load((ROOT / "configs" / "tiny_swin.yaml").read_text())
-    data["model_parameters"]["onnx_model"] = str(ROOT / "samples" / "tiny" / "tiny_swin.onnx")
-    data["model_parameters"]["working_dir"] = str(tmp / "wd")
-    data["calibration_parameters"]["cal_data_dir"] = str(ROOT / "samples" / "data" / "digits_cal")
-    data["calibration_parameters"]["num_samples"] = 8
-    data["calibration_parameters"]["calibration_type"] = "default"
-    path = tmp / "cfg.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path = tiny_calibration_config(tmp_path_factory.mktemp("swin"), num_samples=8, calibration_type="default")
     cfg = load_config(path)
     return cfg, run_calibration(cfg)
 

@@ -10,20 +10,15 @@ are the same floats.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import onnx
 import pytest
-import yaml
 from onnx import TensorProto, helper
 
 from hbtool.ir.onnx_import import import_onnx
 from hbtool.ir import onnx_import
 from hbtool.quant.collect import SessionModel, float_model_bytes, open_session, session_model, with_extra_outputs
-
-ROOT = Path(__file__).resolve().parents[3]
-
+from tests.helpers import tiny_calibration_config
 
 def _graph():
     """A conv (a 147 KB weight fake-quantized by constant nodes), a MatMul (a 64 KB weight), a small bias and a
@@ -91,16 +86,7 @@ def test_onnxruntime_holds_its_own_copy():
 
 @pytest.fixture(scope="module")
 def swin_config(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("swin_session_model")
-    data = yaml.safe_load((ROOT / "configs" / "tiny_swin.yaml").read_text())
-    data["model_parameters"]["onnx_model"] = str(ROOT / "samples" / "tiny" / "tiny_swin.onnx")
-    data["model_parameters"]["working_dir"] = str(tmp / "wd")
-    data["calibration_parameters"]["cal_data_dir"] = str(ROOT / "samples" / "data" / "digits_cal")
-    data["calibration_parameters"]["num_samples"] = 8
-    data["calibration_parameters"]["calibration_type"] = "default"
-    path = tmp / "cfg.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+    return tiny_calibration_config(tmp_path_factory.mktemp("swin_session_model"), num_samples=8, calibration_type="default")
 
 
 def test_calibration_is_the_same_with_the_weights_in_the_bytes(swin_config, monkeypatch):
