@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Iterable, Iterator, Mapping
 
 import numpy as np
 import onnx
@@ -75,7 +75,7 @@ def float_model_bytes(graph: Graph, extra_outputs: Iterable[str] = ()) -> bytes:
     return _with_outputs(to_onnx(graph), extra_outputs).SerializeToString()
 
 
-def with_extra_outputs(model: Any, graph: Graph, extra_outputs: Iterable[str]) -> Any:
+def with_extra_outputs(model: bytes | SessionModel, graph: Graph, extra_outputs: Iterable[str]) -> bytes | SessionModel:
     """``model`` (``to_onnx(graph)`` serialized, with any metadata) with ``extra_outputs`` added as graph
     outputs, as :func:`float_model_bytes` adds them, without building or serializing the model again.
 
