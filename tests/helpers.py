@@ -193,3 +193,15 @@ def tiny_calibration_config(folder: Path, model: str = "tiny_swin", **calibratio
     path = folder / "cfg.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
+
+
+def edge_codes(rng: np.random.Generator, shape, bits: int) -> np.ndarray:
+    """Random signed ``bits``-bit integer codes of ``shape`` whose first elements are the edges (the minimum, the
+    maximum, 0, -1), so that saturation and rounding at the ends show in a bit-exact comparison."""
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    x = rng.integers(lo, hi + 1, size=shape)
+    flat = x.reshape(-1)
+    k = min(4, flat.size)
+    flat[:k] = [lo, hi, 0, -1][:k]
+    return x
+

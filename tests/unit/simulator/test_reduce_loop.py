@@ -5,17 +5,13 @@ import pytest
 
 from hbtool.kernels.pool import ReduceMean, ReduceSum
 from hbtool.simulator import accel, fused
+from tests.helpers import edge_codes
 
 RNG = np.random.default_rng(7)
 
 
 def _codes(shape, bits):
-    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-    x = RNG.integers(lo, hi + 1, size=shape)
-    flat = x.reshape(-1)
-    k = min(3, flat.size)
-    flat[:k] = [lo, hi, 0][:k]  # the extremes: saturation shows
-    return x
+    return edge_codes(RNG, shape, bits)
 
 
 @pytest.mark.parametrize("rounding", ["floor", "half_up", "half_away", "half_even"])

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from hbtool.cli import main
 from hbtool.kernels import Add, Conv, LayerNorm, Linear, Lut, MatMul, MaxPool, Mul, Requantize, Softmax
 from hbtool.simulator import accel
+from tests.helpers import edge_codes
 
 ROOT = Path(__file__).resolve().parents[3]
 HELDOUT = ROOT / "samples" / "data" / "digits_heldout.npz"
@@ -114,12 +115,7 @@ RNG = np.random.default_rng(7)
 
 
 def _edge_input(shape, bits):
-    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-    x = RNG.integers(lo, hi + 1, size=shape)
-    flat = x.reshape(-1)
-    k = min(4, flat.size)
-    flat[:k] = [lo, hi, 0, -1][:k]
-    return x
+    return edge_codes(RNG, shape, bits)
 
 
 @pytest.mark.parametrize("in_bits, k, wmax", [(8, 64, 127), (16, 96, 127), (16, 1500, 127), (8, 3000, 127)])
