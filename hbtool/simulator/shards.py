@@ -62,7 +62,9 @@ def _open_worker(artifact: str, model_name: str | None, path_inputs: dict[str, s
     from hbtool.simulator.executor import Executor
     from hbtool.simulator.inputs import open_inputs
     from hbtool.simulator.simulate import _compare_preprocessing, _compare_session
+    from hbtool.utils.allocator import keep_freed_memory
 
+    keep_freed_memory(one_arena=True)   # as the simulate command does: the passes' memory reused, not faulted in again
     art = read_artifact(Path(artifact), model_name)
     executor = Executor(art, threads=threads)
     descs = [d for d in art.header["inputs"] if d["name"] in path_inputs]

@@ -1,4 +1,5 @@
-"""glibc's allocator told to keep freed memory, for a command that passes large arrays around (``hbtool calibrate``).
+"""glibc's allocator told to keep freed memory, for a command that passes large arrays around (``hbtool calibrate``,
+``hbtool simulate`` and its worker processes).
 
 By default glibc serves a request of 128 KB or more (a threshold it raises, as such blocks are freed, up to 32 MB)
 with a fresh ``mmap`` and gives it back to the system when freed, and it returns the top of its heap to the system
@@ -13,7 +14,14 @@ tensor of a CNN comes from the heap and is reused), the trim threshold to 1 GB (
 up to that) and the top pad to 256 MB (the heap grows in large steps): ResNet50's command took 1.24-1.27 million
 faults against 1.65-1.71 million, 0.5-1 s less system time, and a peak resident size up to 0.2 GB larger (2.0-2.2
 against 1.9-2.0 GB; docs/calibrate.md); a 256 MB trim threshold and a 64 MB top pad saved less. Where and how memory is laid out changes
-nothing computed: every array's values are the same (the output files are the same bytes). A user's own
+nothing computed: every array's values are the same (the output files are the same bytes).
+
+``one_arena=True`` also puts every thread on the main heap (``M_ARENA_MAX`` 1), for a command whose threads
+allocate (``hbtool simulate``: a batch's passes run on two threads). glibc gives each new thread an arena of its
+own, a heap it unmaps whole as soon as every block in it is free, which the end of each pass makes so; the next pass
+then faults all its memory in again, however the thresholds are set. The recogniser at batch 16 took about 29,000
+page faults a batch (2.5-4.8 ms of system time a sample) with the thresholds alone, 5 with one arena; its peak
+resident size fell from 0.85-1.4 to 0.5 GB (docs/simulate.md, session sim8). A user's own
 ``MALLOC_*`` environment variables or ``GLIBC_TUNABLES`` win (nothing is set then), and anything but glibc on
 Linux is left alone.
 """
@@ -28,11 +36,12 @@ import sys
 M_TRIM_THRESHOLD = -1
 M_TOP_PAD = -2
 M_MMAP_THRESHOLD = -3
+M_ARENA_MAX = -8
 
 MB = 1 << 20
 # {parameter: value}: the values measured on ResNet50's calibration (docs/calibrate.md)
 SETTINGS = {M_MMAP_THRESHOLD: 32 * MB, M_TRIM_THRESHOLD: 1024 * MB, M_TOP_PAD: 256 * MB}
-USER_VARIABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "GLIBC_TUNABLES")
+USER_VARIABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_ARENA_MAX", "GLIBC_TUNABLES")
 
 
 def _glibc() -> ctypes.CDLL | None:
@@ -50,12 +59,14 @@ def _glibc() -> ctypes.CDLL | None:
     return libc
 
 
-def keep_freed_memory() -> bool:
-    """Set :data:`SETTINGS` process-wide; True when glibc took them all, False when nothing was set (not glibc,
-    or the user set the allocator through the environment)."""
+def keep_freed_memory(one_arena: bool = False) -> bool:
+    """Set :data:`SETTINGS` process-wide, with ``one_arena`` also one arena for all threads (call it before the
+    threads start: a thread keeps the arena it took); True when glibc took them all, False when nothing was set
+    (not glibc, or the user set the allocator through the environment)."""
     if any(v in os.environ for v in USER_VARIABLES):
         return False
     libc = _glibc()
     if libc is None:
         return False
-    return all(libc.mallopt(param, value) == 1 for param, value in SETTINGS.items())
+    settings = {**SETTINGS, M_ARENA_MAX: 1} if one_arena else SETTINGS
+    return all(libc.mallopt(param, value) == 1 for param, value in settings.items())
