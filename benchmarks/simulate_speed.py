@@ -292,20 +292,22 @@ def cli_row(name: str, lines: int, threads: int, rounds: int, baseline: Path | N
         sides = {"hbtool": paths.ROOT}
         if baseline is not None:
             sides["hbtool (baseline)"] = Path(baseline).resolve()
-        cmds = {label: ([sys.executable, "-m", "hbtool.cli", "simulate", str(art_path), "-i", f"{desc[0]['name']}={data}",
+        # run in the side's root: ``python -m`` puts the working directory first on the import path, ahead of
+        # PYTHONPATH, so from another checkout both sides would run that checkout's hbtool
+        cmds = {label: ([sys.executable, "-m", "hbtool.cli", "simulate", str(art_path.resolve()), "-i", f"{desc[0]['name']}={data}",
                          "--threads", str(threads), "-o", str(tmp / label.replace(" ", "_"))],
-                        dict(os.environ, PYTHONPATH=str(root))) for label, root in sides.items()}
-        cmds["onnxruntime float32"] = ([sys.executable, "-c", _ORT_LINES, str(wd / f"{name}_original_float_model.onnx"), str(data),
-                                        desc[0]["name"], str(threads)], dict(os.environ))
-        for cmd, env in cmds.values():  # warm-up: the numba cache filled, files in the page cache
+                        dict(os.environ, PYTHONPATH=str(root)), root) for label, root in sides.items()}
+        cmds["onnxruntime float32"] = ([sys.executable, "-c", _ORT_LINES, str((wd / f"{name}_original_float_model.onnx").resolve()),
+                                        str(data), desc[0]["name"], str(threads)], dict(os.environ), None)
+        for cmd, env, cwd in cmds.values():  # warm-up: the numba cache filled, files in the page cache
             # inline: the loops of a changed checkout compile in this run, not in a background process that a
             # measured round could overtake (it then ran the numpy forms: the 23.2 s of 2026-12-06 06:50)
-            subprocess.run(cmd, env=dict(env, HBTOOL_SIM_COMPILE="inline"), check=True, capture_output=True)
+            subprocess.run(cmd, env=dict(env, HBTOOL_SIM_COMPILE="inline"), cwd=cwd, check=True, capture_output=True)
         seconds = {label: 0.0 for label in cmds}
         for _ in range(rounds):
-            for label, (cmd, env) in cmds.items():
+            for label, (cmd, env, cwd) in cmds.items():
                 t = time.perf_counter()
-                subprocess.run(cmd, env=env, check=True, capture_output=True)
+                subprocess.run(cmd, env=env, cwd=cwd, check=True, capture_output=True)
                 seconds[label] += time.perf_counter() - t
         outs = {label: {p.name: np.load(p) for p in sorted((tmp / label.replace(" ", "_")).glob("*.npy"))} for label in sides}
         same = all(outs[label].keys() == outs["hbtool"].keys() and all(np.array_equal(outs[label][k], v) for k, v in outs["hbtool"].items())
