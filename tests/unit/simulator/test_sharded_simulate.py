@@ -123,3 +123,14 @@ def test_ranges_cover_every_sample_once_in_whole_batches(start, total, batch, wo
     assert covered == list(range(start, total))
     assert all((b - a) % batch == 0 or b == total for a, b in bounds)
     assert all(b - a <= 8 * batch for a, b in bounds)
+
+
+def test_a_worker_keeps_freed_memory_with_one_arena(cnn, monkeypatch):
+    """Each worker process sets the allocator as the command does (its passes' threads reuse their memory)."""
+    from hbtool.simulator import shards
+    from hbtool.utils import allocator
+
+    calls = []
+    monkeypatch.setattr(allocator, "keep_freed_memory", lambda one_arena=False: calls.append(one_arena) or True)
+    shards._open_worker(str(cnn / "tiny_cnn.bin"), None, {}, None, 1)
+    assert calls == [True]
