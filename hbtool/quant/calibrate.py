@@ -32,7 +32,7 @@ from hbtool.ir.onnx_import import import_onnx
 from hbtool.kernels.movement import PERMUTATIONS
 from hbtool.march.description import check_int16_supported, load_march
 from hbtool.quant.calibrated_model import build_calibrated_graph, loaded_bias_delta
-from hbtool.quant.candidate_scoring import ScoringModel, plan_layout
+from hbtool.quant.candidate_scoring import ScoringModel, plan_layout, scoring_streams
 from hbtool.quant.collect import (SessionModel, collect_stats, open_session, session_model, session_model_of, stays_in_memory,
                                   with_extra_outputs)
 from hbtool.quant.data import CalibrationSet, load_calibration_data
@@ -484,9 +484,12 @@ class _Calibration:
         seen: dict[tuple, str] = {}
         methods: list[Any] = list(CANDIDATES) + (["mix"] if ctype == "mix" else [])
         # the plans are built here, in order; the first plan's scoring model (every activation's numbers as inputs:
-        # hbtool.quant.candidate_scoring) is opened on the scoring thread while the other plans are built, and every
-        # candidate of the same layout is scored on that one session with its own numbers fed, one after another
-        with ThreadPoolExecutor(1) as pool:
+        # hbtool.quant.candidate_scoring) is opened on a scoring thread while the other plans are built, and every
+        # candidate of the same layout is scored on that one session with its own numbers fed, several candidates at
+        # once on one onnxruntime thread each (scoring_streams). A session opens before any scoring that waits for it
+        # is taken off the queue, so no scoring thread waits for a session that no thread is opening
+        streams, run_threads = scoring_streams(len(methods))
+        with ThreadPoolExecutor(streams) as pool:
             scores: dict[str, Any] = {}
             same_as: dict[str, str] = {}
             models: dict[Any, tuple[ScoringModel, Any]] = {}
@@ -501,7 +504,7 @@ class _Calibration:
                 layout = plan_layout(self.graph, plan, self.weights)
                 if layout not in models:
                     model = ScoringModel(self.qsrc, plan, dict(self.weights))
-                    models[layout] = (model, pool.submit(open_session, session_model(model.graph), 0, True, False))
+                    models[layout] = (model, pool.submit(open_session, session_model(model.graph), run_threads, True, False))
                 model, session = models[layout]
                 scores[method] = pool.submit(self._scored, session, model.feeds(plan))
             for k, method in enumerate(methods):

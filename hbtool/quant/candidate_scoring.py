@@ -36,6 +36,23 @@ from hbtool.quant.plan import QuantPlan
 Layout = tuple
 
 
+def scoring_streams(candidates: int, cores: int | None = None) -> tuple[int, int]:
+    """(candidates scored at once, onnxruntime threads per run) for ``candidates`` scorings on ``cores`` cores
+    (default: this process's).
+
+    Why several at once on one thread each rather than one after another on every core: a scoring is a few runs of
+    one sample, whose small operators (each activation's Div, Round, Clip, Mul) onnxruntime runs on one thread, so
+    the pool threads of a run sleep most of the time (ResNet50 on 2 cores: the second core busy 40 % of the
+    scoring). Candidates are independent, and one session runs calls from several threads at once. The scores are
+    the same floats: onnxruntime's kernels split a run's work by outputs, never an output's sum, so the thread
+    count changes who computes an element, not how (tests/unit/quant/test_candidate_scoring.py)."""
+    from hbtool.utils.workers import default_workers
+
+    cores = default_workers() if cores is None else max(1, cores)
+    streams = max(1, min(cores, candidates))
+    return streams, max(1, cores // streams)
+
+
 def plan_layout(graph: Graph, plan: QuantPlan, weights: dict[str, tuple[np.ndarray, int]]) -> Layout:
     """What a shared scoring model fixes: per tensor, log2 or the shape of its scale; the weights' scales and bits.
 
