@@ -312,9 +312,12 @@ class _Calibration:
         self.options: dict[str, Any] = {}   # what each option did: {option: {"applied": ..., "skipped": ...}}
         self.built_plans: dict[Any, tuple[QuantPlan, dict[str, Any]]] = {}   # candidate -> (plan, options after it)
         self.bias_delta: dict[str, Any] | None = None
+        self.evaluate = False   # run() sets it: the models are then serialized (and staged) for their files here
+        self.serialized: dict[str, bytes] = {}   # {payload key: the bytes write_outputs writes}, as each is made
 
     def run(self, evaluate: bool) -> CalibrationResult:
         t0 = time.perf_counter()
+        self.evaluate = evaluate
         self.prepare_graph()
         self.load_data()
         with ThreadPoolExecutor(1) as self.background:   # the float references are computed beside the statistics pass
@@ -507,6 +510,9 @@ class _Calibration:
                     models[layout] = (model, pool.submit(open_session, session_model(model.graph), run_threads, True, False))
                 model, session = models[layout]
                 scores[method] = pool.submit(self._scored, session, model.feeds(plan))
+            if self.evaluate:
+                # while onnxruntime scores (the GIL free), the two float models' files, which no candidate changes
+                self._float_files()
             for k, method in enumerate(methods):
                 if method in same_as:
                     candidates[method] = candidates[same_as[method]]
@@ -559,11 +565,12 @@ class _Calibration:
                                            serialized=(self.float_model, session_model_of(qmodel, qgraph)),
                                            exact_test=computes_exactly(program), float_session=float_session)
                 put_back_in_memory_weights(qmodel, qgraph)
-                serialized = {"optimized_float_model": self.float_bytes, "quantized_model": qmodel.SerializeToString()}
+                self._float_files()
+                serialized = self.serialized
+                serialized["quantized_model"] = qmodel.SerializeToString()
                 del qmodel
                 cgraph, _ = build_calibrated_graph(self.qsrc, plan, self.weights)
                 serialized["calibrated_model"] = to_onnx(cgraph, stage="calibrated").SerializeToString()
-                serialized["original_float_model"] = to_onnx(self.original, stage="original_float").SerializeToString()
                 self._stage_models(serialized)
                 out_err, node_err = errors.result()
         else:
@@ -594,13 +601,27 @@ class _Calibration:
             log.info("%s", line)
         return result
 
+    def _float_files(self) -> None:
+        """The original and the optimized float models' files, serialized and staged once (``self.serialized``).
+
+        Why apart from the other two models: neither depends on the chosen candidate, so calibrate makes them while
+        onnxruntime scores the candidates (the main thread waits there, the GIL free; ResNet50: 200 MB written and
+        synced), instead of during the final evaluation, which keeps both cores busy. The bytes are the calls
+        write_outputs makes (``tests/unit/quant/test_models_serialized_once.py``)."""
+        if "original_float_model" in self.serialized:
+            return
+        self.serialized["original_float_model"] = to_onnx(self.original, stage="original_float").SerializeToString()
+        self.serialized["optimized_float_model"] = self.float_bytes
+        self._stage_models(self.serialized)
+
     def _stage_models(self, serialized: dict[str, bytes]) -> None:
         """Write the model files (``serialized``: the bytes write_outputs writes) into the caller's staging, while
-        onnxruntime runs the evaluation: the writes and the disk syncs leave the interpreter (the GIL) free."""
+        onnxruntime runs the evaluation: the writes and the disk syncs leave the interpreter (the GIL) free. A file
+        already staged stays as it was staged (the same bytes)."""
         if self.staging is None:
             return
         for key, path in output_files(self.cfg).items():
-            if key in serialized:
+            if key in serialized and path not in self.staging:
                 self.staging.stage(path, serialized[key])
 
     # ------------------------------------------------------------------------- shared by the steps
