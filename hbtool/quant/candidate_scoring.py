@@ -36,21 +36,20 @@ from hbtool.quant.plan import QuantPlan
 Layout = tuple
 
 
-def scoring_streams(candidates: int, cores: int | None = None) -> tuple[int, int]:
-    """(candidates scored at once, onnxruntime threads per run) for ``candidates`` scorings on ``cores`` cores
-    (default: this process's).
+def scoring_streams(candidates: int, cores: int | None = None) -> int:
+    """How many of ``candidates`` scorings run at once on ``cores`` cores (default: this process's).
 
-    Why several at once on one thread each rather than one after another on every core: a scoring is a few runs of
-    one sample, whose small operators (each activation's Div, Round, Clip, Mul) onnxruntime runs on one thread, so
-    the pool threads of a run sleep most of the time (ResNet50 on 2 cores: the second core busy 40 % of the
-    scoring). Candidates are independent, and one session runs calls from several threads at once. The scores are
-    the same floats: onnxruntime's kernels split a run's work by outputs, never an output's sum, so the thread
-    count changes who computes an element, not how (tests/unit/quant/test_candidate_scoring.py)."""
+    Why several at once: a scoring is a few runs of one sample, whose small operators (each activation's Div, Round,
+    Clip, Mul) onnxruntime runs on one thread, so the pool threads of a run sleep much of the time (ResNet50 on 2
+    cores: the second core busy 40 % of the scoring). Candidates are independent, and one session runs calls from
+    several threads at once. The session keeps onnxruntime's default thread count, as a run's numbers can depend on
+    the count (tiny_cnn's float model at the basic level gave other bits in 7 tensors on 1 thread than on 2), not on
+    which threads run it: the scores are the floats of one-after-another scoring
+    (tests/unit/quant/test_candidates_scored_at_once.py)."""
     from hbtool.utils.workers import default_workers
 
     cores = default_workers() if cores is None else max(1, cores)
-    streams = max(1, min(cores, candidates))
-    return streams, max(1, cores // streams)
+    return max(1, min(cores, candidates))
 
 
 def plan_layout(graph: Graph, plan: QuantPlan, weights: dict[str, tuple[np.ndarray, int]]) -> Layout:
