@@ -199,10 +199,9 @@ def evaluate_outputs(
     t_names = [tensor_map.get(t, t) for t in f_names]
     acc = {t: RunningErrors() for t in f_names}
     channels = {o: RunningChannelErrors(channel_axis_of(float_graph, o)) for o in outs}
-    # the runs are independent: they go to as many threads as there are cores (evaluation_streams), the float runs
-    # first while the test model's session opens; the errors of batch k are added
-    # on another thread once both runs of batch k are done, batch by batch in order, as one thread would add them (the
-    # same sums in the same order: the same floats), while later batches run
+    # the two models are independent: onnxruntime opens and runs them side by side (two threads); the errors of
+    # batch k are added on a third thread while both models run batch k + 1, batch by batch in order, as one
+    # thread would add them (the same sums in the same order: the same floats)
     t_extra = [tensor_map.get(t, t) for t in node_tensors]
 
     def add_errors(f_vals: list[np.ndarray], t_vals: list[np.ndarray]) -> None:
@@ -213,8 +212,7 @@ def evaluate_outputs(
             if name in channels:
                 channels[name].update(a, b)
 
-    streams = evaluation_streams(len(batches))
-    with ThreadPoolExecutor(streams) as pool, ThreadPoolExecutor(1) as adder:
+    with ThreadPoolExecutor(2) as pool, ThreadPoolExecutor(1) as adder:
         if serialized is None:
             t_model = session_model(test_graph, t_extra)
         else:
@@ -224,31 +222,16 @@ def evaluate_outputs(
         if float_session is None:
             float_session = evaluation_float_session(float_graph, node_tensors, None if serialized is None else serialized[0])
         f_sess = float_session.result() if hasattr(float_session, "result") else float_session
-
-        def test_run(feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-            # taken off the queue after the session's opening (submitted first), so it waits for a running task
-            return t_open.result().run(t_names, test_feeds(feeds) if test_feeds else feeds)
-
-        runs: dict[int, tuple[Any, Any]] = {}
-
-        def submit(first: int, last: int) -> None:
-            """Batches first..last-1: their float runs, then their test runs (which wait for the session)."""
-            f_runs = [pool.submit(f_sess.run, f_names, batches[k]) for k in range(first, last)]
-            for k, f_run in zip(range(first, last), f_runs):
-                runs[k] = (f_run, pool.submit(test_run, batches[k]))
-
-        # at most `streams` batches in flight beside the one being added: their tensors are what is held
-        submit(0, min(streams, len(batches)))
+        t_sess = t_open.result()
         added = None
-        for k in range(len(batches)):
-            f_run, t_run = runs.pop(k)
-            f_vals, t_vals = f_run.result(), t_run.result()
+        for feeds in batches:
+            t_run = pool.submit(t_sess.run, t_names, test_feeds(feeds) if test_feeds else feeds)
+            f_vals = f_sess.run(f_names, feeds)
+            t_vals = t_run.result()
             if added is not None:
-                added.result()   # one batch's errors at a time, in order
+                added.result()   # one batch's errors at a time, in order (and at most two batches' tensors held)
             added = adder.submit(add_errors, f_vals, t_vals)
-            del f_vals, t_vals, f_run, t_run
-            if k + streams < len(batches):
-                submit(k + streams, k + streams + 1)
+            del f_vals, t_vals
         if added is not None:
             added.result()
     if channel_out is not None:
@@ -264,21 +247,6 @@ def evaluation_float_session(float_graph: Graph, node_tensors: list[str], serial
     are appended to it)."""
     model = session_model(float_graph, node_tensors) if serialized is None else with_extra_outputs(serialized, float_graph, node_tensors)
     return open_session(model, basic=True, spinning=False)
-
-
-def evaluation_streams(batches: int, cores: int | None = None) -> int:
-    """How many runs :func:`evaluate_outputs` keeps going at once on ``cores`` cores (default: this process's), for
-    ``batches`` float runs and as many test runs.
-
-    Why side by side: a run of one sample keeps the second core busy only part of the time (ResNet50 on 2 cores,
-    loaded: a quarter to half of the exact quantized model's runs on one thread), and the float runs need not wait
-    for the test model's session to open. Both sessions keep onnxruntime's default thread count, as the numbers of
-    a basic-level float convolution depend on it (not on which threads run it): the same errors
-    (tests/unit/quant/test_evaluation_runs_side_by_side.py)."""
-    from hbtool.utils.workers import default_workers
-
-    cores = default_workers() if cores is None else max(1, cores)
-    return max(1, min(cores, 2 * batches))
 
 
 def runtime_feeds(cfg: HbConfig, input_names: list[str]) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None:
