@@ -98,3 +98,23 @@ def test_models_staged_during_the_evaluation_are_the_files_written(swin, tmp_pat
     for key in models + ("quant_info",):
         assert files[key].read_bytes() == plain[key].read_bytes(), key
     assert not [p for p in wd.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_float_side_run_ahead_measures_the_same(swin):
+    """calibrate runs the evaluation's float side ahead (evaluation_float_outputs, while it builds the quantized
+    model) and hands its outputs over: the same errors as the float runs beside the test runs."""
+    from hbtool.quant.calibrate import evaluation_float_outputs
+
+    _, result = swin
+    graph, qgraph = result.graph, result.quantized
+    present = {o for n in result.program.nodes for o in n.outputs}
+    tensors = [t for t in result.plan.tensors if t in present and t not in graph.outputs and not result.plan.tensors[t].is_log2]
+    scales = {t: result.plan.tensors[t].channel_scales() for t in tensors}
+    batches = [result.data.sample(k) for k in range(4)]
+    serialized = (result.serialized["optimized_float_model"], result.serialized["quantized_model"])
+    beside = evaluate_outputs(graph, qgraph, batches, None, tensors, scales, serialized=serialized)
+    ahead = evaluation_float_outputs(graph, tensors, batches, serialized[0])
+    assert len(ahead) == len(batches) and len(ahead[0]) == len(graph.outputs) + len(tensors)
+    handed = evaluate_outputs(graph, qgraph, batches, None, tensors, scales, serialized=serialized, float_outputs=ahead)
+    assert handed == beside and handed[1]
+    assert all(a is None for a in ahead), "each batch's float tensors released once its errors are added"
