@@ -191,9 +191,10 @@ def evaluate_outputs(
     The float model keeps the basic level: its floats are what the report has always compared against.
     ``float_session``: that float model's session (or a future of it) as :func:`evaluation_float_session` opens it
     for ``node_tensors``, opened by the caller beforehand.
-    ``float_outputs``: instead, that session's outputs on every batch (a list, or a future of it), as
+    ``float_outputs``: instead, (that session, its outputs on the first batches) or a future of it, as
     :func:`evaluation_float_outputs` runs them ahead (calibrate: while it builds the quantized model); each batch's
-    entry of that list is set to None when it is taken, so its tensors go once its errors are added.
+    entry of that list is set to None when it is taken, so its tensors go once its errors are added; the session
+    runs the batches after them.
     """
     tensor_map = tensor_map or {}
     node_tensors = node_tensors or []
@@ -223,7 +224,7 @@ def evaluate_outputs(
             t_model = with_extra_outputs(serialized[1], test_graph, t_extra)
         t_open = pool.submit(open_session, t_model, 0, not exact_test, False)
         del t_model
-        ahead: list | None = None   # float_outputs, taken when the first test run is under way
+        ahead: list = []   # float_outputs' runs, taken when the first test run is under way
         if float_outputs is None:
             if float_session is None:
                 float_session = evaluation_float_session(float_graph, node_tensors, None if serialized is None else serialized[0])
@@ -232,10 +233,10 @@ def evaluate_outputs(
         added = None
         for k, feeds in enumerate(batches):
             t_run = pool.submit(t_sess.run, t_names, test_feeds(feeds) if test_feeds else feeds)
-            if float_outputs is not None:
-                if ahead is None:
-                    # the list itself (a future holds it too): each batch's entry is dropped once taken
-                    ahead = float_outputs.result() if hasattr(float_outputs, "result") else float_outputs
+            if float_outputs is not None and k == 0:
+                # the list itself (a future holds it too): each batch's entry is dropped once taken
+                f_sess, ahead = float_outputs.result() if hasattr(float_outputs, "result") else float_outputs
+            if k < len(ahead):
                 f_vals, ahead[k] = ahead[k], None
             else:
                 f_vals = f_sess.run(f_names, feeds)
@@ -253,19 +254,40 @@ def evaluate_outputs(
     return out_err, node_err
 
 
+#: the float tensors the final evaluation may hold ahead of the quantized model's runs (evaluation_float_outputs)
+EVAL_AHEAD_BYTES = 256 << 20
+
+
 def evaluation_float_outputs(float_graph: Graph, node_tensors: list[str], batches: list[dict[str, np.ndarray]],
-                             serialized: bytes | SessionModel | None = None) -> list[list[np.ndarray]]:
-    """The float side of :func:`evaluate_outputs` run ahead: per batch, the outputs and ``node_tensors`` of the
-    session :func:`evaluation_float_session` opens (the same session, the same feeds: the same arrays).
+                             serialized: bytes | SessionModel | None = None,
+                             budget: int = EVAL_AHEAD_BYTES) -> tuple[Any, list[list[np.ndarray]]]:
+    """The float side of :func:`evaluate_outputs` run ahead: (the session :func:`evaluation_float_session` opens,
+    its outputs and ``node_tensors`` on the first batches whose tensors fit in ``budget`` bytes). The same session
+    and feeds: the same arrays; the session runs the other batches beside the quantized model's runs, as before.
 
     Why ahead: the float side needs only the compared tensors' names, which the lowered program gives, so calibrate
     runs it on a thread of its own while the main thread builds and serializes the quantized model (Python, one core
-    busy) instead of beside the quantized model's runs, which keep both cores busy (ResNet50: 0.45 of 2.5 CPU s of
-    the evaluation). It holds the batches' float tensors until their errors are added (ResNet50, 4 batches)."""
+    busy) instead of beside the quantized model's runs, which keep both cores busy (ResNet50: about 0.5 of 2.5 CPU s
+    of the evaluation). Why a budget: the batches' float tensors are held until their errors are added (all 8
+    samples of the PP-OCRv5 recogniser took its peak from 1.5 to 2.3 GB), and a shape not known statically runs
+    nothing ahead."""
     session = evaluation_float_session(float_graph, node_tensors, serialized)
     outs = list(float_graph.outputs)
     names = outs + [t for t in node_tensors if t not in outs]
-    return [session.run(names, feeds) for feeds in batches]
+    per_batch = _batch_bytes(float_graph, names)
+    fit = 0 if per_batch is None else min(len(batches), budget // max(per_batch, 1))
+    return session, [session.run(names, feeds) for feeds in batches[:fit]]
+
+
+def _batch_bytes(graph: Graph, names: list[str]) -> int | None:
+    """Bytes of ``names`` in one run of ``graph`` from its static shapes and types (None when one is unknown)."""
+    total = 0
+    for name in names:
+        v = graph.values.get(name)
+        if v is None or v.numel is None or v.dtype is None or any(not isinstance(d, (int, np.integer)) or d < 0 for d in v.shape):
+            return None
+        total += v.numel * np.dtype(v.dtype).itemsize
+    return total
 
 
 def evaluation_float_session(float_graph: Graph, node_tensors: list[str], serialized: bytes | SessionModel | None = None) -> Any:
