@@ -281,13 +281,12 @@ def evaluation_float_outputs(float_graph: Graph, node_tensors: list[str], batche
 
 def _batch_bytes(graph: Graph, names: list[str]) -> int | None:
     """Bytes of ``names`` in one run of ``graph`` from its static shapes and types (None when one is unknown)."""
-    total = 0
-    for name in names:
-        v = graph.values.get(name)
-        if v is None or v.numel is None or v.dtype is None or any(not isinstance(d, (int, np.integer)) or d < 0 for d in v.shape):
-            return None
-        total += v.numel * np.dtype(v.dtype).itemsize
-    return total
+    from hbtool.quant.pieces import static_sizes
+
+    sizes = static_sizes(graph, names)
+    if sizes is None or any(graph.values[n].dtype is None for n in names):
+        return None
+    return sum(count * np.dtype(graph.values[n].dtype).itemsize for n, count in sizes.items())
 
 
 def evaluation_float_session(float_graph: Graph, node_tensors: list[str], serialized: bytes | SessionModel | None = None) -> Any:
@@ -600,7 +599,8 @@ class _Calibration:
         if evaluate:
             with ThreadPoolExecutor(2) as evaluation:
                 # the float side of the evaluation needs only the compared tensors' names: its session opens and runs
-                # every batch (onnxruntime, outside the GIL) while this thread builds and serializes the quantized model
+                # the batches its budget holds (onnxruntime, outside the GIL) while this thread builds and serializes the
+                # quantized model
                 float_outputs = evaluation.submit(evaluation_float_outputs, graph, node_tensors, self.eval_batches, self.float_model)
                 qgraph = build_quantized_graph(program)
                 # onnxruntime opens and runs both models (outside the GIL; their weights handed over as arrays:

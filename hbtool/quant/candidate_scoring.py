@@ -39,9 +39,9 @@ Layout = tuple
 def scoring_streams(candidates: int, cores: int | None = None) -> int:
     """How many of ``candidates`` scorings run at once on ``cores`` cores (default: this process's).
 
-    Why several at once: a scoring is a few runs of one sample, whose small operators (each activation's Div, Round,
-    Clip, Mul) onnxruntime runs on one thread, so the pool threads of a run sleep much of the time (ResNet50 on 2
-    cores: the second core busy 40 % of the scoring). Candidates are independent, and one session runs calls from
+    Why several at once: a scoring is a few runs of one sample, many of whose operators are small (each activation's
+    Div, Round, Clip, Mul), and the pool threads of a run sleep much of the time (ResNet50 on 2 cores: onnxruntime's
+    pool thread busy 40 % of the scoring). Candidates are independent, and one session runs calls from
     several threads at once. The session keeps onnxruntime's default thread count, as a run's numbers can depend on
     the count (tiny_cnn's float model at the basic level gave other bits in 7 tensors on 1 thread than on 2), not on
     which threads run it: the scores are the floats of one-after-another scoring
