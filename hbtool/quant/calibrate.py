@@ -32,7 +32,7 @@ from hbtool.ir.onnx_import import import_onnx
 from hbtool.kernels.movement import PERMUTATIONS
 from hbtool.march.description import check_int16_supported, load_march
 from hbtool.quant.calibrated_model import build_calibrated_graph, loaded_bias_delta
-from hbtool.quant.candidate_scoring import ScoringModel, plan_layout
+from hbtool.quant.candidate_scoring import ScoringModel, plan_layout, scoring_streams
 from hbtool.quant.collect import (SessionModel, collect_stats, open_session, session_model, session_model_of, stays_in_memory,
                                   with_extra_outputs)
 from hbtool.quant.data import CalibrationSet, load_calibration_data
@@ -171,6 +171,7 @@ def evaluate_outputs(
     serialized: tuple[bytes | SessionModel, bytes | SessionModel] | None = None,
     exact_test: bool = False,
     float_session: Any = None,
+    float_outputs: Any = None,
 ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
     """Errors of ``test_graph`` against ``float_graph`` on the given feeds.
 
@@ -189,7 +190,11 @@ def evaluate_outputs(
     exact arithmetic, so it computes the same numbers (``tests/unit/quant/test_quantized_model_any_level.py``).
     The float model keeps the basic level: its floats are what the report has always compared against.
     ``float_session``: that float model's session (or a future of it) as :func:`evaluation_float_session` opens it
-    for ``node_tensors``, opened by the caller beforehand (calibrate opens it while it builds the quantized model).
+    for ``node_tensors``, opened by the caller beforehand.
+    ``float_outputs``: instead, (that session, its outputs on the first batches) or a future of it, as
+    :func:`evaluation_float_outputs` runs them ahead (calibrate: while it builds the quantized model); each batch's
+    entry of that list is set to None when it is taken, so its tensors go once its errors are added; the session
+    runs the batches after them.
     """
     tensor_map = tensor_map or {}
     node_tensors = node_tensors or []
@@ -219,17 +224,25 @@ def evaluate_outputs(
             t_model = with_extra_outputs(serialized[1], test_graph, t_extra)
         t_open = pool.submit(open_session, t_model, 0, not exact_test, False)
         del t_model
-        if float_session is None:
-            float_session = evaluation_float_session(float_graph, node_tensors, None if serialized is None else serialized[0])
-        f_sess = float_session.result() if hasattr(float_session, "result") else float_session
+        ahead: list = []   # float_outputs' runs, taken when the first test run is under way
+        if float_outputs is None:
+            if float_session is None:
+                float_session = evaluation_float_session(float_graph, node_tensors, None if serialized is None else serialized[0])
+            f_sess = float_session.result() if hasattr(float_session, "result") else float_session
         t_sess = t_open.result()
         added = None
-        for feeds in batches:
+        for k, feeds in enumerate(batches):
             t_run = pool.submit(t_sess.run, t_names, test_feeds(feeds) if test_feeds else feeds)
-            f_vals = f_sess.run(f_names, feeds)
+            if float_outputs is not None and k == 0:
+                # the list itself (a future holds it too): each batch's entry is dropped once taken
+                f_sess, ahead = float_outputs.result() if hasattr(float_outputs, "result") else float_outputs
+            if k < len(ahead):
+                f_vals, ahead[k] = ahead[k], None
+            else:
+                f_vals = f_sess.run(f_names, feeds)
             t_vals = t_run.result()
             if added is not None:
-                added.result()   # one batch's errors at a time, in order (and at most two batches' tensors held)
+                added.result()   # one batch's errors at a time, in order (and at most two batches' test tensors held)
             added = adder.submit(add_errors, f_vals, t_vals)
             del f_vals, t_vals
         if added is not None:
@@ -239,6 +252,41 @@ def evaluate_outputs(
     out_err = {o: acc[o].result() for o in outs}
     node_err = {t: acc[t].result() for t in node_tensors}
     return out_err, node_err
+
+
+#: the float tensors the final evaluation may hold ahead of the quantized model's runs (evaluation_float_outputs)
+EVAL_AHEAD_BYTES = 256 << 20
+
+
+def evaluation_float_outputs(float_graph: Graph, node_tensors: list[str], batches: list[dict[str, np.ndarray]],
+                             serialized: bytes | SessionModel | None = None,
+                             budget: int = EVAL_AHEAD_BYTES) -> tuple[Any, list[list[np.ndarray]]]:
+    """The float side of :func:`evaluate_outputs` run ahead: (the session :func:`evaluation_float_session` opens,
+    its outputs and ``node_tensors`` on the first batches whose tensors fit in ``budget`` bytes). The same session
+    and feeds: the same arrays; the session runs the other batches beside the quantized model's runs, as before.
+
+    Why ahead: the float side needs only the compared tensors' names, which the lowered program gives, so calibrate
+    runs it on a thread of its own while the main thread builds and serializes the quantized model (Python, one core
+    busy) instead of beside the quantized model's runs, which keep both cores busy (ResNet50: about 0.5 of 2.5 CPU s
+    of the evaluation). Why a budget: the batches' float tensors are held until their errors are added (all 8
+    samples of the PP-OCRv5 recogniser took its peak from 1.5 to 2.3 GB), and a shape not known statically runs
+    nothing ahead."""
+    session = evaluation_float_session(float_graph, node_tensors, serialized)
+    outs = list(float_graph.outputs)
+    names = outs + [t for t in node_tensors if t not in outs]
+    per_batch = _batch_bytes(float_graph, names)
+    fit = 0 if per_batch is None else min(len(batches), budget // max(per_batch, 1))
+    return session, [session.run(names, feeds) for feeds in batches[:fit]]
+
+
+def _batch_bytes(graph: Graph, names: list[str]) -> int | None:
+    """Bytes of ``names`` in one run of ``graph`` from its static shapes and types (None when one is unknown)."""
+    from hbtool.quant.pieces import static_sizes
+
+    sizes = static_sizes(graph, names)
+    if sizes is None or any(graph.values[n].dtype is None for n in names):
+        return None
+    return sum(count * np.dtype(graph.values[n].dtype).itemsize for n, count in sizes.items())
 
 
 def evaluation_float_session(float_graph: Graph, node_tensors: list[str], serialized: bytes | SessionModel | None = None) -> Any:
@@ -312,9 +360,12 @@ class _Calibration:
         self.options: dict[str, Any] = {}   # what each option did: {option: {"applied": ..., "skipped": ...}}
         self.built_plans: dict[Any, tuple[QuantPlan, dict[str, Any]]] = {}   # candidate -> (plan, options after it)
         self.bias_delta: dict[str, Any] | None = None
+        self.evaluate = False   # run() sets it: the models are then serialized (and staged) for their files here
+        self.serialized: dict[str, bytes] = {}   # {payload key: the bytes write_outputs writes}, as each is made
 
     def run(self, evaluate: bool) -> CalibrationResult:
         t0 = time.perf_counter()
+        self.evaluate = evaluate
         self.prepare_graph()
         self.load_data()
         with ThreadPoolExecutor(1) as self.background:   # the float references are computed beside the statistics pass
@@ -484,9 +535,11 @@ class _Calibration:
         seen: dict[tuple, str] = {}
         methods: list[Any] = list(CANDIDATES) + (["mix"] if ctype == "mix" else [])
         # the plans are built here, in order; the first plan's scoring model (every activation's numbers as inputs:
-        # hbtool.quant.candidate_scoring) is opened on the scoring thread while the other plans are built, and every
-        # candidate of the same layout is scored on that one session with its own numbers fed, one after another
-        with ThreadPoolExecutor(1) as pool:
+        # hbtool.quant.candidate_scoring) is opened on a scoring thread while the other plans are built, and every
+        # candidate of the same layout is scored on that one session with its own numbers fed, several candidates at
+        # once (scoring_streams). A session opens before any scoring that waits for it is taken off the queue, so no
+        # scoring thread waits for a session that no thread is opening
+        with ThreadPoolExecutor(scoring_streams(len(methods))) as pool:
             scores: dict[str, Any] = {}
             same_as: dict[str, str] = {}
             models: dict[Any, tuple[ScoringModel, Any]] = {}
@@ -504,6 +557,9 @@ class _Calibration:
                     models[layout] = (model, pool.submit(open_session, session_model(model.graph), 0, True, False))
                 model, session = models[layout]
                 scores[method] = pool.submit(self._scored, session, model.feeds(plan))
+            if self.evaluate:
+                # while onnxruntime scores (the GIL free), the two float models' files, which no candidate changes
+                self._float_files()
             for k, method in enumerate(methods):
                 if method in same_as:
                     candidates[method] = candidates[same_as[method]]
@@ -542,9 +598,10 @@ class _Calibration:
         serialized: dict[str, bytes] = {}
         if evaluate:
             with ThreadPoolExecutor(2) as evaluation:
-                # the float side of the evaluation needs only the compared tensors' names: its session opens (onnxruntime,
-                # outside the GIL) while this thread builds and serializes the quantized model
-                float_session = evaluation.submit(evaluation_float_session, graph, node_tensors, self.float_model)
+                # the float side of the evaluation needs only the compared tensors' names: its session opens and runs
+                # the batches its budget holds (onnxruntime, outside the GIL) while this thread builds and serializes the
+                # quantized model
+                float_outputs = evaluation.submit(evaluation_float_outputs, graph, node_tensors, self.eval_batches, self.float_model)
                 qgraph = build_quantized_graph(program)
                 # onnxruntime opens and runs both models (outside the GIL; their weights handed over as arrays:
                 # collect.SessionModel) while this thread puts the weights back into the quantized model for its file
@@ -554,13 +611,14 @@ class _Calibration:
                 errors = evaluation.submit(evaluate_outputs, graph, qgraph, self.eval_batches, None, node_tensors, node_scales,
                                            test_feeds=runtime_feeds(cfg, list(graph.inputs)), channel_out=out_channels,
                                            serialized=(self.float_model, session_model_of(qmodel, qgraph)),
-                                           exact_test=computes_exactly(program), float_session=float_session)
+                                           exact_test=computes_exactly(program), float_outputs=float_outputs)
                 put_back_in_memory_weights(qmodel, qgraph)
-                serialized = {"optimized_float_model": self.float_bytes, "quantized_model": qmodel.SerializeToString()}
+                self._float_files()
+                serialized = self.serialized
+                serialized["quantized_model"] = qmodel.SerializeToString()
                 del qmodel
                 cgraph, _ = build_calibrated_graph(self.qsrc, plan, self.weights)
                 serialized["calibrated_model"] = to_onnx(cgraph, stage="calibrated").SerializeToString()
-                serialized["original_float_model"] = to_onnx(self.original, stage="original_float").SerializeToString()
                 self._stage_models(serialized)
                 out_err, node_err = errors.result()
         else:
@@ -591,13 +649,27 @@ class _Calibration:
             log.info("%s", line)
         return result
 
+    def _float_files(self) -> None:
+        """The original and the optimized float models' files, serialized and staged once (``self.serialized``).
+
+        Why apart from the other two models: neither depends on the chosen candidate, so calibrate makes them while
+        onnxruntime scores the candidates (the main thread waits there, the GIL free; ResNet50: 200 MB written and
+        synced), instead of during the final evaluation, which keeps both cores busy. The bytes are the calls
+        write_outputs makes (``tests/unit/quant/test_models_serialized_once.py``)."""
+        if "original_float_model" in self.serialized:
+            return
+        self.serialized["original_float_model"] = to_onnx(self.original, stage="original_float").SerializeToString()
+        self.serialized["optimized_float_model"] = self.float_bytes
+        self._stage_models(self.serialized)
+
     def _stage_models(self, serialized: dict[str, bytes]) -> None:
         """Write the model files (``serialized``: the bytes write_outputs writes) into the caller's staging, while
-        onnxruntime runs the evaluation: the writes and the disk syncs leave the interpreter (the GIL) free."""
+        onnxruntime runs the evaluation: the writes and the disk syncs leave the interpreter (the GIL) free. A file
+        already staged stays as it was staged (the same bytes)."""
         if self.staging is None:
             return
         for key, path in output_files(self.cfg).items():
-            if key in serialized:
+            if key in serialized and path not in self.staging:
                 self.staging.stage(path, serialized[key])
 
     # ------------------------------------------------------------------------- shared by the steps

@@ -36,6 +36,22 @@ from hbtool.quant.plan import QuantPlan
 Layout = tuple
 
 
+def scoring_streams(candidates: int, cores: int | None = None) -> int:
+    """How many of ``candidates`` scorings run at once on ``cores`` cores (default: this process's).
+
+    Why several at once: a scoring is a few runs of one sample, many of whose operators are small (each activation's
+    Div, Round, Clip, Mul), and the pool threads of a run sleep much of the time (ResNet50 on 2 cores: onnxruntime's
+    pool thread busy 40 % of the scoring). Candidates are independent, and one session runs calls from
+    several threads at once. The session keeps onnxruntime's default thread count, as a run's numbers can depend on
+    the count (tiny_cnn's float model at the basic level gave other bits in 7 tensors on 1 thread than on 2), not on
+    which threads run it: the scores are the floats of one-after-another scoring
+    (tests/unit/quant/test_candidates_scored_at_once.py)."""
+    from hbtool.utils.workers import default_workers
+
+    cores = default_workers() if cores is None else max(1, cores)
+    return max(1, min(cores, candidates))
+
+
 def plan_layout(graph: Graph, plan: QuantPlan, weights: dict[str, tuple[np.ndarray, int]]) -> Layout:
     """What a shared scoring model fixes: per tensor, log2 or the shape of its scale; the weights' scales and bits.
 

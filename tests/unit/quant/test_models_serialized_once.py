@@ -98,3 +98,27 @@ def test_models_staged_during_the_evaluation_are_the_files_written(swin, tmp_pat
     for key in models + ("quant_info",):
         assert files[key].read_bytes() == plain[key].read_bytes(), key
     assert not [p for p in wd.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_float_side_run_ahead_measures_the_same(swin):
+    """calibrate runs the evaluation's float side ahead (evaluation_float_outputs, while it builds the quantized
+    model) and hands its outputs over: the same errors as the float runs beside the test runs, with every batch
+    ahead, some (the byte budget) or none."""
+    from hbtool.quant.calibrate import _batch_bytes, evaluation_float_outputs
+
+    _, result = swin
+    graph, qgraph = result.graph, result.quantized
+    present = {o for n in result.program.nodes for o in n.outputs}
+    tensors = [t for t in result.plan.tensors if t in present and t not in graph.outputs and not result.plan.tensors[t].is_log2]
+    scales = {t: result.plan.tensors[t].channel_scales() for t in tensors}
+    batches = [result.data.sample(k) for k in range(4)]
+    serialized = (result.serialized["optimized_float_model"], result.serialized["quantized_model"])
+    beside = evaluate_outputs(graph, qgraph, batches, None, tensors, scales, serialized=serialized)
+    per_batch = _batch_bytes(graph, list(graph.outputs) + tensors)
+    assert per_batch and per_batch == sum(a.nbytes for a in evaluation_float_outputs(graph, tensors, batches[:1], serialized[0])[1][0])
+    for fit in (4, 2, 0):
+        session, ahead = evaluation_float_outputs(graph, tensors, batches, serialized[0], budget=fit * per_batch + per_batch // 2)
+        assert len(ahead) == fit
+        handed = evaluate_outputs(graph, qgraph, batches, None, tensors, scales, serialized=serialized, float_outputs=(session, ahead))
+        assert handed == beside and handed[1]
+        assert all(a is None for a in ahead), "each batch's float tensors released once its errors are added"
