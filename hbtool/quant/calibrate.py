@@ -272,7 +272,8 @@ def _mean_cosine(errs: dict[str, dict[str, float]]) -> float:
 def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | None = None,
                     stats_cache: dict[str, Any] | None = None, evaluate: bool = True,
                     samples: Iterable[Mapping[str, np.ndarray]] | None = None,
-                    staging: AtomicFileSet | None = None) -> CalibrationResult:
+                    staging: AtomicFileSet | None = None,
+                    on_float_graph: Callable[[Graph], None] | None = None) -> CalibrationResult:
     """Quantize the model of ``cfg``; returns the plan and its measured errors (writes nothing).
 
     ``stats_cache`` (a dict the caller keeps between calls on the same model and data, as
@@ -288,8 +289,11 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     commits it): the four model files are staged into it while the final evaluation runs, the main thread's idle
     time then, instead of after it (ResNet50: 330 MB written and synced to disk); nothing reaches a target before
     the commit. Without it nothing is written.
+    ``on_float_graph``: called once with the float graph (the result's ``graph``) as soon as it is final, before the
+    statistics pass, for a caller with its own use of the float model that can start it there (``hbtool debug
+    --workers N`` runs it on the debug samples in a worker process, beside the rest of this calibration).
     """
-    return _Calibration(cfg, progress, stats_cache, samples, staging).run(evaluate)
+    return _Calibration(cfg, progress, stats_cache, samples, staging, on_float_graph).run(evaluate)
 
 
 class _Calibration:
@@ -302,8 +306,9 @@ class _Calibration:
 
     def __init__(self, cfg: HbConfig, progress: Callable[[str, int, int], None] | None,
                  stats_cache: dict[str, Any] | None, samples: Iterable[Mapping[str, np.ndarray]] | None,
-                 staging: AtomicFileSet | None = None):
+                 staging: AtomicFileSet | None = None, on_float_graph: Callable[[Graph], None] | None = None):
         self.cfg = cfg
+        self.on_float_graph = on_float_graph
         self.staging = staging
         self.cal = cfg.calibration
         self.progress = progress
@@ -398,6 +403,8 @@ class _Calibration:
         self.bias_nodes = nodes_asking(self.node_info, "bias_correction") if self.loaded is None else set()
         self.mean_axes: dict[str, int] = (mean_inputs(graph, None if self.everywhere else self.bias_nodes)
                                           if (self.everywhere or self.bias_nodes) else {})
+        if self.on_float_graph is not None:
+            self.on_float_graph(graph)
         # the graph is final from here on: serialized once, as the optimized float model file, for the statistics
         # pass, the float references, the final evaluation and the file (the stage metadata changes nothing onnxruntime
         # computes; tests/unit/quant/test_models_serialized_once.py checks the file is the returned graph's bytes)
