@@ -929,10 +929,12 @@ class _AutoSearch:
         self._keep_the_best_measured()
         self.res.tries_run = getattr(self.runner, "tries_run", 0) - self.runs_before
         t0 = time.monotonic()
-        if self.cur is self.ptq:
+        final = self.runner.materialize(self.cur)
+        if final is self.ptq:
             full = self.ptq          # nothing kept: the PTQ model as measured when the search began (with its channels)
         else:
-            full = self.runner.final_measure(self.cur)
+            full = measure_variant(self.session, final.result, final.node_info, priced=False, channels=True)
+            full.fps = final.fps
         self.res.seconds["final_measure"] = time.monotonic() - t0
         self.res.node_info = full.node_info
         self.res.final = full

@@ -17,8 +17,7 @@ the float outputs. It does not re-run the base calibration, and a task carries o
 and imports (about 3 CPU seconds each) run beside the base calibration, whose graph passes and plans run on one
 core, instead of beside the op error after it.
 The calibrated models stay in the worker: the search needs only the measurements, and the model it
-keeps is re-calibrated once at the end (:meth:`TrialRunner.materialize`; the same numbers), beside a worker that
-measures it with its outputs' channels (:meth:`TrialRunner.final_measure`).
+keeps is re-calibrated once at the end (:meth:`TrialRunner.materialize`; the same numbers).
 """
 
 from __future__ import annotations
@@ -124,17 +123,6 @@ def _float_outputs(args: tuple) -> dict[str, Any]:
 
     graph, feeds, names = args
     return run_outputs(graph, feeds, names, spinning=False)
-
-
-def _final_measure(m: Measured) -> Measured:
-    """The kept try measured with its outputs' worst channels, on a worker (:meth:`TrialRunner.final_measure`): calibrated
-    again with the method its try chose (the same numbers), compiled and run on every core of the machine (the simulator's
-    rows split over its threads give the same integers), as the calling process would; returned without the calibration."""
-    session = worker_state()["session"]
-    result = session.calibrate(m.node_info, m.method, m.candidates) if m.method is not None else session.calibrate(m.node_info)
-    full = measure_variant(replace(session, threads=0), result, m.node_info, priced=False, channels=True)
-    full.result = None
-    return full
 
 
 def _run_trial(trial: Trial) -> Measured | Failed:
@@ -341,29 +329,6 @@ class TrialRunner:
         if self._pool is None:
             return _HereLater(self.session, jobs)
         return self._pool.background(_run_job, jobs)
-
-    def final_measure(self, m: Measured) -> Measured:
-        """The model kept, ``m``, with its calibration and measured with its outputs' worst channels (the report's
-        numbers and files), its FPS that of its try.
-
-        Where a worker measured its try (``m`` without its calibration) and the workers are local processes, a worker
-        measures it again while this process calibrates it for the files: the calibration again (the search's only
-        work that ``--workers 1`` does not do) then runs beside the measure instead of before it, at the end of the
-        command where every worker idles (the same numbers: the same method, and a run on every core, as here; on
-        Ray, whose machine may have another core count, it is measured here)."""
-        if m.result is not None or self._pool is None or self.cluster is not None:
-            final = self.materialize(m)
-            full = measure_variant(self.session, final.result, final.node_info, priced=False, channels=True)
-        else:
-            from hbtool.debug.auto import calibrated_bytes
-
-            there = self._pool.submit(_final_measure, m)
-            final = self.materialize(m)
-            calibrated_bytes(final.result)     # the file's bytes (which a measure here would have serialized to compile)
-            full = there.result()
-            full.result = final.result
-        full.fps = m.fps
-        return full
 
     def materialize(self, m: Measured) -> Measured:
         """``m`` with its calibration (a worker's try comes back without it): calibrated again here with the method
