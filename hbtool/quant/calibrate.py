@@ -289,9 +289,10 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     commits it): the four model files are staged into it while the final evaluation runs, the main thread's idle
     time then, instead of after it (ResNet50: 330 MB written and synced to disk); nothing reaches a target before
     the commit. Without it nothing is written.
-    ``on_float_graph``: called once with the float graph (the result's ``graph``) as soon as it is final, before the
-    statistics pass, for a caller with its own use of the float model that can start it there (``hbtool debug
-    --workers N`` runs it on the debug samples in a worker process, beside the rest of this calibration).
+    ``on_float_graph``: called once with the float graph (the result's ``graph``, final by then) right after the
+    statistics pass, for a caller with its own use of the float model that can start it there: ``hbtool debug
+    --workers N`` runs it on the debug samples in a worker process, beside the rest of this calibration (the plans and
+    the choice of method, mostly on one core here), not beside the statistics pass, which keeps every core busy.
     """
     return _Calibration(cfg, progress, stats_cache, samples, staging, on_float_graph).run(evaluate)
 
@@ -325,6 +326,8 @@ class _Calibration:
         with ThreadPoolExecutor(1) as self.background:   # the float references are computed beside the statistics pass
             self.collect_statistics()
             self.reference_outputs()
+        if self.on_float_graph is not None:    # the statistics pass is over: its cores are free, the graph final
+            self.on_float_graph(self.graph)
         self.plan_weights()
         self.correct_biases()
         self.quantization_source()
@@ -403,8 +406,6 @@ class _Calibration:
         self.bias_nodes = nodes_asking(self.node_info, "bias_correction") if self.loaded is None else set()
         self.mean_axes: dict[str, int] = (mean_inputs(graph, None if self.everywhere else self.bias_nodes)
                                           if (self.everywhere or self.bias_nodes) else {})
-        if self.on_float_graph is not None:
-            self.on_float_graph(graph)
         # the graph is final from here on: serialized once, as the optimized float model file, for the statistics
         # pass, the float references, the final evaluation and the file (the stage metadata changes nothing onnxruntime
         # computes; tests/unit/quant/test_models_serialized_once.py checks the file is the returned graph's bytes)

@@ -88,9 +88,10 @@ def test_the_final_models_calibrated_file_is_serialized_once(tmp_path):
 
 
 def test_the_debug_samples_float_outputs_run_on_a_worker_beside_the_calibration(tmp_path, monkeypatch):
-    """With worker processes the float model's run on the debug samples starts on a worker as soon as the calibration's
-    float graph is final, before its statistics pass (it waited for the whole calibration, one process working, the
-    workers idle): the same samples and the same outputs, bit for bit, as run here after the calibration."""
+    """With worker processes the float model's run on the debug samples starts on a worker right after the calibration's
+    statistics pass (which keeps every core busy), before the plans and the method choice, mostly on one core (it waited
+    for the whole calibration, one process working, the workers idle): the same samples and the same outputs, bit for
+    bit, as run here after the calibration."""
     import numpy as np
 
     from hbtool.config import load_config
@@ -109,7 +110,14 @@ def test_the_debug_samples_float_outputs_run_on_a_worker_beside_the_calibration(
         order.append("statistics")
         return stats(*args, **kwargs)
 
+    choose = calibrate._Calibration.choose_method
+
+    def method_choice(self):
+        order.append("method choice")
+        return choose(self)
+
     monkeypatch.setattr(calibrate, "_cached_stats", statistics)
+    monkeypatch.setattr(calibrate._Calibration, "choose_method", method_choice)
     with TrialRunner(None, workers=2) as runner:
         start = runner.float_outputs_beside()
 
@@ -118,7 +126,7 @@ def test_the_debug_samples_float_outputs_run_on_a_worker_beside_the_calibration(
             return start(graph, feeds, names)
 
         there = open_session(cfg, metric, 8, reference_beside=beside)
-    assert order == ["float outputs started", "statistics"]
+    assert order == ["statistics", "float outputs started", "method choice"]
     assert list(there.float_outputs) == list(here.float_outputs)
     assert all(np.array_equal(there.float_outputs[k], here.float_outputs[k]) for k in here.float_outputs)
     assert all(np.array_equal(a[k], b[k]) for a, b in zip(there.samples, here.samples) for k in a)
