@@ -174,8 +174,7 @@ def debug_samples(cfg: HbConfig, graph, count: int) -> list[dict[str, np.ndarray
 
 
 def open_session(cfg: HbConfig, metric: Metric, samples: int, progress: Progress | None = None,
-                 reference_beside: Callable[[Any, list[dict[str, np.ndarray]], list[str]], Callable[[], dict[str, np.ndarray]]] | None = None
-                 ) -> DebugSession:
+                 reference_beside: Callable[..., Callable[[], dict[str, np.ndarray]]] | None = None) -> DebugSession:
     """Calibrate the config (keeping the statistics) and run the float model on the debug samples.
 
     Without calibrate's own evaluation (``evaluate=False``: the same plan, models and method): the debugger measures
@@ -184,8 +183,9 @@ def open_session(cfg: HbConfig, metric: Metric, samples: int, progress: Progress
 
     ``reference_beside(graph, feeds, names)``: starts the float model's run on the debug samples elsewhere and returns
     a function that waits for its outputs (``hbtool debug --workers N``: on a worker process, which would otherwise
-    wait for this calibration). Called as soon as the calibration's float graph is final, so the run goes beside the
-    rest of the calibration instead of after it; the same graph and samples as here, so the same numbers."""
+    wait for this calibration). Called right after the calibration's statistics pass (``on_float_graph``), so the run
+    goes beside the rest of the calibration instead of after it; the same graph and samples as here, so the same
+    numbers."""
     cache: dict[str, Any] = {}
     started: dict[str, Any] = {}
 
