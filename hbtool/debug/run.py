@@ -128,11 +128,12 @@ def run_debug(cfg: HbConfig, auto: bool = False, target_cosine: float = 0.99, ma
     # once it exists; the rankings, the gains pass, the prices and the search's tries all run on them, on one
     # onnxruntime thread each, the same numbers for any count
     with TrialRunner(None, workers, cluster, deadline) as runner:
-        session = open_session(cfg, metric, n, progress)
+        # the float outputs of the debug samples on a worker, beside the calibration (none with --workers 1)
+        session = open_session(cfg, metric, n, progress, reference_beside=runner.float_outputs_beside())
         t["calibrate"] = time.perf_counter()
+        runner.attach(session, switchable=True)    # the workers build their switchable models beside this one
         model = MaskedModel(session.base.calibrated, session.base.graph, spinning=not runner.parallel)
         session.masked_model = model
-        runner.attach(session)
         return _analyse(cfg, session, model, runner, metric, auto, target_cosine, max_fps_loss, progress,
                         sensitivity_samples, candidates, weight_samples, weight_candidates, sensitivity_budget, deadline, t)
 

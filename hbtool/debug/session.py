@@ -135,9 +135,11 @@ class DebugSession:
         return Measured(node_info, outs, value, result, folds=folds)
 
 
-def run_outputs(graph, samples: list[dict[str, np.ndarray]], names: list[str], threads: int = 0) -> dict[str, np.ndarray]:
-    """``{output: values stacked over the samples}`` of an IR graph run in onnxruntime."""
-    sess = float_session(graph, threads=threads, basic=True)
+def run_outputs(graph, samples: list[dict[str, np.ndarray]], names: list[str], threads: int = 0,
+                spinning: bool = True) -> dict[str, np.ndarray]:
+    """``{output: values stacked over the samples}`` of an IR graph run in onnxruntime (``spinning=False`` beside other
+    work: the same numbers, idle pool threads asleep)."""
+    sess = float_session(graph, threads=threads, basic=True, spinning=spinning)
     rows = [sess.run(names, s) for s in samples]
     return {n: np.concatenate([np.asarray(r[k]) for r in rows]) for k, n in enumerate(names)}
 
@@ -171,14 +173,31 @@ def debug_samples(cfg: HbConfig, graph, count: int) -> list[dict[str, np.ndarray
     return [data.sample(i) for i in range(min(count, data.num_samples))]
 
 
-def open_session(cfg: HbConfig, metric: Metric, samples: int, progress: Progress | None = None) -> DebugSession:
+def open_session(cfg: HbConfig, metric: Metric, samples: int, progress: Progress | None = None,
+                 reference_beside: Callable[..., Callable[[], dict[str, np.ndarray]]] | None = None) -> DebugSession:
     """Calibrate the config (keeping the statistics) and run the float model on the debug samples.
 
     Without calibrate's own evaluation (``evaluate=False``: the same plan, models and method): the debugger measures
     the PTQ model itself on the debug samples, and nothing reads the evaluation's errors; on the all-int8 PP-OCRv5
-    recogniser it was a third of this calibration, run before any worker had work."""
+    recogniser it was a third of this calibration, run before any worker had work.
+
+    ``reference_beside(graph, feeds, names)``: starts the float model's run on the debug samples elsewhere and returns
+    a function that waits for its outputs (``hbtool debug --workers N``: on a worker process, which would otherwise
+    wait for this calibration). Called right after the calibration's statistics pass (``on_float_graph``), so the run
+    goes beside the rest of the calibration instead of after it; the same graph and samples as here, so the same
+    numbers."""
     cache: dict[str, Any] = {}
-    base = run_calibration(cfg, progress=progress, stats_cache=cache, evaluate=False)
-    feeds = debug_samples(cfg, base.graph, samples)
-    float_out = run_outputs(base.graph, feeds, list(base.graph.outputs))
+    started: dict[str, Any] = {}
+
+    def start_reference(graph) -> None:
+        feeds = debug_samples(cfg, graph, samples)
+        started.update(graph=graph, feeds=feeds, outputs=reference_beside(graph, feeds, list(graph.outputs)))
+
+    base = run_calibration(cfg, progress=progress, stats_cache=cache, evaluate=False,
+                           on_float_graph=start_reference if reference_beside is not None else None)
+    if started.get("graph") is base.graph:
+        feeds, float_out = started["feeds"], started["outputs"]()
+    else:
+        feeds = debug_samples(cfg, base.graph, samples)
+        float_out = run_outputs(base.graph, feeds, list(base.graph.outputs))
     return DebugSession(cfg, base, feeds, float_out, metric, cache)

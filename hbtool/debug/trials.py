@@ -109,6 +109,22 @@ def _init_worker(payload: dict[str, Any]) -> None:
                                              payload["stats_cache"], threads=1, masked_graphs=payload.get("masked_graphs"))
 
 
+def _ready_switchable(_: Any = None) -> None:
+    """A worker's switchable model and its one-thread session, built as the worker gets the session
+    (:meth:`TrialRunner.attach`) rather than inside its first ranking or gains chunk: the worker builds it while the
+    calling process builds its own, instead of after."""
+    worker_state()["session"].switchable().single_threaded().session()
+
+
+def _float_outputs(args: tuple) -> dict[str, Any]:
+    """The float model's outputs on the debug samples, on a worker before the session exists
+    (:meth:`TrialRunner.float_outputs_beside`); its idle onnxruntime threads asleep: the caller calibrates beside it."""
+    from hbtool.debug.session import run_outputs
+
+    graph, feeds, names = args
+    return run_outputs(graph, feeds, names, spinning=False)
+
+
 def _run_trial(trial: Trial) -> Measured | Failed:
     return evaluate(worker_state()["session"], trial, keep_result=False)
 
@@ -199,8 +215,10 @@ class TrialRunner:
             self.attach(self.session)
         return self
 
-    def attach(self, session: DebugSession) -> None:
-        """The session the tasks run on, handed to the workers (:meth:`hbtool.utils.workers.TaskPool.set_state`)."""
+    def attach(self, session: DebugSession, switchable: bool = False) -> None:
+        """The session the tasks run on, handed to the workers (:meth:`hbtool.utils.workers.TaskPool.set_state`);
+        ``switchable``: the workers build their switchable models now (:func:`_ready_switchable`), for a caller whose
+        workers run the rankings or the gains pass (``hbtool debug``)."""
         self.session = session
         if self._pool is None:
             return
@@ -211,6 +229,24 @@ class TrialRunner:
                    "masked_graphs": session.masked_graphs or ((session.base.calibrated, session.base.graph)
                                                               if session.base is not None else None)}
         self._pool.set_state(_init_worker, (payload,))
+        if switchable and payload["masked_graphs"] is not None:
+            for _ in range(self.workers):    # one each, where the pool hands them out that way
+                self._pool.submit(_ready_switchable, None)
+
+    def float_outputs_beside(self) -> Callable[[Any, list, list[str]], Callable[[], dict[str, Any]]] | None:
+        """For :func:`hbtool.debug.session.open_session`'s ``reference_beside``: a function that starts the float model's
+        run on the debug samples on a worker process (which waits for the session meanwhile) and returns the wait for
+        its outputs; ``None`` (run them here) without worker processes, and on Ray: onnxruntime's default thread
+        count, which the float sums depend on in their last bits, is this machine's on a local worker, as here, and
+        may not be on a cluster's."""
+        if self._pool is None or self.cluster is not None:
+            return None
+        pool = self._pool
+
+        def start(graph, feeds: list, names: list[str]) -> Callable[[], dict[str, Any]]:
+            return pool.submit(_float_outputs, (graph, feeds, names)).result
+
+        return start
 
     def __exit__(self, *exc) -> None:
         if self._pool is not None:

@@ -320,7 +320,8 @@ def _mean_cosine(errs: dict[str, dict[str, float]]) -> float:
 def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | None = None,
                     stats_cache: dict[str, Any] | None = None, evaluate: bool = True,
                     samples: Iterable[Mapping[str, np.ndarray]] | None = None,
-                    staging: AtomicFileSet | None = None) -> CalibrationResult:
+                    staging: AtomicFileSet | None = None,
+                    on_float_graph: Callable[[Graph], None] | None = None) -> CalibrationResult:
     """Quantize the model of ``cfg``; returns the plan and its measured errors (writes nothing).
 
     ``stats_cache`` (a dict the caller keeps between calls on the same model and data, as
@@ -336,8 +337,12 @@ def run_calibration(cfg: HbConfig, progress: Callable[[str, int, int], None] | N
     commits it): the four model files are staged into it while the final evaluation runs, the main thread's idle
     time then, instead of after it (ResNet50: 330 MB written and synced to disk); nothing reaches a target before
     the commit. Without it nothing is written.
+    ``on_float_graph``: called once with the float graph (the result's ``graph``, final by then) right after the
+    statistics pass, for a caller with its own use of the float model that can start it there: ``hbtool debug
+    --workers N`` runs it on the debug samples in a worker process, beside the rest of this calibration (the plans and
+    the choice of method, mostly on one core here), not beside the statistics pass, which keeps every core busy.
     """
-    return _Calibration(cfg, progress, stats_cache, samples, staging).run(evaluate)
+    return _Calibration(cfg, progress, stats_cache, samples, staging, on_float_graph).run(evaluate)
 
 
 class _Calibration:
@@ -350,8 +355,9 @@ class _Calibration:
 
     def __init__(self, cfg: HbConfig, progress: Callable[[str, int, int], None] | None,
                  stats_cache: dict[str, Any] | None, samples: Iterable[Mapping[str, np.ndarray]] | None,
-                 staging: AtomicFileSet | None = None):
+                 staging: AtomicFileSet | None = None, on_float_graph: Callable[[Graph], None] | None = None):
         self.cfg = cfg
+        self.on_float_graph = on_float_graph
         self.staging = staging
         self.cal = cfg.calibration
         self.progress = progress
@@ -371,6 +377,8 @@ class _Calibration:
         with ThreadPoolExecutor(1) as self.background:   # the float references are computed beside the statistics pass
             self.collect_statistics()
             self.reference_outputs()
+        if self.on_float_graph is not None:    # the statistics pass is over: its cores are free, the graph final
+            self.on_float_graph(self.graph)
         self.plan_weights()
         self.correct_biases()
         self.quantization_source()

@@ -61,9 +61,11 @@ def _in_memory_weights(model: onnx.ModelProto, graph: Graph) -> dict[str, np.nda
             if t.data_location == onnx.TensorProto.EXTERNAL and t.external_data[0].value == IN_MEMORY_LOCATION}
 
 
-def float_session(graph: Graph, extra_outputs: Iterable[str] = (), threads: int = 0, basic: bool = False):
-    """An onnxruntime session of the float IR that also returns ``extra_outputs`` (its weights handed over as arrays)."""
-    return open_session(session_model(graph, extra_outputs), threads, basic)
+def float_session(graph: Graph, extra_outputs: Iterable[str] = (), threads: int = 0, basic: bool = False,
+                  spinning: bool = True):
+    """An onnxruntime session of the float IR that also returns ``extra_outputs`` (its weights handed over as arrays);
+    ``spinning`` as :func:`open_session`'s."""
+    return open_session(session_model(graph, extra_outputs), threads, basic, spinning)
 
 
 

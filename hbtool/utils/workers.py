@@ -225,6 +225,19 @@ class TaskPool:
             for it in items:
                 yield fn(it)
 
+    def submit(self, fn: Callable[[Any], Any], item: Any) -> Future:
+        """``fn(item)`` on a worker now (a foreground task, as :meth:`map`'s), its :class:`~concurrent.futures.Future`;
+        without workers it runs here first and the future is already done. For one task whose result is read later,
+        while the caller does other work meanwhile (:meth:`map` submits only once it is read)."""
+        if self.parallel:
+            return self._submit(fn, item)
+        future: Future = Future()
+        try:
+            future.set_result(fn(item))
+        except BaseException as exc:
+            future.set_exception(exc)
+        return future
+
     def _map_ray(self, fn: Callable[[Any], Any], items: list[Any]) -> Iterator[Any]:
         window = max(1, 2 * self.workers)
         futures = [self._submit(fn, it) for it in items[:window]]

@@ -85,3 +85,89 @@ def test_the_final_models_calibrated_file_is_serialized_once(tmp_path):
     first = calibrated_bytes(result)
     assert first == to_onnx(result.calibrated, stage="calibrated").SerializeToString()
     assert calibrated_bytes(result) is first
+
+
+def test_the_debug_samples_float_outputs_run_on_a_worker_beside_the_calibration(tmp_path, monkeypatch):
+    """With worker processes the float model's run on the debug samples starts on a worker right after the calibration's
+    statistics pass (which keeps every core busy), before the plans and the method choice, mostly on one core (it waited
+    for the whole calibration, one process working, the workers idle): the same samples and the same outputs, bit for
+    bit, as run here after the calibration."""
+    import numpy as np
+
+    from hbtool.config import load_config
+    from hbtool.debug.metrics_hook import resolve_metric
+    from hbtool.debug.session import open_session
+    from hbtool.debug.trials import TrialRunner
+    from tests.debug_models import tiny_transformer, write_config
+
+    cfg = load_config(write_config(tmp_path, tiny_transformer(tmp_path / "m.onnx"), "1x16x32", {"auto_int16": False}))
+    metric = resolve_metric("cosine", None)
+    here = open_session(cfg, metric, 8)
+    order: list[str] = []
+    stats = calibrate._cached_stats
+
+    def statistics(*args, **kwargs):
+        order.append("statistics")
+        return stats(*args, **kwargs)
+
+    choose = calibrate._Calibration.choose_method
+
+    def method_choice(self):
+        order.append("method choice")
+        return choose(self)
+
+    monkeypatch.setattr(calibrate, "_cached_stats", statistics)
+    monkeypatch.setattr(calibrate._Calibration, "choose_method", method_choice)
+    with TrialRunner(None, workers=2) as runner:
+        start = runner.float_outputs_beside()
+
+        def beside(graph, feeds, names):
+            order.append("float outputs started")
+            return start(graph, feeds, names)
+
+        there = open_session(cfg, metric, 8, reference_beside=beside)
+    assert order == ["statistics", "float outputs started", "method choice"]
+    assert list(there.float_outputs) == list(here.float_outputs)
+    assert all(np.array_equal(there.float_outputs[k], here.float_outputs[k]) for k in here.float_outputs)
+    assert all(np.array_equal(a[k], b[k]) for a, b in zip(there.samples, here.samples) for k in a)
+    with TrialRunner(None, workers=1) as runner:
+        assert runner.float_outputs_beside() is None     # no worker: run here, after the calibration, as before
+
+
+def test_the_workers_get_the_session_before_this_process_builds_its_switchable_model(tmp_path, monkeypatch):
+    """The workers build their switchable models (:func:`hbtool.debug.trials._ready_switchable`, one task each)
+    while this process builds its own for the op error, instead of after it inside their first chunk."""
+    from hbtool.config import load_config
+    from hbtool.debug import trials
+    from tests.debug_models import tiny_transformer, write_config
+
+    order: list[str] = []
+    submit, build = TaskPool.submit, MaskedModel.__init__
+
+    def submitted(pool, fn, item):
+        order.append(fn.__name__)
+        return submit(pool, fn, item)
+
+    def built(model, *args, **kwargs):
+        order.append("switchable model here")
+        build(model, *args, **kwargs)
+        raise _Stop
+
+    monkeypatch.setattr(TaskPool, "submit", submitted)
+    monkeypatch.setattr(MaskedModel, "__init__", built)
+    cfg = write_config(tmp_path, tiny_transformer(tmp_path / "m.onnx"), "1x16x32", {"auto_int16": False})
+    with pytest.raises(_Stop):
+        run.run_debug(load_config(cfg), auto=True, samples=8, workers=2)
+    assert order == ["_float_outputs", "_ready_switchable", "_ready_switchable", "switchable model here"]
+
+    # what the task does on a worker: the switchable model of the worker's session and its one-thread session
+    from tests.debug_models import all_int8_session
+
+    (tmp_path / "s").mkdir()
+    session = all_int8_session(tmp_path / "s")
+    worker = trials.DebugSession(session.cfg, None, session.samples, session.float_outputs, session.metric,
+                                 session.stats_cache, threads=1, masked_graphs=(session.base.calibrated, session.base.graph))
+    monkeypatch.setattr(MaskedModel, "__init__", build)
+    monkeypatch.setitem(trials.worker_state(), "session", worker)
+    trials._ready_switchable()
+    assert worker.masked_model is not None and worker.masked_model.threads == 1 and () in worker.masked_model._sessions

@@ -213,3 +213,19 @@ def test_a_state_set_after_opening_runs_here_with_one_worker():
     with TaskPool(1) as pool:
         pool.set_state(_setup, (5,))
         assert [r for r, _ in pool.map(_slow_first, range(3))] == [5, 6, 7]
+
+
+def test_one_task_submitted_now_and_read_later():
+    """``TaskPool.submit``: the task starts on a worker when submitted (not when read, as ``map``'s), so the caller works
+    meanwhile; without workers it has run here by the time the future is returned, its error in the future."""
+    with TaskPool(2, initializer=_setup, initargs=(100,)) as pool:
+        future = pool.submit(_slow_first, 1)
+        value, pid = future.result()
+    assert value == 101 and pid != os.getpid()
+    with TaskPool(1, initializer=_setup, initargs=(10,)) as pool:
+        done = pool.submit(_slow_first, 1)
+        assert done.done() and done.result() == (11, os.getpid())
+        failed = pool.submit(_fails_on_three, 3)
+        assert failed.done()
+        with pytest.raises(ValueError, match="task three"):
+            failed.result()
