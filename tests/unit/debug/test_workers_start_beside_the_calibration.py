@@ -20,10 +20,21 @@ class _Stop(Exception):
     pass
 
 
-def test_the_workers_start_before_the_base_calibration(tmp_path, monkeypatch):
+def _tiny_all_int8_config(tmp_path):
+    """The tests' tiny transformer with its all-int8 calibration config, loaded."""
     from hbtool.config import load_config
     from tests.debug_models import tiny_transformer, write_config
 
+    return load_config(write_config(tmp_path, tiny_transformer(tmp_path / "m.onnx"), "1x16x32", {"auto_int16": False}))
+
+
+def _debug_on_two_workers_until_stopped(tmp_path) -> None:
+    """``hbtool debug --auto --workers 2`` on the tiny model, up to the patched step that raises :class:`_Stop`."""
+    with pytest.raises(_Stop):
+        run.run_debug(_tiny_all_int8_config(tmp_path), auto=True, samples=8, workers=2)
+
+
+def test_the_workers_start_before_the_base_calibration(tmp_path, monkeypatch):
     order: list[str] = []
     enter = TaskPool.__enter__
 
@@ -37,9 +48,7 @@ def test_the_workers_start_before_the_base_calibration(tmp_path, monkeypatch):
 
     monkeypatch.setattr(TaskPool, "__enter__", entered)
     monkeypatch.setattr(run, "open_session", opened)
-    cfg = write_config(tmp_path, tiny_transformer(tmp_path / "m.onnx"), "1x16x32", {"auto_int16": False})
-    with pytest.raises(_Stop):
-        run.run_debug(load_config(cfg), auto=True, samples=8, workers=2)
+    _debug_on_two_workers_until_stopped(tmp_path)
     assert order == ["pool warmup=_warm_worker", "session"]
 
 
@@ -94,13 +103,11 @@ def test_the_debug_samples_float_outputs_run_on_a_worker_beside_the_calibration(
     bit, as run here after the calibration."""
     import numpy as np
 
-    from hbtool.config import load_config
     from hbtool.debug.metrics_hook import resolve_metric
     from hbtool.debug.session import open_session
     from hbtool.debug.trials import TrialRunner
-    from tests.debug_models import tiny_transformer, write_config
 
-    cfg = load_config(write_config(tmp_path, tiny_transformer(tmp_path / "m.onnx"), "1x16x32", {"auto_int16": False}))
+    cfg = _tiny_all_int8_config(tmp_path)
     metric = resolve_metric("cosine", None)
     here = open_session(cfg, metric, 8)
     order: list[str] = []
@@ -137,9 +144,7 @@ def test_the_debug_samples_float_outputs_run_on_a_worker_beside_the_calibration(
 def test_the_workers_get_the_session_before_this_process_builds_its_switchable_model(tmp_path, monkeypatch):
     """The workers build their switchable models (:func:`hbtool.debug.trials._ready_switchable`, one task each)
     while this process builds its own for the op error, instead of after it inside their first chunk."""
-    from hbtool.config import load_config
     from hbtool.debug import trials
-    from tests.debug_models import tiny_transformer, write_config
 
     order: list[str] = []
     submit, build = TaskPool.submit, MaskedModel.__init__
@@ -155,9 +160,7 @@ def test_the_workers_get_the_session_before_this_process_builds_its_switchable_m
 
     monkeypatch.setattr(TaskPool, "submit", submitted)
     monkeypatch.setattr(MaskedModel, "__init__", built)
-    cfg = write_config(tmp_path, tiny_transformer(tmp_path / "m.onnx"), "1x16x32", {"auto_int16": False})
-    with pytest.raises(_Stop):
-        run.run_debug(load_config(cfg), auto=True, samples=8, workers=2)
+    _debug_on_two_workers_until_stopped(tmp_path)
     assert order == ["_float_outputs", "_ready_switchable", "_ready_switchable", "switchable model here"]
 
     # what the task does on a worker: the switchable model of the worker's session and its one-thread session
