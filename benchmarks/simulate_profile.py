@@ -13,7 +13,8 @@ steps no longer line up and ``--kind`` does not apply; ``integer-conv-kxk``: int
 form splits the weight as that float form, not ``ConvInteger``; ``unsigned-gemm``: Linear and int16 x int8 MatMul
 without the uint8 x uint8 ``MatMulInteger`` chosen where uint8 x int8 saturates, as on main before it;
 ``int8-matmul-unsigned``: int8 x int8 MatMuls as float32 GEMMs instead of `MatMulInteger`; ``depthwise-float64-requant``: the
-depthwise loops requantizing in int64), runs the two interleaved and lists the steps of ``--kind``
+depthwise loops requantizing in int64; ``im2col-gemm``: convolutions larger than 1 x 1 (and strided pointwise ones)
+as float32 convolutions or ``ConvInteger`` instead of int8 columns and ``MatMulInteger``), runs the two interleaved and lists the steps of ``--kind``
 side by side.
 
 ``--cores`` (use with ``--threads 2``) also records each step's process CPU time beside its wall
@@ -46,6 +47,7 @@ _ROUTES = {
     "unsigned-gemm": ("_cpu_unsigned_gemm_is_exact", lambda: False),
     "int8-matmul-unsigned": ("INT8_MATMUL_UNSIGNED", False),
     "depthwise-float64-requant": ("DEPTHWISE_FLOAT64_REQUANT", False),
+    "im2col-gemm": ("IM2COL_GEMM", False),
 }
 
 
