@@ -1,7 +1,7 @@
 """The simulator's int8 pointwise expansions: ``ConvInteger`` (uint8 x uint8) against ``MatMulInteger`` (uint8 x int8).
 
 ``accel._pointwise_integer_matmul`` runs a pointwise convolution as ``W @ x`` on the NCHW layout
-where the input has >= 32 channels; narrower inputs keep ``ConvInteger``. Until 2026-12-06 an
+where the input has >= 8 channels (32 until sim9, 2026-12-07); narrower inputs keep ``ConvInteger``. Until 2026-12-06 an
 output-width limit (``cout <= 4 * cin``) also kept every 6x expansion on ``ConvInteger``; this
 probe times both routes, whole steps (product and requantization), interleaved, one thread, on
 MobileNetV2's expansions, and checks both against the kernel's numpy form bit for bit.

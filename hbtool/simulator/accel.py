@@ -508,14 +508,21 @@ def _float_conv_splits(w: np.ndarray, in_bits: int) -> bool:
         return True
 
 
+# The fewest input channels a plain pointwise convolution runs as ``MatMulInteger`` from (fewer: ``ConvInteger``).
+# 32 until 2026-12-07; 8 since sim9 measured the narrow expansions faster on MatMulInteger (see below).
+POINTWISE_MATMUL_MIN_CHANNELS = 8
+
+
 def _pointwise_integer_matmul(kernel, w: np.ndarray, threads: int | None):
     """onnxruntime MatMulInteger ``W (uint8, zero point 128) @ x (int8)`` for an unstrided, unpadded
-    pointwise convolution with at least 32 input channels, or None.
+    pointwise convolution with at least :data:`POINTWISE_MATMUL_MIN_CHANNELS` input channels, or None.
 
     NCHW is already the GEMM's layout (``(Cin, H*W)`` per sample), and uint8 x int8 is the form
     VNNI/AMX multiply natively: measured (one thread) 1.7-6x faster than ``ConvInteger``'s
-    uint8 x uint8 on MobileNetV2 / PP-OCR layers of 96-480 input channels, but 1.5-4x slower on
-    narrow expansions (16 -> 96, 24 -> 144 channels), which keep ``ConvInteger``. Expansions of
+    uint8 x uint8 on MobileNetV2 / PP-OCR layers of 96-480 input channels. The narrow expansions
+    (16 -> 96, 24 -> 144 channels) measured 1.5-4x slower once and kept ``ConvInteger``; on this
+    project's Zen 4 VM (2026-12-07, ``benchmarks.pointwise_probe``, whole steps, one thread) they take
+    0.67-0.79x its time, and 8 -> 48 / 8 -> 16 at 56 x 56 0.65-0.85x (sim9, docs/simulate.md). Expansions of
     32 input channels or more take it too (whole step, one thread, 2026-12-06: 32 -> 192 at 28 x 28
     0.72x ``ConvInteger``'s time, 64 -> 384 0.63x, 96 -> 576 0.48x, 160 -> 960 at 7 x 7 0.33x; they
     were kept on ``ConvInteger`` by an output-width limit, ``cout <= 4 * cin``, until then). Only
@@ -523,7 +530,7 @@ def _pointwise_integer_matmul(kernel, w: np.ndarray, threads: int | None):
     """
     cout, cin = w.shape[:2]
     if (any(k != 1 for k in w.shape[2:]) or int(kernel.group) != 1 or any(int(s) != 1 for s in kernel.strides)
-            or any(int(p) for p in kernel.pads) or kernel.in_bits not in (8, 16) or cin < 32):
+            or any(int(p) for p in kernel.pads) or kernel.in_bits not in (8, 16) or cin < POINTWISE_MATMUL_MIN_CHANNELS):
         return None
     if w.min(initial=0) < -128 or w.max(initial=0) > 127 or not _cpu_integer_gemm_never_saturates():
         return None

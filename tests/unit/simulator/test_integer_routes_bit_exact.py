@@ -41,7 +41,10 @@ CONVS = [  # (cout, cin, group, kernel, stride, pads, in_bits)
     (40, 32, 1, 1, 1, [0, 0, 0, 0], 8),      # pointwise, >= 32 input channels: uint8 x int8 MatMulInteger
     (24, 48, 1, 1, 1, [0, 0, 0, 0], 16),     # the same on int16 digits
     (200, 32, 1, 1, 1, [0, 0, 0, 0], 8),     # an expansion from 32 channels: MatMulInteger
-    (96, 16, 1, 1, 1, [0, 0, 0, 0], 8),      # a narrow expansion (< 32 input channels): ConvInteger
+    (96, 16, 1, 1, 1, [0, 0, 0, 0], 8),      # a narrow expansion (16 input channels): MatMulInteger since sim9
+    (24, 4, 1, 1, 1, [0, 0, 0, 0], 8),       # fewer than 8 input channels: ConvInteger
+    (64, 40, 1, 3, 1, [1, 1, 1, 1], 8),      # 3 x 3 from >= 32 channels: int8 columns and MatMulInteger
+    (64, 40, 1, 1, 2, [0, 0, 0, 0], 8),      # strided pointwise from >= 32 channels: the same
 ]
 
 
@@ -134,13 +137,16 @@ def test_wide_pointwise_convolutions_take_the_matmul_integer_route():
     strided = Conv.build(w, None, 0.03, RNG.uniform(0.001, 0.01, 40), 0.5, strides=[2, 2], in_bits=8, out_bits=8)
     expansion = Conv.build(RNG.integers(-128, 128, size=(200, 32, 1, 1)), None, 0.03, 0.004, 0.5, in_bits=8, out_bits=8)
     narrow = Conv.build(RNG.integers(-128, 128, size=(96, 16, 1, 1)), None, 0.03, 0.004, 0.5, in_bits=8, out_bits=8)
+    narrowest = Conv.build(RNG.integers(-128, 128, size=(24, 4, 1, 1)), None, 0.03, 0.004, 0.5, in_bits=8, out_bits=8)
     wide = accel._pointwise_integer_matmul(kern, np.asarray(kern.weight, np.int64), None)
     assert (wide is not None) == accel._cpu_integer_gemm_never_saturates()
     assert accel._pointwise_integer_matmul(strided, np.asarray(strided.weight, np.int64), None) is None
-    # an expansion from >= 32 channels takes it too (measured faster, benchmarks/pointwise_probe.py); fewer keep ConvInteger
-    expanded = accel._pointwise_integer_matmul(expansion, np.asarray(expansion.weight, np.int64), None)
-    assert (expanded is not None) == accel._cpu_integer_gemm_never_saturates()
-    assert accel._pointwise_integer_matmul(narrow, np.asarray(narrow.weight, np.int64), None) is None
+    # expansions take it too (measured faster, benchmarks/pointwise_probe.py), from 16 channels since sim9; fewer
+    # than 8 keep ConvInteger
+    for kern in (expansion, narrow):
+        expanded = accel._pointwise_integer_matmul(kern, np.asarray(kern.weight, np.int64), None)
+        assert (expanded is not None) == accel._cpu_integer_gemm_never_saturates()
+    assert accel._pointwise_integer_matmul(narrowest, np.asarray(narrowest.weight, np.int64), None) is None
 
 
 @pytest.mark.parametrize("cout, cin, group, k, stride, pads, in_bits", CONVS)
