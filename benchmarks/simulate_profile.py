@@ -14,7 +14,8 @@ form splits the weight as that float form, not ``ConvInteger``; ``unsigned-gemm`
 without the uint8 x uint8 ``MatMulInteger`` chosen where uint8 x int8 saturates, as on main before it;
 ``int8-matmul-unsigned``: int8 x int8 MatMuls as float32 GEMMs instead of `MatMulInteger`; ``depthwise-float64-requant``: the
 depthwise loops requantizing in int64; ``im2col-gemm``: convolutions larger than 1 x 1 (and strided pointwise ones)
-as float32 convolutions or ``ConvInteger`` instead of int8 columns and ``MatMulInteger``), runs the two interleaved and lists the steps of ``--kind``
+as float32 convolutions or ``ConvInteger`` instead of int8 columns and ``MatMulInteger``; ``channel-scale``: a 1 x 1
+depthwise convolution (the preprocessing's) in the depthwise loop instead of an int32 product and the requantizing pass), runs the two interleaved and lists the steps of ``--kind``
 side by side.
 
 ``--cores`` (use with ``--threads 2``) also records each step's process CPU time beside its wall
@@ -48,6 +49,7 @@ _ROUTES = {
     "int8-matmul-unsigned": ("INT8_MATMUL_UNSIGNED", False),
     "depthwise-float64-requant": ("DEPTHWISE_FLOAT64_REQUANT", False),
     "im2col-gemm": ("IM2COL_GEMM", False),
+    "channel-scale": ("CHANNEL_SCALE", False),
 }
 
 
