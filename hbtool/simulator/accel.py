@@ -549,10 +549,10 @@ IM2COL_MIN_CHANNELS = 32
 
 def _im2col_integer_matmul(kernel, w: np.ndarray, threads: int | None):
     """onnxruntime MatMulInteger ``W (uint8, zero point 128) @ columns (int8)`` for a 2-D convolution of int8
-    activations from at least 32 input channels whose pointwise form does not apply (a kernel larger than 1 x 1,
-    or a strided or padded 1 x 1), or None.
+    activations from at least :data:`IM2COL_MIN_CHANNELS` input channels whose pointwise form does not apply (a
+    kernel larger than 1 x 1, or a strided or padded 1 x 1), or None.
 
-    The columns (:func:`fused.im2col`: ``(C * KH * KW, OH * OW)`` per sample, the padding as the code 0) make
+    The columns (:func:`columns`: ``(C * KH * KW, OH * OW)`` per sample, the padding as the code 0) make
     the convolution one GEMM in the form VNNI/AMX multiply natively. Measured alone (one thread, random int8,
     2026-12-07, load 2): ResNet50's 3 x 3 layers 64 -> 64 at 56 x 56 to 512 -> 512 at 7 x 7 took 0.57-0.78 ms
     in the GEMM against 1.93-2.05 ms as the exact float32 convolution, the columns 0.16-0.17 ms in numpy; inside
@@ -625,15 +625,18 @@ def _out_plane(hw: tuple, kernel_shape: tuple, strides: tuple, pads: tuple, dila
     (H, W), (kh, kw), (sh, sw), (ph, pw, ph_end, pw_end), (dh, dw) = hw, kernel_shape, strides, pads, dilations
     return (H + ph + ph_end - dh * (kh - 1) - 1) // sh + 1, (W + pw + pw_end - dw * (kw - 1) - 1) // sw + 1
 
+
 def conv_fast(kernel, threads: int | None = None, in_shape: tuple | None = None) -> Callable[[np.ndarray], np.ndarray] | None:
     """``requantize(conv(x, W) + b)`` of a Conv kernel: an exact product in onnxruntime, one fused pass.
 
-    Depthwise convolutions on large enough planes (``in_shape``: one sample's input shape, when
-    known) run as one fused loop (:func:`depthwise_in_loop`); pointwise convolutions of int8
-    weights, and int8 3 x 3 ones whose float32 form would need a digit split, as integer GEMMs
-    (:func:`_pointwise_integer_conv`; int16 activations as two base-256
-    digits in one call, as in :func:`linear_fast`); the others as float32 convolutions of the
-    operands or of their digit parts.
+    A weight per channel (a 1 x 1 depthwise convolution) is a product and the requantizing pass
+    (:func:`channel_scale`); depthwise convolutions on large enough planes (``in_shape``: one sample's
+    input shape, when known) run as one fused loop (:func:`depthwise_in_loop`); pointwise convolutions of
+    int8 weights as integer GEMMs (:func:`_pointwise_integer_matmul`, else :func:`_pointwise_integer_conv`;
+    int16 activations as two base-256 digits in one call, as in :func:`linear_fast`); int8 convolutions
+    from enough channels as int8 columns and one integer GEMM (:func:`_im2col_integer_matmul`), and int8
+    3 x 3 ones whose float32 form would need a digit split as ``ConvInteger``; the others as float32
+    convolutions of the operands or of their digit parts.
     """
     w = np.asarray(kernel.weight, np.int64)
     attrs = dict(kernel_shape=list(w.shape[2:]), strides=list(kernel.strides), pads=list(kernel.pads),
@@ -648,9 +651,9 @@ def conv_fast(kernel, threads: int | None = None, in_shape: tuple | None = None)
     gemm = _pointwise_integer_matmul(kernel, w, threads)
     if gemm is not None:
         return _pointwise_gemm_runner(gemm, kernel.in_bits, w, rq, bias)
-    columns = _im2col_integer_matmul(kernel, w, threads)
-    if columns is not None:
-        return _im2col_gemm_runner(kernel, columns, rq, bias)
+    im2col_gemm = _im2col_integer_matmul(kernel, w, threads)
+    if im2col_gemm is not None:
+        return _im2col_gemm_runner(kernel, im2col_gemm, rq, bias)
     integer = _pointwise_integer_conv(kernel, w, attrs, threads)
     if integer is not None and kernel.in_bits <= 8:
         def run_integer(x: np.ndarray) -> np.ndarray:
