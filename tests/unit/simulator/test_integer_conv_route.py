@@ -1,6 +1,8 @@
 """Convolutions of int8 activations with kernels larger than 1 x 1 run as onnxruntime ``ConvInteger`` exactly
 where their float32 form would split the weight into digits (two products), and equal the kernel's numpy form
-bit for bit there: padding (onnxruntime pads with the zero point, the code 0), strides, dilations, bias."""
+bit for bit there: padding (onnxruntime pads with the zero point, the code 0), strides, dilations, bias.
+(On a CPU whose uint8 x int8 GEMM never saturates they take int8 columns and ``MatMulInteger`` first since sim9,
+``test_im2col_gemm_route.py``; the route is still built and the result still compared here.)"""
 
 from __future__ import annotations
 
