@@ -13,8 +13,9 @@ steps no longer line up and ``--kind`` does not apply; ``integer-conv-kxk``: int
 form splits the weight as that float form, not ``ConvInteger``; ``unsigned-gemm``: Linear and int16 x int8 MatMul
 without the uint8 x uint8 ``MatMulInteger`` chosen where uint8 x int8 saturates, as on main before it;
 ``int8-matmul-unsigned``: int8 x int8 MatMuls as float32 GEMMs instead of `MatMulInteger`; ``depthwise-float64-requant``: the
-depthwise loops requantizing in int64), runs the two interleaved and lists the steps of ``--kind``
-side by side.
+depthwise loops requantizing in int64; ``table-chains``: a chain of elementwise steps holding a table as its steps,
+not one lookup, so, as with ``affine-pairs``, the steps no longer line up), runs the two interleaved and lists the
+steps of ``--kind`` side by side.
 
 ``--cores`` (use with ``--threads 2``) also records each step's process CPU time beside its wall
 time and lists, by kind, how many cores a step kept busy (CPU / wall; onnxruntime's pools do not
@@ -46,6 +47,7 @@ _ROUTES = {
     "unsigned-gemm": ("_cpu_unsigned_gemm_is_exact", lambda: False),
     "int8-matmul-unsigned": ("INT8_MATMUL_UNSIGNED", False),
     "depthwise-float64-requant": ("DEPTHWISE_FLOAT64_REQUANT", False),
+    "table-chains": ("TABLE_CHAINS", False),
 }
 
 

@@ -1226,6 +1226,12 @@ def mul_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray, np.nda
 AFFINE_PAIRS = True
 
 
+# A chain of elementwise steps of one input holding a table (the recogniser's affine pair -> hard-swish ->
+# affine pair) runs as one lookup (:mod:`.table_chains`, :func:`tabulate_chain`). A switch only for
+# ``benchmarks.simulate_profile --without table-chains`` and the tests.
+TABLE_CHAINS = True
+
+
 def scalar_affine_stage(kernel, const: np.ndarray, const_index: int) -> tuple | None:
     """An elementwise Mul or Add with the one-element constant ``const`` as operand ``const_index``, as one
     stage of :func:`fused.scalar_affine_pair`: ``(f, g, u, c, h, n, lo, hi)`` with

@@ -20,9 +20,6 @@ import numpy as np
 
 from hbtool.simulator import accel
 
-# Table chains on or off (``benchmarks.simulate_profile --without table-chains``, the tests).
-TABLE_CHAINS = True
-
 # A chain is tabulated only over inputs of at most this many bits (a 65,536-entry table).
 MAX_TABLE_BITS = 16
 
@@ -57,7 +54,7 @@ def merge_table_chains(steps: list, program, scalar_operand: Callable) -> tuple[
     ``scalar_operand(step, program)``: the executor's test for a Mul / Add by a one-element constant (its
     computed input, the constant's index and value), so both passes agree on which steps are elementwise.
     """
-    if not TABLE_CHAINS:
+    if not accel.TABLE_CHAINS:
         return steps, set()
     readers: dict[str, list[int]] = {}
     for k, step in enumerate(steps):

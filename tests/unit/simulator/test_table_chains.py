@@ -72,11 +72,11 @@ def test_a_program_with_a_table_chain_gives_the_step_by_step_outputs(chain_artif
     from hbtool.simulator.executor import Executor
 
     monkeypatch.setattr(accel, "AFFINE_PAIRS", False)  # every step on its own: the chains merged here, below
-    monkeypatch.setattr(table_chains, "TABLE_CHAINS", False)
+    monkeypatch.setattr(accel, "TABLE_CHAINS", False)
     plain, chained = Executor(chain_artifact, threads=1), Executor(chain_artifact, threads=1)
     kinds = [type(s.node.meta.get("kernel")).__name__ for s in plain.steps]
     assert kinds.count("Lut") == 2, kinds
-    monkeypatch.setattr(table_chains, "TABLE_CHAINS", True)
+    monkeypatch.setattr(accel, "TABLE_CHAINS", True)
     chained.steps, chained.paired_away = table_chains.merge_table_chains(chained.steps, chained.program,
                                                                          executor_module._scalar_operand)
     assert len(chained.steps) == len(plain.steps) - 4  # the five steps of the first branch are one
