@@ -38,7 +38,9 @@ def _unary(step, program, scalar_operand: Callable) -> tuple[Callable, int, str]
         return kernel.apply_numpy, int(kernel.in_bits), step.inputs[0]
     if kind in ("Mul", "Add"):
         operand = scalar_operand(step, program)  # (computed input, the constant's index, the constant) or None
-        if operand is None:
+        rq = getattr(kernel, "requant", None)
+        per_tensor = (rq.M, rq.n, rq.clamp_acc, rq.pre_shift) if kind == "Mul" else (kernel.A, kernel.B, kernel.n)
+        if operand is None or any(np.size(v) != 1 for v in per_tensor):  # per-channel: not a function of the code
             return None
         x, k, const = operand
         if k == 0:

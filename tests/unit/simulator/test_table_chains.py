@@ -6,6 +6,7 @@ any batch, with ``keep``.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -88,3 +89,25 @@ def test_a_program_with_a_table_chain_gives_the_step_by_step_outputs(chain_artif
     kept = chained.run({"input": x}, keep=set(chained.paired_away))  # asks for tensors inside the chain
     for name in chained.paired_away:
         np.testing.assert_array_equal(kept[name], plain.run({"input": x}, keep={name})[name])
+
+
+def test_a_per_channel_add_or_mul_is_no_function_of_the_code():
+    """An Add by a scalar constant with per-channel parameters maps one code to different values in different
+    channels: it must not join a chain (nor must a Mul with a per-channel requantizer)."""
+    from types import SimpleNamespace
+
+    def step(kernel):
+        return SimpleNamespace(node=SimpleNamespace(meta={"kernel": kernel}), inputs=["x", "c"], outputs=["y"], sampleless=False)
+
+    operand = lambda step, program: ("x", 1, np.array([3]))  # noqa: E731  the executor's scalar-operand test, stubbed
+    scales = np.array([0.01, 0.02, 0.05])  # per channel of the last axis
+    per_channel = Add.build(scales, 0.02, 0.03, 16, 8, 16)
+    per_tensor = Add.build(0.01, 0.02, 0.03, 16, 8, 16)
+    assert table_chains._unary(step(per_channel), None, operand) is None
+    form, bits, name = table_chains._unary(step(per_tensor), None, operand)
+    assert (bits, name) == (16, "x")
+    np.testing.assert_array_equal(form(np.arange(-5, 5)), per_tensor.apply_numpy(np.arange(-5, 5), np.array([3])))
+    mul = Mul.build(0.01, 0.02, 0.03, 16, 8, 16)
+    assert table_chains._unary(step(mul), None, operand) is not None
+    channels = dataclasses.replace(mul.requant, M=np.full(3, int(np.reshape(mul.requant.M, -1)[0])), n=np.full(3, 20))
+    assert table_chains._unary(step(dataclasses.replace(mul, requant=channels)), None, operand) is None
