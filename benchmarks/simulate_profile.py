@@ -15,8 +15,9 @@ without the uint8 x uint8 ``MatMulInteger`` chosen where uint8 x int8 saturates,
 ``int8-matmul-unsigned``: int8 x int8 MatMuls as float32 GEMMs instead of `MatMulInteger`; ``depthwise-float64-requant``: the
 depthwise loops requantizing in int64; ``im2col-gemm``: convolutions larger than 1 x 1 (and strided pointwise ones)
 as float32 convolutions or ``ConvInteger`` instead of int8 columns and ``MatMulInteger``; ``channel-scale``: a 1 x 1
-depthwise convolution (the preprocessing's) in the depthwise loop instead of an int32 product and the requantizing pass), runs the two interleaved and lists the steps of ``--kind``
-side by side.
+depthwise convolution (the preprocessing's) in the depthwise loop instead of an int32 product and the requantizing
+pass; ``table-chains``: a chain of elementwise steps holding a table as its steps, not one lookup, so, as with
+``affine-pairs``, the steps no longer line up), runs the two interleaved and lists the steps of ``--kind`` side by side.
 
 ``--cores`` (use with ``--threads 2``) also records each step's process CPU time beside its wall
 time and lists, by kind, how many cores a step kept busy (CPU / wall; onnxruntime's pools do not
@@ -50,6 +51,7 @@ _ROUTES = {
     "depthwise-float64-requant": ("DEPTHWISE_FLOAT64_REQUANT", False),
     "im2col-gemm": ("IM2COL_GEMM", False),
     "channel-scale": ("CHANNEL_SCALE", False),
+    "table-chains": ("TABLE_CHAINS", False),
 }
 
 

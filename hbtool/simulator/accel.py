@@ -195,10 +195,27 @@ def offset_u8(x: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------------------ tables
 def tabulate_unary(kernel, in_bits: int) -> Callable[[np.ndarray], np.ndarray]:
     """One gather through the kernel's values on every input code."""
+    return tabulate_chain([kernel.apply_numpy], in_bits)
+
+
+def tabulate_chain(forms: list[Callable[[np.ndarray], np.ndarray]], in_bits: int,
+                   writes: "_TableWrite | None" = None) -> Callable[[np.ndarray], np.ndarray] | None:
+    """``forms[-1](... forms[0](x))`` as one gather, for elementwise functions of one ``in_bits``-bit integer
+    (the numpy forms of a table lookup, or of a chain of steps each reading only the one before it:
+    :mod:`.table_chains`), evaluated once on every input code; None where they do not give one value a code.
+
+    The lookup writes in ``writes.out_dtype`` (the last step's own :class:`_TableWrite` where it is a table,
+    so a dtype the executor chose for its readers holds; a new one for the values otherwise).
+    """
     lo = -(1 << (in_bits - 1))
-    codes = np.arange(lo, -lo, dtype=np.int64)
-    values = np.asarray(kernel.apply_numpy(codes), np.int64)
-    writes = _TableWrite(int(values.min()), int(values.max()))
+    values = np.arange(lo, -lo, dtype=np.int64)
+    for form in forms:
+        values = np.asarray(form(values), np.int64)
+    values = values.reshape(-1)
+    if values.size != -2 * lo:
+        return None
+    if not isinstance(writes, _TableWrite):
+        writes = _TableWrite(int(values.min()), int(values.max()))
     tables = {writes.dtype: values.astype(writes.dtype)}
     offset = np.int64(-lo)
 
@@ -1339,6 +1356,12 @@ def mul_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray, np.nda
 # recogniser's learnable affine blocks: 60 pairs a line) runs as one pass (Executor, see
 # :func:`scalar_affine_stage`). A switch only for ``benchmarks.simulate_profile --without affine-pairs``.
 AFFINE_PAIRS = True
+
+
+# A chain of elementwise steps of one input holding a table (the recogniser's affine pair -> hard-swish ->
+# affine pair) runs as one lookup (:mod:`.table_chains`, :func:`tabulate_chain`). A switch only for
+# ``benchmarks.simulate_profile --without table-chains`` and the tests.
+TABLE_CHAINS = True
 
 
 def scalar_affine_stage(kernel, const: np.ndarray, const_index: int) -> tuple | None:
