@@ -33,6 +33,7 @@ from hbtool.simulator import accel
 from hbtool.simulator.accel import accelerate, narrowable, numpy_until_compiled, reader_dtype, writes_through
 from hbtool.simulator.batching import mergeable, merged_kernel, movement_step, per_sample
 from hbtool.simulator.cores import SMALL_PRODUCT_MACS_ENV, one_core, small_product_macs
+from hbtool.simulator.table_chains import merge_table_chains
 
 
 # Samples per pass are capped so that a step's largest activation within a pass holds about this many
@@ -348,7 +349,9 @@ class Executor:
         self.unpaired_steps = self.steps
         self.paired_away: set[str] = set()
         if fast and accel.AFFINE_PAIRS and accel.fused is not None:
+            self.steps, tabled = merge_table_chains(self.steps, self.program, _scalar_operand)
             self.steps, self.paired_away = _fuse_scalar_affine_pairs(self.steps, self.program)
+            self.paired_away |= tabled
 
     @property
     def input_names(self) -> list[str]:
