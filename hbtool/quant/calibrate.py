@@ -457,14 +457,13 @@ class _Calibration:
         self.bias_nodes = nodes_asking(self.node_info, "bias_correction") if self.loaded is None else set()
         self.mean_axes: dict[str, int] = (mean_inputs(graph, None if self.everywhere else self.bias_nodes)
                                           if (self.everywhere or self.bias_nodes) else {})
-        # the graph is final from here on: serialized without its weights, which every session here is handed as
-        # arrays (collect.SessionModel), for the statistics pass, the float references and the final evaluation
+        # the graph is final from here on: serialized once, as the optimized float model file, for the statistics
+        # pass, the float references, the final evaluation and the file (the stage metadata changes nothing onnxruntime
+        # computes; tests/unit/quant/test_models_serialized_once.py checks the file is the returned graph's bytes)
+        self.float_bytes = serialized_onnx(graph, stage="optimized_float")
+        # and once without its weights, which every session here is handed as arrays (collect.SessionModel)
         self.float_model = session_model(graph)
         self.references = self.background.submit(self._float_references)
-        # and once whole, for the optimized float model's file only (tests/unit/quant/test_models_serialized_once.py
-        # checks the file is the returned graph's bytes): on the background thread beside the statistics pass, not on
-        # this thread before the pass starts (ResNet50: 0.05-0.1 s at the head of the pass, one core idle then)
-        self.float_bytes = self.background.submit(serialized_onnx, graph, stage="optimized_float")
         self.root_stats = _cached_stats(self.stats_cache, graph, observed, data, self._tick, self.mean_axes, ptf_axes, cal.batch_size,
                                         self.float_model)
         self.stats = {t: self.root_stats[reps[t]] for t in self.tensors}
@@ -668,7 +667,7 @@ class _Calibration:
         if "original_float_model" in self.serialized:
             return
         self.serialized["original_float_model"] = serialized_onnx(self.original, stage="original_float")
-        self.serialized["optimized_float_model"] = self.float_bytes.result()
+        self.serialized["optimized_float_model"] = self.float_bytes
         self._stage_models(self.serialized)
 
     def _stage_models(self, serialized: dict[str, bytes]) -> None:
