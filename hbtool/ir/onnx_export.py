@@ -246,6 +246,7 @@ def _length_delimited(field: int, size: int) -> bytes:
 
 # field numbers (onnx.proto): ModelProto.graph, GraphProto.initializer, TensorProto.raw_data
 _MODEL_GRAPH, _GRAPH_INITIALIZER, _TENSOR_RAW_DATA = 7, 5, 9
+_PROTOBUF_LIMIT = 2 ** 31   # the largest message protobuf serializes (bytes)
 
 
 def serialized_onnx(graph: Graph, stage: str | None = None) -> bytes:
@@ -287,6 +288,7 @@ def serialized_onnx(graph: Graph, stage: str | None = None) -> bytes:
         if model.HasField(field):
             setattr(before, field, getattr(model, field))
     model_head = before.SerializeToString()
-    if not outer.startswith(model_head):   # a protobuf that orders fields otherwise: its own serialization
+    if not outer.startswith(model_head) or len(outer) + graph_size >= _PROTOBUF_LIMIT:
+        # a protobuf that orders fields otherwise, or a model over protobuf's 2 GB: what SerializeToString does with it
         return to_onnx(graph, stage=stage).SerializeToString()
     return b"".join([model_head, _length_delimited(_MODEL_GRAPH, graph_size), graph_head, *pieces, graph_tail, outer[len(model_head):]])

@@ -60,3 +60,16 @@ def test_same_bytes_with_a_function_body_and_no_weights():
     g.add_node("Twice", ["x"], ["y"], name="twice", domain="hbtool", body=body)
     assert serialized_onnx(g) == to_onnx(g).SerializeToString()
     assert serialized_onnx(g, stage="quantized") == to_onnx(g, stage="quantized").SerializeToString()
+
+
+def test_a_model_over_protobufs_limit_is_left_to_protobuf(monkeypatch):
+    """Past 2 GB protobuf refuses to serialize a message; the spliced bytes must not make such a file instead."""
+    from hbtool.ir import onnx_export
+
+    g = _graph({"w": np.arange(1000, dtype=np.float32)})
+    calls = []
+    real = onnx_export.to_onnx
+    monkeypatch.setattr(onnx_export, "to_onnx", lambda graph, **kw: calls.append(kw.get("in_memory")) or real(graph, **kw))
+    monkeypatch.setattr(onnx_export, "_PROTOBUF_LIMIT", 1000)
+    assert serialized_onnx(g) == to_onnx(g).SerializeToString()
+    assert calls[-1] is None   # the plain serialization made them
