@@ -227,3 +227,68 @@ def save_onnx(graph: Graph, path: str | os.PathLike, stage: str | None = None) -
     path = Path(path)
     atomic_write_bytes(path, model.SerializeToString())
     return path
+
+
+# --------------------------------------------------------------------------- one copy of the weights per file
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _length_delimited(field: int, size: int) -> bytes:
+    """The key and length of a length-delimited field (wire type 2) of ``size`` bytes."""
+    return _varint(field << 3 | 2) + _varint(size)
+
+
+# field numbers (onnx.proto): ModelProto.graph, GraphProto.initializer, TensorProto.raw_data
+_MODEL_GRAPH, _GRAPH_INITIALIZER, _TENSOR_RAW_DATA = 7, 5, 9
+_PROTOBUF_LIMIT = 2 ** 31   # the largest message protobuf serializes (bytes)
+
+
+def serialized_onnx(graph: Graph, stage: str | None = None) -> bytes:
+    """``to_onnx(graph, stage=stage).SerializeToString()``, the same bytes, with each weight copied once.
+
+    Why: that call copies every weight four times (``tobytes``, into the message, into protobuf's output buffer, into
+    the ``bytes`` object): about 98,000 page faults and 0.2 CPU s for each 100 MB model file ResNet50's calibration
+    writes. Here the message is built with the weights as references (:func:`put_in_memory_reference`) and its bytes are
+    put together around the arrays' own memory: protobuf writes a message's fields in the order of their numbers, each
+    field on its own (key, length, value), so the model is the fields before ``graph`` (7), the graph, and the fields
+    after it; the graph is its ``node`` and ``name`` (1, 2), the initializers (5), and the rest (10 and above); a
+    weight is its ``dims``, ``data_type`` and ``name`` (1, 2, 8), then ``raw_data`` (9), the array's bytes, last.
+    ``tests/unit/ir/test_serialized_onnx.py`` compares the bytes with ``SerializeToString`` on every weight type."""
+    in_place = lambda array: array.dtype in _RAW_DTYPES and sys.byteorder == "little"   # put_tensor's raw_data case
+    model = to_onnx(graph, stage=stage, in_memory=in_place)
+    g = model.graph
+    pieces: list[Any] = []
+    for tensor in g.initializer:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL and tensor.external_data[0].value == IN_MEMORY_LOCATION:
+            array = np.ascontiguousarray(np.asarray(graph.values[tensor.name].data))
+            head = onnx.TensorProto(dims=tensor.dims, data_type=tensor.data_type, name=tensor.name or None).SerializeToString()
+            data = memoryview(array).cast("B") if array.size else b""
+            body_size = len(head) + len(_length_delimited(_TENSOR_RAW_DATA, array.nbytes)) + array.nbytes
+            pieces += [_length_delimited(_GRAPH_INITIALIZER, body_size), head, _length_delimited(_TENSOR_RAW_DATA, array.nbytes), data]
+        else:
+            whole = tensor.SerializeToString()
+            pieces += [_length_delimited(_GRAPH_INITIALIZER, len(whole)), whole]
+    graph_head = onnx.GraphProto(node=g.node, name=g.name).SerializeToString()
+    rest = onnx.GraphProto()
+    rest.CopyFrom(g)
+    for name in ("node", "name", "initializer"):
+        rest.ClearField(name)
+    graph_tail = rest.SerializeToString()
+    graph_size = len(graph_head) + sum(len(p) for p in pieces) + len(graph_tail)
+    model.ClearField("graph")
+    outer = model.SerializeToString()
+    before = onnx.ModelProto()
+    for field in ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string"):
+        if model.HasField(field):
+            setattr(before, field, getattr(model, field))
+    model_head = before.SerializeToString()
+    if not outer.startswith(model_head) or len(outer) + graph_size >= _PROTOBUF_LIMIT:
+        # a protobuf that orders fields otherwise, or a model over protobuf's 2 GB: what SerializeToString does with it
+        return to_onnx(graph, stage=stage).SerializeToString()
+    return b"".join([model_head, _length_delimited(_MODEL_GRAPH, graph_size), graph_head, *pieces, graph_tail, outer[len(model_head):]])

@@ -27,7 +27,7 @@ from hbtool.errors import InputError, NotDeployableError
 from hbtool.io.files import safe_file_name
 from hbtool.io.metrics import RunningChannelErrors, RunningErrors
 from hbtool.ir.graph import Graph
-from hbtool.ir.onnx_export import put_back_in_memory_weights, to_onnx
+from hbtool.ir.onnx_export import put_back_in_memory_weights, serialized_onnx, to_onnx
 from hbtool.ir.onnx_import import import_onnx
 from hbtool.kernels.movement import PERMUTATIONS
 from hbtool.march.description import check_int16_supported, load_march
@@ -460,7 +460,7 @@ class _Calibration:
         # the graph is final from here on: serialized once, as the optimized float model file, for the statistics
         # pass, the float references, the final evaluation and the file (the stage metadata changes nothing onnxruntime
         # computes; tests/unit/quant/test_models_serialized_once.py checks the file is the returned graph's bytes)
-        self.float_bytes = to_onnx(graph, stage="optimized_float").SerializeToString()
+        self.float_bytes = serialized_onnx(graph, stage="optimized_float")
         # and once without its weights, which every session here is handed as arrays (collect.SessionModel)
         self.float_model = session_model(graph)
         self.references = self.background.submit(self._float_references)
@@ -626,7 +626,7 @@ class _Calibration:
                 serialized["quantized_model"] = qmodel.SerializeToString()
                 del qmodel
                 cgraph, _ = build_calibrated_graph(self.qsrc, plan, self.weights)
-                serialized["calibrated_model"] = to_onnx(cgraph, stage="calibrated").SerializeToString()
+                serialized["calibrated_model"] = serialized_onnx(cgraph, stage="calibrated")
                 self._stage_models(serialized)
                 out_err, node_err = errors.result()
         else:
@@ -666,7 +666,7 @@ class _Calibration:
         write_outputs makes (``tests/unit/quant/test_models_serialized_once.py``)."""
         if "original_float_model" in self.serialized:
             return
-        self.serialized["original_float_model"] = to_onnx(self.original, stage="original_float").SerializeToString()
+        self.serialized["original_float_model"] = serialized_onnx(self.original, stage="original_float")
         self.serialized["optimized_float_model"] = self.float_bytes
         self._stage_models(self.serialized)
 
@@ -877,9 +877,9 @@ def write_outputs(cfg: HbConfig, result: CalibrationResult, report_text: str,
     files = output_files(cfg)
     done = result.serialized   # what the evaluation already serialized (the same graphs, the same bytes)
     makers: dict[str, Callable[[], bytes]] = {
-        "original_float_model": lambda: done.get("original_float_model") or to_onnx(result.original, stage="original_float").SerializeToString(),
-        "optimized_float_model": lambda: done.get("optimized_float_model") or to_onnx(result.graph, stage="optimized_float").SerializeToString(),
-        "calibrated_model": lambda: done.get("calibrated_model") or to_onnx(result.calibrated, stage="calibrated").SerializeToString(),
+        "original_float_model": lambda: done.get("original_float_model") or serialized_onnx(result.original, stage="original_float"),
+        "optimized_float_model": lambda: done.get("optimized_float_model") or serialized_onnx(result.graph, stage="optimized_float"),
+        "calibrated_model": lambda: done.get("calibrated_model") or serialized_onnx(result.calibrated, stage="calibrated"),
         "quantized_model": lambda: done.get("quantized_model") or to_onnx(result.quantized, stage="quantized").SerializeToString(),
         "quant_info": lambda: (json.dumps(quant_info(result), indent=1) + "\n").encode(),
         "log": lambda: report_text.encode(),

@@ -55,6 +55,23 @@ def _fake_quant_body(opset: int, bits: int, scale: np.ndarray, axis: int | None,
     return body
 
 
+def fake_quantized(x: np.ndarray, scale: np.ndarray, qmin: np.ndarray, qmax: np.ndarray) -> np.ndarray:
+    """What :func:`_fake_quant_body` computes, in numpy: ``Mul(Clip(Round(Div(x, scale)), qmin, qmax), scale)`` in float32.
+
+    Why it gives the body's bits: each step is one IEEE float32 operation, correctly rounded in numpy as in
+    onnxruntime's kernels (``Div``, ``Mul``), or exact (``Round`` to the nearest even, as onnxruntime's ``Round`` and
+    ``np.rint`` both do; ``Clip`` picks a value). For a constant ``x`` (a weight) onnxruntime folds the body into this
+    very constant when it opens a session; computing it here spares that fold (the scoring session of
+    :mod:`hbtool.quant.candidate_scoring`). ``tests/unit/quant/test_weight_fake_quant_in_numpy.py`` compares both."""
+    s = np.asarray(scale, np.float32)
+    y = np.divide(np.asarray(x, np.float32), s, dtype=np.float32)
+    np.rint(y, out=y)
+    np.maximum(y, np.asarray(qmin, np.float32), out=y)
+    np.minimum(y, np.asarray(qmax, np.float32), out=y)
+    np.multiply(y, s, out=y)
+    return y
+
+
 def _log2_body(opset: int, bits: int) -> Graph:
     """Fake log2 quantization of probabilities: ``k = clip(round(-log2 x), 0, Z)``, ``y = 2**-k`` (0 for ``k = Z``)."""
     body = Graph("HzCalibration_log2_body", opset)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hbtool.ir.onnx_export import to_onnx
+from hbtool.ir.onnx_export import serialized_onnx, to_onnx
 from hbtool.quant import calibrate as calib
 from hbtool.quant.calibrate import output_files
 from hbtool.utils.atomic import AtomicFileSet
@@ -36,6 +36,7 @@ def test_float_files_are_staged_while_scoring(tmp_path, monkeypatch):
         assert not any(p.exists() for p in files.values())   # staged, not at the targets
         made = []
         monkeypatch.setattr(calib, "to_onnx", lambda graph, **kw: made.append(kw.get("stage")) or to_onnx(graph, **kw))
+        monkeypatch.setattr(calib, "serialized_onnx", lambda graph, **kw: made.append(kw.get("stage")) or serialized_onnx(graph, **kw))
         result = run.final_result(method, candidates, evaluate=True)
         assert "original_float" not in made   # not serialized again
         assert [target for _, target in staging._temps] == [files[k] for k in
