@@ -25,7 +25,6 @@ from onnx import helper, numpy_helper
 from hbtool.errors import ModelError, NotDeployableError
 from hbtool.ir.fold_names import rename_invented_tensors, tensor_names
 from hbtool.ir.graph import HBTOOL_DOMAIN, Graph, Node
-from hbtool.ir.optimized_model_file import read_optimized_model, weights_beside
 from hbtool.ir.prequantized import MICROSOFT_DOMAIN, MICROSOFT_QUANT_OPS, dequantize_graph
 
 log = logging.getLogger(__name__)
@@ -396,7 +395,6 @@ def _fold_with_onnxruntime(model: onnx.ModelProto, disabled: Sequence[str] = ())
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
         so.optimized_model_filepath = str(out)
-        weights_beside(so, SET_ASIDE_MIN_BYTES)   # the weights written as they are, not into the message
         so.log_severity_level = 3
         try:
             light, weights = _large_weights_apart(model)
@@ -417,7 +415,7 @@ def _fold_with_onnxruntime(model: onnx.ModelProto, disabled: Sequence[str] = ())
                 f"onnxruntime cannot load the model to fold its shape computations: {msg}",
                 "check the input shapes given and that the model runs in onnxruntime",
             ) from None
-        folded = read_optimized_model(out)
+        folded = onnx.load(str(out))
     # onnxruntime leaves the ops but may drop names of new nodes; name everything
     _name_nodes(folded)
     # and the tensors its fusions added must not keep its stems (see fold_names)
