@@ -438,22 +438,7 @@ def _fold_lift_fold(model: onnx.ModelProto, fold: bool) -> onnx.ModelProto:
     folded = _fold_with_onnxruntime(model)
     if _opset(folded) >= IR_MIN_OPSET:
         return folded
-    lifted = _lift_opset(folded)
-    if _only_the_opset_changed(folded, lifted):
-        # the converter wrote nothing to fold: the second fold gave back the same bytes (ResNet50: 0.3 s on one core)
-        return lifted
-    return _fold_with_onnxruntime(lifted, disabled=_FUSIONS_LEFT_TO_HBTOOL)
-
-
-def _only_the_opset_changed(folded: onnx.ModelProto, lifted: onnx.ModelProto) -> bool:
-    """The opset lift changed nothing in the graph but the opset number: the same nodes (with their attributes),
-    inputs, outputs and initializers' names (the converter's shape inference adds value infos, which the second fold
-    keeps as they are). Then there is nothing new for the second fold to fold: the first fold, on the same nodes, has
-    already done what the basic level does, and the second gave back the lifted model's bytes."""
-    a, b = folded.graph, lifted.graph
-    return (list(a.node) == list(b.node) and list(a.input) == list(b.input) and list(a.output) == list(b.output)
-            and [t.name for t in a.initializer] == [t.name for t in b.initializer]
-            and list(folded.functions) == list(lifted.functions))
+    return _fold_with_onnxruntime(_lift_opset(folded), disabled=_FUSIONS_LEFT_TO_HBTOOL)
 
 
 def _name_nodes(model: onnx.ModelProto) -> None:
