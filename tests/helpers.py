@@ -158,6 +158,22 @@ def featuremap_config(tmp: Path, model: onnx.ModelProto | Path, samples=None, wo
     return api.load_config(data, overrides=overrides or None, base_dir=tmp)
 
 
+def save_conv_then_scalars_model(path: Path, after_conv, scalars, seed: int, name: str) -> Path:
+    """Save ``input (1, 3, 32, 32) -> Conv(3 -> 4, 3 x 3, "c") -> after_conv -> output (1, 4, 32, 32)``, the tiny CNN's
+    input, with one-element constants ``s1, b1, s2, b2, ...`` from the ``(s, b)`` pairs ``scalars``: the small
+    programs of the simulator's elementwise-fusion tests. Returns ``path``."""
+    rng = np.random.default_rng(seed)
+    inits = [tensor("w", rng.normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32))]
+    for k, (s, b) in enumerate(scalars, 1):
+        inits += [tensor(f"s{k}", np.array([s], np.float32)), tensor(f"b{k}", np.array([b], np.float32))]
+    nodes = [helper.make_node("Conv", ["input", "w"], ["c"], pads=[1, 1, 1, 1]), *after_conv]
+    graph = helper.make_graph(nodes, name, [vinfo("input", [1, 3, 32, 32])], [vinfo("output", [1, 4, 32, 32])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
 def compile_like_tiny_cnn(tmp: Path, onnx_model: Path, prefix: str):
     """``hbtool compile`` of ``onnx_model`` with the bundled tiny CNN's config (its 8 digit images for calibration),
     working in ``tmp/wd``; the artifact it wrote, read back. For tests that need a real compiled program of a small

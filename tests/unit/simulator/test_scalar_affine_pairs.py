@@ -12,7 +12,7 @@ import pytest
 
 from hbtool.kernels.eltwise import Add, Mul
 from hbtool.simulator import accel, fused
-from tests.helpers import compile_like_tiny_cnn
+from tests.helpers import compile_like_tiny_cnn, save_conv_then_scalars_model
 
 ROUNDINGS = ["floor", "half_up", "floor", "half_up", "half_away", "half_even"]  # mostly the two that pair
 
@@ -64,26 +64,14 @@ def test_the_pair_equals_the_two_numpy_forms(seed):
 def _affine_model(path: Path) -> Path:
     """Conv -> (x * s1 + b1) -> (x * s2 + b2, whose Mul result has a second reader) -> (b3 + s3 * x): three Mul/Add pairs,
     two of them pairable (the last with its constants as the first operands)."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper
 
-    rng = np.random.default_rng(7)
-    inits = [numpy_helper.from_array(rng.normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32), "w")]
-    for k, (s, b) in enumerate([(0.7, 0.2), (-1.3, 0.5), (0.4, -0.1)], 1):
-        inits += [numpy_helper.from_array(np.array([s], np.float32), f"s{k}"),
-                  numpy_helper.from_array(np.array([b], np.float32), f"b{k}")]
-    nodes = [helper.make_node("Conv", ["input", "w"], ["c"], pads=[1, 1, 1, 1]),
-             helper.make_node("Mul", ["c", "s1"], ["m1"]), helper.make_node("Add", ["m1", "b1"], ["a1"]),
+    nodes = [helper.make_node("Mul", ["c", "s1"], ["m1"]), helper.make_node("Add", ["m1", "b1"], ["a1"]),
              helper.make_node("Relu", ["a1"], ["r1"]),
              helper.make_node("Mul", ["r1", "s2"], ["m2"]), helper.make_node("Add", ["m2", "b2"], ["a2"]),
              helper.make_node("Add", ["a2", "m2"], ["a3"]),
              helper.make_node("Mul", ["s3", "a3"], ["m3"]), helper.make_node("Add", ["b3", "m3"], ["output"])]
-    graph = helper.make_graph(nodes, "affine", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 32, 32])],
-                              [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 4, 32, 32])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, path)
-    return path
+    return save_conv_then_scalars_model(path, nodes, [(0.7, 0.2), (-1.3, 0.5), (0.4, -0.1)], seed=7, name="affine")
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import pytest
 
 from hbtool.kernels.eltwise import Add, Mul
 from hbtool.simulator import accel, table_chains
-from tests.helpers import compile_like_tiny_cnn
+from tests.helpers import compile_like_tiny_cnn, save_conv_then_scalars_model
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -40,26 +40,14 @@ def test_a_chain_is_one_lookup_of_the_numpy_forms(seed):
 def _chain_model(path: Path) -> Path:
     """Conv -> x * s1 + b1 -> HardSwish -> x * s2 + b2 -> output (one chain of five steps), and beside it
     Conv -> HardSwish read twice (no chain past a tensor with two readers)."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper
 
-    rng = np.random.default_rng(11)
-    inits = [numpy_helper.from_array(rng.normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32), "w")]
-    for k, (s, b) in enumerate([(0.7, 0.2), (-1.3, 0.5)], 1):
-        inits += [numpy_helper.from_array(np.array([s], np.float32), f"s{k}"),
-                  numpy_helper.from_array(np.array([b], np.float32), f"b{k}")]
-    nodes = [helper.make_node("Conv", ["input", "w"], ["c"], pads=[1, 1, 1, 1]),
-             helper.make_node("Mul", ["c", "s1"], ["m1"]), helper.make_node("Add", ["m1", "b1"], ["a1"]),
+    nodes = [helper.make_node("Mul", ["c", "s1"], ["m1"]), helper.make_node("Add", ["m1", "b1"], ["a1"]),
              helper.make_node("HardSwish", ["a1"], ["h1"]),
              helper.make_node("Mul", ["h1", "s2"], ["m2"]), helper.make_node("Add", ["b2", "m2"], ["a2"]),
              helper.make_node("HardSwish", ["c"], ["h2"]), helper.make_node("Add", ["h2", "h2"], ["d"]),
              helper.make_node("Add", ["a2", "d"], ["output"])]
-    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 32, 32])],
-                              [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 4, 32, 32])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, path)
-    return path
+    return save_conv_then_scalars_model(path, nodes, [(0.7, 0.2), (-1.3, 0.5)], seed=11, name="chain")
 
 
 @pytest.fixture(scope="module")
