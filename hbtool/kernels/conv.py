@@ -61,8 +61,12 @@ def pad_numpy(x: np.ndarray, pads: Sequence[int], value: Any = 0) -> np.ndarray:
     nd = len(pads) // 2
     if not any(pads):
         return x
-    width = [(0, 0)] * (x.ndim - nd) + [(pads[i], pads[i + nd]) for i in range(nd)]
-    return np.pad(x, width, constant_values=value)
+    # an array of the padding value with ``x`` copied into its middle: the same array as ``np.pad``'s constant mode,
+    # without its per-call overhead (about 35 us, as much as the whole im2col copy of a 512 x 7 x 7 plane)
+    lead = x.ndim - nd
+    out = np.full(x.shape[:lead] + tuple(x.shape[lead + i] + pads[i] + pads[i + nd] for i in range(nd)), value, x.dtype)
+    out[(slice(None),) * lead + tuple(slice(pads[i], pads[i] + x.shape[lead + i]) for i in range(nd))] = x
+    return out
 
 
 def windows_numpy(xp: np.ndarray, kshape: Sequence[int], strides: Sequence[int],
