@@ -93,12 +93,17 @@ _RAW_DTYPES = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64
                                               np.uint8, np.uint16, np.uint32, np.uint64, np.bool_))
 
 
+def _raw_data_is_the_array(array: np.ndarray) -> bool:
+    """Whether ``array``'s TensorProto holds its own bytes in ``raw_data`` (:data:`_RAW_DTYPES` on a little-endian host)."""
+    return array.dtype in _RAW_DTYPES and sys.byteorder == "little"
+
+
 def put_tensor(tensor: onnx.TensorProto, array: np.ndarray, name: str) -> None:
     """Fill an empty ``tensor`` (already in its model, e.g. ``graph.initializer.add()``) with what
     ``numpy_helper.from_array(array, name)`` holds: the same fields set, so the same serialized bytes, without
     building the message apart and copying it in (a 100 MB weight set was copied twice more that way).
     ``tests/unit/ir/test_initializers_in_place.py`` compares the bytes for every type."""
-    if array.dtype not in _RAW_DTYPES or sys.byteorder != "little":
+    if not _raw_data_is_the_array(array):
         tensor.CopyFrom(numpy_helper.from_array(array, name))   # strings, bfloat16, float8, packed int4 / int2 ...
         return
     tensor.dims.extend(array.shape)
@@ -260,8 +265,7 @@ def serialized_onnx(graph: Graph, stage: str | None = None) -> bytes:
     after it; the graph is its ``node`` and ``name`` (1, 2), the initializers (5), and the rest (10 and above); a
     weight is its ``dims``, ``data_type`` and ``name`` (1, 2, 8), then ``raw_data`` (9), the array's bytes, last.
     ``tests/unit/ir/test_serialized_onnx.py`` compares the bytes with ``SerializeToString`` on every weight type."""
-    in_place = lambda array: array.dtype in _RAW_DTYPES and sys.byteorder == "little"   # put_tensor's raw_data case
-    model = to_onnx(graph, stage=stage, in_memory=in_place)
+    model = to_onnx(graph, stage=stage, in_memory=_raw_data_is_the_array)
     g = model.graph
     pieces: list[Any] = []
     for tensor in g.initializer:
