@@ -17,7 +17,8 @@ depthwise loops requantizing in int64; ``im2col-gemm``: convolutions larger than
 as float32 convolutions or ``ConvInteger`` instead of int8 columns and ``MatMulInteger``; ``channel-scale``: a 1 x 1
 depthwise convolution (the preprocessing's) in the depthwise loop instead of an int32 product and the requantizing
 pass; ``table-chains``: a chain of elementwise steps holding a table as its steps, not one lookup, so, as with
-``affine-pairs``, the steps no longer line up), runs the two interleaved and lists the steps of ``--kind`` side by side.
+``affine-pairs``, the steps no longer line up; ``depthwise-3x3``: MobileNet's 3 x 3 depthwise layers in the routes
+before ``depthwise.run_3x3``, the row loop on large planes and a session on small ones), runs the two interleaved and lists the steps of ``--kind`` side by side.
 
 ``--cores`` (use with ``--threads 2``) also records each step's process CPU time beside its wall
 time and lists, by kind, how many cores a step kept busy (CPU / wall; onnxruntime's pools do not
@@ -52,6 +53,7 @@ _ROUTES = {
     "im2col-gemm": ("IM2COL_GEMM", False),
     "channel-scale": ("CHANNEL_SCALE", False),
     "table-chains": ("TABLE_CHAINS", False),
+    "depthwise-3x3": ("depthwise.LOOP_3X3", False),
 }
 
 
@@ -135,12 +137,18 @@ def main(argv=None) -> int:
     executors = {"now": Executor(art, threads=args.threads)}
     if args.without:
         name, off = _ROUTES[args.without]
-        keep = getattr(accel, name)
-        setattr(accel, name, off(keep) if name == "_BUILDERS" else off)  # the builders' table: a copy without one kind
+        owner = accel
+        if "." in name:  # a switch of another simulator module
+            import importlib
+
+            module, name = name.rsplit(".", 1)
+            owner = importlib.import_module(f"hbtool.simulator.{module}")
+        keep = getattr(owner, name)
+        setattr(owner, name, off(keep) if name == "_BUILDERS" else off)  # the builders' table: a copy without one kind
         try:
             executors["without"] = Executor(art, threads=args.threads)
         finally:
-            setattr(accel, name, keep)
+            setattr(owner, name, keep)
     shapes = {d["name"]: tuple(d["shape"]) for d in art.header["inputs"]}
     feeds = _slice(_samples(args.model, art.header["inputs"], args.batch), shapes, 0, args.batch)
     cpu: dict[int, list] = defaultdict(list)

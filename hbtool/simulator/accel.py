@@ -653,6 +653,10 @@ def conv_fast(kernel, threads: int | None = None, in_shape: tuple | None = None)
     bias = _bias(kernel, C)
     if channel_scale(kernel):
         return _channel_scale_runner(kernel, rq, bias)
+    from hbtool.simulator import depthwise  # imports this module
+
+    if depthwise.takes_3x3_loop(kernel, in_shape):
+        return _marked(depthwise.run_3x3(kernel, rq, bias), rq, {0: np.int8} if kernel.in_bits <= 8 else {})
     if depthwise_in_loop(kernel, in_shape):
         return _depthwise_runner(kernel, rq, bias)
     gemm = _pointwise_integer_matmul(kernel, w, threads)
@@ -781,10 +785,9 @@ def _depthwise_runner(kernel, rq: "RequantParams", bias: np.ndarray) -> Callable
     ph, pw, ph_end, pw_end = kernel.pads
     dh, dw = kernel.dilations
     geometry = np.array([sh, sw, ph, pw, dh, dw, ph_end, pw_end], np.int64)
-    # the requantization in float64 where every value of it is an integer below 2**53 (fused._requant_row)
-    largest = (int(np.abs(bias).max(initial=0)) + bound) * int(np.abs(rq.M).max(initial=0)) + int(rq.half.max(initial=0))
-    form = (fused.REQUANT_GENERIC if not rq.simple else fused.REQUANT_FLOAT64 if largest < F64_EXACT and DEPTHWISE_FLOAT64_REQUANT
-            else fused.REQUANT_INT64)
+    from hbtool.simulator import depthwise  # imports this module
+
+    form = depthwise.requant_form(rq, bias, bound, DEPTHWISE_FLOAT64_REQUANT)
 
     def run(x: np.ndarray) -> np.ndarray:
         if x.dtype not in (np.int8, np.int16) or not x.flags.c_contiguous:

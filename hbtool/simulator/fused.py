@@ -36,7 +36,7 @@ from hbtool.simulator.jit import (  # noqa: F401  the loops' controls, used thro
 __all__ = ["MODE_CODES", "background", "call_skipped", "compile_in_background", "end_call", "set_threads", "skipped_calls",
            "start_call", "threads", "requantize_parts", "requantize_cols", "requantize_rows", "split_digits", "layernorm_rows",
            "requantize_cols_one", "requantize_rows_one", "softmax_rows", "add_rows", "mul_rows", "mul_rowscalar", "add_rowscalar", "mul_rowscalar_simple", "add_rowscalar_simple", "add_rows_simple",
-           "mul_rows_simple", "lookup", "row_sums_requant", "digits_u8", "digits_i8", "quantize", "depthwise_rows", "add_same_simple",
+           "mul_rows_simple", "lookup", "row_sums_requant", "digits_u8", "digits_i8", "quantize", "depthwise_rows", "depthwise_3x3", "add_same_simple",
            "mul_same_simple"]
 
 MODE_CODES = {"floor": 0, "half_up": 1, "half_away": 2, "half_even": 3}
@@ -708,6 +708,112 @@ def _requant_row(src, dst, b, m, nn, h, cl, pr, lo, hi, mode, simple):
             dst[i] = _requant_one(b + np.int64(src[i]), m, nn, cl, pr, lo, hi, mode)
 
 
+@jit()
+def _depthwise_3x3_flat(r0_, r1_, x, w, bias, M, n, half, clamp, pre, lo, hi, mode, simple, out):
+    """A 3 x 3 depthwise convolution at stride 1 with one zero of padding on every side, one output channel per
+    input channel, and its requantization: ``x (N*C, H, W)`` int8/int16 codes, ``w (C, 3, 3)`` float32 or float64
+    holding the integer weights (the type the sums are exact in, as for :func:`_depthwise_rows`), ``out
+    (N*C, H*W)``; row ``r`` is channel ``r % C``. ``simple``: the form of :func:`_requant_row`.
+
+    The plane is copied once, flat, between ``W + 1`` zeros on either side, so output ``p = oy * W + ox`` reads tap
+    ``(ky, kx)`` at ``p + ky * W + kx`` of the scratch: every tap is one contiguous run over the whole plane and the
+    sums come out at the plane's own width. The rows above and below are the zeros; a tap of the left (right)
+    kernel column at ``ox = 0`` (``W - 1``) reads the neighbouring row's last (first) code, so those two columns
+    of taps are multiplied by a 0 / 1 mask. Against :func:`_depthwise_rows` (a scratch plane of width ``W + 2``,
+    whose two extra columns of sums are computed and dropped, and a requantizing call per output row), the
+    copy, the sums and the requantization each run once over the plane: the short rows of 14 x 14 and 7 x 7
+    planes cost no per-row set-up. Sums in the float type, exact in any order."""
+    R, L = out.shape
+    C = w.shape[0]
+    W = x.shape[2]
+    xp = np.zeros(L + 2 * W + 2, w.dtype)
+    acc = np.empty(L, w.dtype)
+    mask_l = np.ones(L, w.dtype)
+    mask_r = np.ones(L, w.dtype)
+    for p in range(0, L, W):
+        mask_l[p] = 0
+        mask_r[p + W - 1] = 0
+    body = xp[W + 1:W + 1 + L]
+    # the nine taps as runs indexed from 0 (an offset index keeps numba's wraparound check, which stops vectorising)
+    l0, c0, q0 = xp[0:L], xp[1:1 + L], xp[2:2 + L]
+    l1, c1, q1 = xp[W:W + L], xp[W + 1:W + 1 + L], xp[W + 2:W + 2 + L]
+    l2, c2, q2 = xp[2 * W:2 * W + L], xp[2 * W + 1:2 * W + 1 + L], xp[2 * W + 2:2 * W + 2 + L]
+    for r in range(r0_, r1_):
+        c = r % C
+        xf = x[r].ravel()
+        for p in range(L):
+            body[p] = xf[p]
+        wc = w[c]
+        w00, w01, w02 = wc[0, 0], wc[0, 1], wc[0, 2]
+        w10, w11, w12 = wc[1, 0], wc[1, 1], wc[1, 2]
+        w20, w21, w22 = wc[2, 0], wc[2, 1], wc[2, 2]
+        # two passes: with every run in one loop LLVM's runtime alias checks exceed its limit and it stays scalar
+        for p in range(L):
+            acc[p] = w01 * c0[p] + w11 * c1[p] + w21 * c2[p]
+        for p in range(L):
+            acc[p] += (w00 * l0[p] + w10 * l1[p] + w20 * l2[p]) * mask_l[p] + (w02 * q0[p] + w12 * q1[p] + w22 * q2[p]) * mask_r[p]
+        _requant_row(acc, out[r], bias[c], M[c], n[c], half[c], clamp[c], pre[c], lo, hi, mode, simple)
+
+
+@jit()
+def _depthwise_3x3_phases(r0_, r1_, x2, w, bias, M, n, half, clamp, pre, lo, hi, mode, simple, before, out):
+    """:func:`_depthwise_3x3_flat` at stride 2 on planes of even height and width, padded by ``before`` (0 or 1) zeros
+    above and to the left and one below and to the right (at ``before = 1`` the latter is never read):
+    ``x2 (N*C, H, W / 2)`` the int8 codes read as int16 pairs (the low byte the even column), ``out (N*C, OH*OW)``
+    with ``OH, OW = H / 2, W / 2``.
+
+    The plane is split once into its four phases (row parity x column parity), each an ``OH x OW`` plane laid flat
+    between ``OW + 1`` zeros. Output ``(oy, ox)`` reads input ``(2 oy + t, 2 ox + u)`` with ``t = ky - before``:
+    phase ``(t mod 2, u mod 2)`` at ``p + (t // 2) * OW + u // 2`` (``p = oy * OW + ox``), a row above or below
+    landing in the zeros and the kernel column whose ``u // 2`` is not 0 masked at its edge column. So every tap
+    is one contiguous run over the output plane and only the outputs are summed, where
+    :func:`_depthwise_rows_phased` sums every column and keeps every second. The int16 pair of a row holds both
+    column phases, split with a cast and a shift (contiguous loads, no strided gather)."""
+    R, L = out.shape
+    C = w.shape[0]
+    H, OW = x2.shape[1], x2.shape[2]
+    G = OW + 1
+    planes = np.zeros((4, L + 2 * G), w.dtype)
+    acc = np.empty(L, w.dtype)
+    edge = np.ones(L, w.dtype)  # the mask of the kernel column that reads across the plane's edge
+    for p in range(0, L, OW):
+        edge[p if before == 1 else p + OW - 1] = 0
+    ee, eo, oe, oo = planes[0, G:G + L], planes[1, G:G + L], planes[2, G:G + L], planes[3, G:G + L]
+    # run (ky, kx): the phase and shift of input (2 oy + ky - before, 2 ox + kx - before)
+    runs = []
+    for ky in range(3):
+        for kx in range(3):
+            t, u = ky - before, kx - before
+            o = G + (t >> 1) * OW + (u >> 1)
+            runs.append(planes[(t & 1) * 2 + (u & 1), o:o + L])
+    medge = 0 if before == 1 else 2  # the masked kernel column
+    ma, mb = (1, 2) if before == 1 else (0, 1)
+    a0, a1, a2 = runs[ma], runs[3 + ma], runs[6 + ma]
+    b0, b1, b2 = runs[mb], runs[3 + mb], runs[6 + mb]
+    e0, e1, e2 = runs[medge], runs[3 + medge], runs[6 + medge]
+    for r in range(r0_, r1_):
+        c = r % C
+        for oy in range(H // 2):
+            xe, xo = x2[r, 2 * oy], x2[r, 2 * oy + 1]
+            o = oy * OW
+            d0, d1, d2, d3 = ee[o:o + OW], eo[o:o + OW], oe[o:o + OW], oo[o:o + OW]
+            for j in range(OW):
+                ve = np.int32(xe[j])
+                vo = np.int32(xo[j])
+                d0[j] = np.int8(ve)
+                d1[j] = ve >> 8
+                d2[j] = np.int8(vo)
+                d3[j] = vo >> 8
+        wc = w[c]
+        wa0, wa1, wa2 = wc[0, ma], wc[1, ma], wc[2, ma]
+        wb0, wb1, wb2 = wc[0, mb], wc[1, mb], wc[2, mb]
+        we0, we1, we2 = wc[0, medge], wc[1, medge], wc[2, medge]
+        for p in range(L):
+            acc[p] = wa0 * a0[p] + wa1 * a1[p] + wa2 * a2[p]
+        for p in range(L):
+            acc[p] += wb0 * b0[p] + wb1 * b1[p] + wb2 * b2[p] + (we0 * e0[p] + we1 * e1[p] + we2 * e2[p]) * edge[p]
+        _requant_row(acc, out[r], bias[c], M[c], n[c], half[c], clamp[c], pre[c], lo, hi, mode, simple)
+
 # ------------------------------------------------------------------------------ entry points (rows over the cores)
 def requantize_parts(parts, factors, bias, M, n, clamp, pre, lo, hi, mode, per_col, out):
     """:func:`_requantize_parts` over all rows, split across the cores when the tensor is big enough."""
@@ -843,3 +949,14 @@ def depthwise_rows(x, w, bias, M, n, half, clamp, pre, lo, hi, mode, simple, geo
     across the cores when the tensor is big enough."""
     loop = _depthwise_rows if geometry[0] == 1 and geometry[1] == 1 else _depthwise_rows_phased
     over_rows(loop, out.shape[0], 9 * out.size, x, w, bias, M, n, half, clamp, pre, lo, hi, mode, simple, geometry, out)
+
+
+def depthwise_3x3(x, w, bias, M, n, half, clamp, pre, lo, hi, mode, simple, stride, before, out):
+    """:func:`_depthwise_3x3_flat` (``stride`` 1; ``x (N*C, H, W)``) or :func:`_depthwise_3x3_phases` (2; ``x`` int8
+    of even ``H``, ``W``, ``before`` zeros above and to the left) into ``out (N*C, OH*OW)``, split across the cores
+    when the tensor is big enough."""
+    if stride == 1:
+        over_rows(_depthwise_3x3_flat, out.shape[0], 9 * out.size, x, w, bias, M, n, half, clamp, pre, lo, hi, mode, simple, out)
+    else:
+        over_rows(_depthwise_3x3_phases, out.shape[0], 9 * out.size, x.view(np.int16), w, bias, M, n, half, clamp, pre, lo, hi,
+                  mode, simple, before, out)

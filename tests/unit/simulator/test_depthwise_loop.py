@@ -48,7 +48,10 @@ def _layer(rng, kernel=None):
 def test_the_depthwise_loop_equals_the_numpy_form(monkeypatch, seed, float64_requant):
     """Seeds from 40 on draw 3 x 3 kernels (their own pass per kernel row) at random strides and dilations.
     floor / half_up requantize in float64 where exact (``fused.REQUANT_FLOAT64``), and in the int64 form with it off."""
+    from hbtool.simulator import depthwise
+
     monkeypatch.setattr(accel, "DEPTHWISE_FLOAT64_REQUANT", float64_requant)
+    monkeypatch.setattr(depthwise, "int64_requant_vectorises", lambda: False)  # the float64 form on AVX-512 too
     rng = np.random.default_rng(1000 + seed)
     kern, x = _layer(rng, (3, 3) if seed >= 40 else None)
     cout = kern.weight.shape[0]
@@ -63,8 +66,12 @@ def test_the_depthwise_loop_equals_the_numpy_form(monkeypatch, seed, float64_req
 
 @pytest.mark.parametrize("vnni", [True, False])
 def test_the_loop_runs_on_large_planes_and_the_session_on_small_ones(monkeypatch, vnni):
-    """28 x 28 output planes and larger where the uint8 x int8 GEMM never saturates (VNNI), 14 x 14 elsewhere."""
+    """28 x 28 output planes and larger where the uint8 x int8 GEMM never saturates (VNNI), 14 x 14 elsewhere (the 3 x 3
+    layers of one zero's padding switched off their own loop, ``depthwise.run_3x3``, which takes them on any plane)."""
+    from hbtool.simulator import depthwise
+
     monkeypatch.setattr(accel, "_cpu_integer_gemm_never_saturates", lambda: vnni)
+    monkeypatch.setattr(depthwise, "LOOP_3X3", False)
     rng = np.random.default_rng(3)
     kern = Conv.build(rng.integers(-128, 128, (16, 1, 3, 3)), None, 0.03, 0.01, 0.5, pads=[1, 1, 1, 1], group=16)
     strided = Conv.build(rng.integers(-128, 128, (16, 1, 3, 3)), None, 0.03, 0.01, 0.5, strides=[2, 2], pads=[1, 1, 1, 1],
@@ -115,6 +122,9 @@ def test_the_float64_requantization_is_taken_only_where_every_value_is_below_2_5
     * M`` could reach ``2**53`` (hand-made: 38-bit multipliers), checked against Python integers."""
     from types import SimpleNamespace
 
+    from hbtool.simulator import depthwise
+
+    monkeypatch.setattr(depthwise, "int64_requant_vectorises", lambda: False)  # where AVX-512 has it, int64 always
     forms = []
     real = accel.fused.depthwise_rows
     monkeypatch.setattr(accel.fused, "depthwise_rows", lambda *a: (forms.append(int(a[11])), real(*a))[1])
