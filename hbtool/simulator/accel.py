@@ -43,7 +43,7 @@ import numpy as np
 from hbtool.kernels.builder import ElemType
 from hbtool.kernels.conv import pad_numpy, plan_float_conv, split_weight, windows_numpy
 from hbtool.simulator import onnx_bytes
-from hbtool.simulator.cores import PerCoreSession
+from hbtool.simulator.cores import CONV_SMALL_PRODUCT_MACS, PerCoreSession
 from hbtool.kernels.fixedpoint import int_range
 try:  # numba is a dependency; without it (an unsupported platform) simulate runs the numpy forms
     from hbtool.simulator import fused
@@ -242,11 +242,12 @@ class _TableWrite:
 
 
 # ------------------------------------------------------------------------------ products
-def _session(model, threads: int | None = None, macs: Callable[[dict], int] | None = None) -> PerCoreSession:
+def _session(model, threads: int | None = None, macs: Callable[[dict], int] | None = None, conv: bool = False) -> PerCoreSession:
     """A one-node (or few-node) product session for ``threads`` intra-op threads, with its one-thread twin
     for passes run on several threads at once and for calls of fewer multiply-adds (``macs(feeds)``) than
-    :func:`.cores.small_product_macs` (:class:`.cores.PerCoreSession`)."""
-    return PerCoreSession(functools.partial(_new_session, model), threads, macs)
+    :func:`.cores.small_product_macs` (:class:`.cores.PerCoreSession`; ``conv``: a convolution's product, whose
+    threshold is :data:`.cores.CONV_SMALL_PRODUCT_MACS` by default)."""
+    return PerCoreSession(functools.partial(_new_session, model), threads, macs, CONV_SMALL_PRODUCT_MACS if conv else None)
 
 
 def _macs_per_x(per_element: float) -> Callable[[dict], int]:
@@ -294,7 +295,8 @@ def _integer_session(node, inits: dict, threads: int | None, macs_per_x: float |
     """A one-node onnxruntime session: uint8 input ``x``, int32 output ``y``; ``macs_per_x``: multiply-adds
     per input element (:func:`_macs_per_x`), None for the self-tests."""
     macs = _macs_per_x(macs_per_x) if macs_per_x is not None else None
-    return _session(onnx_bytes.model([node], {"x": ElemType.UINT8}, {"y": ElemType.INT32}, inits), threads, macs)
+    return _session(onnx_bytes.model([node], {"x": ElemType.UINT8}, {"y": ElemType.INT32}, inits), threads, macs,
+                    conv=node.op_type == "ConvInteger")
 
 
 def _weight_digit_session(op: str, w: np.ndarray, split_w: bool, split_x: bool, dt: np.dtype, attrs: dict,
@@ -309,7 +311,8 @@ def _weight_digit_session(op: str, w: np.ndarray, split_w: bool, split_x: bool, 
         inits[f"w{k}"] = wp.astype(dt)
         nodes.append(onnx_bytes.node(op, ["x", f"w{k}"], [f"y{k}"], **attrs))
         outs[f"y{k}"] = ttype
-    session = _session(onnx_bytes.model(nodes, {"x": ttype}, outs, inits), threads, _macs_per_x(macs_per_x * len(weights)))
+    session = _session(onnx_bytes.model(nodes, {"x": ttype}, outs, inits), threads, _macs_per_x(macs_per_x * len(weights)),
+                       conv=op in ("Conv", "ConvTranspose"))
     factors = [f * d for f, _ in weights for d in ((256, 1) if split_x else (1,))]
     return session, factors
 
@@ -554,7 +557,7 @@ def _pointwise_integer_matmul(kernel, w: np.ndarray, threads: int | None):
     inits = {"w": (w.reshape(cout, cin) + 128).astype(np.uint8), "wz": np.array(128, np.uint8)}
     model = onnx_bytes.model([onnx_bytes.node("MatMulInteger", ["w", "x", "wz"], ["y"])], {"x": ElemType.INT8}, {"y": ElemType.INT32},
                              inits)
-    return _session(model, threads, _macs_per_x(cout))
+    return _session(model, threads, _macs_per_x(cout), conv=True)
 
 
 # Convolutions with a kernel larger than 1 x 1 (or strided / padded pointwise ones) run as columns and a uint8 x int8
@@ -590,7 +593,7 @@ def _im2col_integer_matmul(kernel, w: np.ndarray, threads: int | None):
     inits = {"w": (w.reshape(cout, K) + 128).astype(np.uint8), "wz": np.array(128, np.uint8)}
     model = onnx_bytes.model([onnx_bytes.node("MatMulInteger", ["w", "x", "wz"], ["y"])], {"x": ElemType.INT8}, {"y": ElemType.INT32},
                              inits)
-    return _session(model, threads, _macs_per_x(cout))
+    return _session(model, threads, _macs_per_x(cout), conv=True)
 
 
 def columns(x: np.ndarray, kernel_shape: tuple, strides: tuple, pads: tuple, dilations: tuple) -> np.ndarray:

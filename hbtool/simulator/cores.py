@@ -10,9 +10,9 @@ over 2 threads, 13.1 ms with every step on one). Inside :func:`one_core` a threa
 alone: the loops unsplit, the products in a one-thread twin of each session (:class:`PerCoreSession`).
 Only where the work runs changes, never what is computed, so the bits are the same.
 
-Opt-in (:func:`small_product_macs`, off by default): at batch 1 too, a product call of fewer multiply-adds
-than the threshold runs on the one-thread twin, since waking onnxruntime's second (non-spinning) worker can
-cost more than it saves on a small product.
+At batch 1 too, a product call of fewer multiply-adds than :func:`small_product_macs` runs on the one-thread
+twin, since waking onnxruntime's second (non-spinning) worker can cost more than it saves on a small product: on by
+default for convolutions (:data:`CONV_SMALL_PRODUCT_MACS`), opt-in for the other products.
 
 No numba here: the executor and the sessions use it where numba is missing too.
 """
@@ -31,14 +31,20 @@ from typing import Any, Callable, Mapping
 # every product is exact.
 SMALL_PRODUCT_MACS = 0
 SMALL_PRODUCT_MACS_ENV = "HBTOOL_SIM_SMALL_PRODUCT_MACS"
+# The same threshold for the products of convolutions (their sessions pass it as ``default``): on by default since
+# sim11 (docs/simulate.md): MobileNetV2's 34 pointwise GEMMs and its stem, all under 2e7 multiply-adds at batch 1,
+# took 0.80-0.85x the CPU on one thread each with the same wall (two threads, in-process alternation, load 2-2.5),
+# and the idle rerun of sim6 had MobileNetV2 and the recogniser faster with the rule (10.5 / 11.2 and 25.1 / 26.5 ms
+# wall), DeiT-Tiny slower: its products are Linear and MatMul, which keep :data:`SMALL_PRODUCT_MACS`.
+CONV_SMALL_PRODUCT_MACS = 2 * 10**7
 
 
-def small_product_macs() -> int:
-    """:data:`SMALL_PRODUCT_MACS`, or the environment's ``HBTOOL_SIM_SMALL_PRODUCT_MACS`` (a number such as
-    ``2e7``; ``0`` routes every call by thread only, as before), read when a session is built."""
+def small_product_macs(default: int | None = None) -> int:
+    """``default`` (None: :data:`SMALL_PRODUCT_MACS`), or the environment's ``HBTOOL_SIM_SMALL_PRODUCT_MACS`` (a
+    number such as ``2e7``, for every product; ``0`` routes every call by thread only), read when a session is built."""
     value = os.environ.get(SMALL_PRODUCT_MACS_ENV, "").strip()
     if not value:
-        return SMALL_PRODUCT_MACS
+        return SMALL_PRODUCT_MACS if default is None else default
     try:
         macs = float(value)
     except ValueError:
@@ -80,18 +86,18 @@ class PerCoreSession:
     else (``get_inputs``, ``get_session_options``...) is the main session's.
 
     ``macs(feeds)``, where given, is a call's multiply-adds from its inputs' shapes (so batch size
-    counts): a call below :func:`small_product_macs` runs on the twin from any thread
-    (:meth:`on_twin`).
+    counts): a call below :func:`small_product_macs` (``small_default``: its default for this session) runs on
+    the twin from any thread (:meth:`on_twin`).
     """
 
     def __init__(self, make: Callable[[int | None], Any], threads: int | None,
-                 macs: Callable[[Mapping[str, Any]], int] | None = None):
+                 macs: Callable[[Mapping[str, Any]], int] | None = None, small_default: int | None = None):
         self._make = make
         self.session = make(threads)
         self._single = self.session if threads == 1 else None
         self._lock = threading.Lock()
         self._macs = macs
-        self._small = small_product_macs() if macs is not None else 0
+        self._small = small_product_macs(small_default) if macs is not None else 0
 
     def on_twin(self, feeds: Mapping[str, Any]) -> bool:
         """Whether a call with ``feeds`` runs on the one-thread twin: inside :func:`one_core`, or a
