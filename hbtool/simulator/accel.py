@@ -640,7 +640,8 @@ def conv_fast(kernel, threads: int | None = None, in_shape: tuple | None = None)
     """``requantize(conv(x, W) + b)`` of a Conv kernel: an exact product in onnxruntime, one fused pass.
 
     A weight per channel (a 1 x 1 depthwise convolution) is a product and the requantizing pass
-    (:func:`channel_scale`); depthwise convolutions on large enough planes (``in_shape``: one sample's
+    (:func:`channel_scale`); MobileNet's 3 x 3 depthwise layers one loop on any plane
+    (:func:`.depthwise.takes_3x3_loop`); other depthwise convolutions on large enough planes (``in_shape``: one sample's
     input shape, when known) run as one fused loop (:func:`depthwise_in_loop`); pointwise convolutions of
     int8 weights as integer GEMMs (:func:`_pointwise_integer_matmul`, else :func:`_pointwise_integer_conv`;
     int16 activations as two base-256 digits in one call, as in :func:`linear_fast`); int8 convolutions
@@ -741,7 +742,8 @@ def _depthwise_plane(kernel, H: int, W: int) -> int:
     return max(oh, 0) * max(ow, 0)
 
 
-# The depthwise loops requantize in float64 where that is exact (fused.REQUANT_FLOAT64). A switch only for
+# The depthwise loops requantize in float64 where that is exact (fused.REQUANT_FLOAT64), except on CPUs with AVX-512
+# where the int64 form is faster (depthwise.requant_form). A switch only for
 # ``benchmarks.simulate_profile --without depthwise-float64-requant``.
 DEPTHWISE_FLOAT64_REQUANT = True
 
