@@ -567,7 +567,7 @@ IM2COL_GEMM = True
 IM2COL_MIN_CHANNELS = 32
 
 
-def _im2col_integer_matmul(kernel, w: np.ndarray, threads: int | None):
+def _im2col_integer_matmul(kernel, w: np.ndarray, threads: int | None, in_shape: tuple | None = None):
     """onnxruntime MatMulInteger ``W (uint8, zero point 128) @ columns (int8)`` for a 2-D convolution of int8
     activations from at least :data:`IM2COL_MIN_CHANNELS` input channels whose pointwise form does not apply (a
     kernel larger than 1 x 1, or a strided or padded 1 x 1), or None.
@@ -578,14 +578,18 @@ def _im2col_integer_matmul(kernel, w: np.ndarray, threads: int | None):
     in the GEMM against 1.93-2.05 ms as the exact float32 convolution, the columns 0.16-0.17 ms in numpy; inside
     ResNet50 (two threads, best of 8) its 3 x 3 steps took 0.53-0.71x their time and the stem (7 x 7 from 3
     channels) 0.93x, but MobileNetV2's stem (3 x 3 from 3 channels, K = 27) 1.55x: a GEMM that short does not
-    pay for the columns, so convolutions from fewer than 32 channels keep their route.
+    pay for the columns, so convolutions from fewer than 32 channels keep their route, except a 3 x 3 one at stride 2
+    on an even plane of ``in_shape`` (one sample's, when known), whose columns a loop writes
+    (:func:`_strided_3x3_columns`): MobileNetV2's stem then takes about 0.23 ms against 0.40-0.45 ms as the float32
+    convolution (one thread, inside the model; sim11, docs/simulate.md).
     Only where this CPU's kernel never saturates a pair of products (:func:`_cpu_integer_gemm_never_saturates`)
     and ``K * 255 * 128 < 2**31`` keeps the int32 sums exact."""
     if not IM2COL_GEMM or w.ndim != 4 or int(kernel.group) != 1 or kernel.in_bits > 8:
         return None
     cout, cin, kh, kw = w.shape
     plain_pointwise = kh == kw == 1 and all(int(s) == 1 for s in kernel.strides) and not any(int(p) for p in kernel.pads)
-    if cin < IM2COL_MIN_CHANNELS or plain_pointwise:
+    if plain_pointwise or (cin < IM2COL_MIN_CHANNELS and not _strided_3x3_columns(kernel.weight.shape[2:], kernel.strides,
+                                                                                  kernel.pads, kernel.dilations, in_shape)):
         return None
     K = cin * kh * kw
     if w.min(initial=0) < -128 or w.max(initial=0) > 127 or K * 255 * 128 >= 2**31 or not _cpu_integer_gemm_never_saturates():
@@ -596,16 +600,34 @@ def _im2col_integer_matmul(kernel, w: np.ndarray, threads: int | None):
     return _session(model, threads, _macs_per_x(cout), conv=True)
 
 
+def _strided_3x3_columns(kernel_shape, strides, pads, dilations, in_shape: tuple | None) -> bool:
+    """Whether :func:`columns` of a convolution of this geometry on inputs of ``in_shape`` (one sample, NCHW; None:
+    unknown) are written by ``fused.columns_3x3_s2``: 3 x 3 at stride 2, no dilation, on a plane of even height and
+    width padded by one zero on every side or, as TensorFlow's "same" padding has it, only below and to the right."""
+    if fused is None or in_shape is None or len(in_shape) != 4 or not all(isinstance(d, (int, np.integer)) for d in in_shape[2:]):
+        return False
+    pads = [int(p) for p in pads]
+    return (tuple(int(k) for k in kernel_shape) == (3, 3) and [int(s) for s in strides] == [2, 2]
+            and all(int(d) == 1 for d in dilations) and pads in ([0, 0, 1, 1], [1, 1, 1, 1])
+            and int(in_shape[2]) % 2 == 0 and int(in_shape[3]) % 2 == 0 and int(in_shape[2]) > 0 and int(in_shape[3]) > 0)
+
+
 def columns(x: np.ndarray, kernel_shape: tuple, strides: tuple, pads: tuple, dilations: tuple) -> np.ndarray:
     """The int8 columns ``(N, C * KH * KW, OH * OW)`` of a 2-D convolution's GEMM form on codes ``x (N, C, H, W)``:
     row ``(c * KH + i) * KW + j`` holds ``x[c, oh * sh - ph + i * dh, ow * sw - pw + j * dw]`` at column
-    ``oh * OW + ow``, the code 0 (the padding's) outside the plane.
+    ``oh * OW + ow``, the code 0 (the padding's) outside the plane. A 3 x 3 convolution at stride 2 on an even plane
+    (:func:`_strided_3x3_columns`) has its columns written by a loop (``fused.columns_3x3_s2``).
 
     One strided copy of the kernels' own window view (:func:`~hbtool.kernels.conv.windows_numpy`) of the
     zero-padded plane: numpy copies the contiguous runs of a row (at stride 1) as
     blocks; numba loops written per row or per element measured 5-14x slower on ResNet50's 64 x 56 x 56
     (0.9-2.4 ms against 0.17 ms, one thread), their short rows neither vectorised nor amortised."""
     kh, kw = kernel_shape
+    if _strided_3x3_columns(kernel_shape, strides, pads, dilations, x.shape):
+        n, c, H, W = x.shape
+        out = np.empty((n, c * 9, (H // 2) * (W // 2)), np.int8)
+        fused.columns_3x3_s2(np.ascontiguousarray(x, np.int8).reshape(n * c, H, W), int(pads[0]), out.reshape(n * c, 9, -1))
+        return out
     windows = windows_numpy(pad_numpy(np.asarray(x, np.int8), pads), kernel_shape, strides, dilations)  # (N, C, OH, OW, KH, KW)
     n, c, oh, ow = windows.shape[:4]
     out = np.empty((n, c * kh * kw, oh * ow), np.int8)
@@ -666,7 +688,7 @@ def conv_fast(kernel, threads: int | None = None, in_shape: tuple | None = None)
     gemm = _pointwise_integer_matmul(kernel, w, threads)
     if gemm is not None:
         return _pointwise_gemm_runner(gemm, kernel.in_bits, w, rq, bias)
-    im2col_gemm = _im2col_integer_matmul(kernel, w, threads)
+    im2col_gemm = _im2col_integer_matmul(kernel, w, threads, in_shape)
     if im2col_gemm is not None:
         return _im2col_gemm_runner(kernel, im2col_gemm, rq, bias)
     integer = _pointwise_integer_conv(kernel, w, attrs, threads)
