@@ -580,7 +580,7 @@ def _im2col_integer_matmul(kernel, w: np.ndarray, threads: int | None, in_shape:
     channels) 0.93x, but MobileNetV2's stem (3 x 3 from 3 channels, K = 27) 1.55x: a GEMM that short does not
     pay for the columns, so convolutions from fewer than 32 channels keep their route, except a 3 x 3 one at stride 2
     on an even plane of ``in_shape`` (one sample's, when known), whose columns a loop writes
-    (:func:`_strided_3x3_columns`): MobileNetV2's stem then takes about 0.23 ms against 0.40-0.45 ms as the float32
+    (:func:`_strided_3x3_columns`): MobileNetV2's stem then takes 0.29-0.31 ms against 0.40-0.48 ms as the float32
     convolution (one thread, inside the model; sim11, docs/simulate.md).
     Only where this CPU's kernel never saturates a pair of products (:func:`_cpu_integer_gemm_never_saturates`)
     and ``K * 255 * 128 < 2**31`` keeps the int32 sums exact."""

@@ -1,11 +1,11 @@
-"""MobileNet's depthwise layers (3 x 3, one zero of padding, stride 1 or 2, one output channel per input channel)
-as one loop each, on planes of any size (``fused.depthwise_3x3``), and the requantizing form the depthwise loops use.
+"""MobileNet's depthwise layers (3 x 3, stride 1 or 2, one output channel per input channel) as one loop each, on
+planes of any size (``fused.depthwise_3x3``), and the requantizing form the depthwise loops use.
 
 Before, these layers ran as :func:`.fused.depthwise_rows` on output planes of 28 x 28 and larger and as a one-node
 onnxruntime session and a requantizing pass on smaller ones, where that loop's per-row set-up lost. The loops here
 lay the sums out at the output plane's own width (the stride-1 plane flat, masked at its two edge columns; the
-stride-2 plane split into its four phases, padded on all sides or TensorFlow's way), so each tap, the copy and the requantization run once over a plane:
-measured in docs/simulate.md (session sim11).
+stride-2 plane split into its four phases, padded on all sides or TensorFlow's way), so each tap, the copy and the
+requantization run once over a plane: measured in docs/simulate.md (session sim11).
 """
 
 from __future__ import annotations
