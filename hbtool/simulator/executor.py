@@ -135,8 +135,8 @@ def _stored_constants(steps: list["_Step"], program: Graph, consts: dict[str, np
     bias and shifted-window mask into one float64 tensor) as the int16 its fast form converts it to, once.
 
     The fast forms read every operand through :func:`.accel.as_stored`: a ``(64, 3, 49, 49)`` float64 constant
-    was converted again on every call (3.7 MB read, about 0.2 ms), the biggest part of the step. The copy goes
-    under a new name in ``consts`` and the step reads that name. Only integer values in the operand's range are
+    was converted again on every call (3.7 MB read, about 0.2 ms), the biggest part of the step. The copy is a
+    new constant of the program (so its shape and dtype read as any other's) and in ``consts``; the step reads it. Only integer values in the operand's range are
     converted, so the numpy forms see the same integers and their range check holds."""
     from hbtool.kernels.fixedpoint import int_range
 
@@ -153,8 +153,8 @@ def _stored_constants(steps: list["_Step"], program: Graph, consts: dict[str, np
             if value.dtype.kind not in "iuf" or not np.all(np.isfinite(value)) or value.min() < lo or value.max() > hi \
                     or not np.array_equal(np.round(value), value):
                 continue
-            stored = f"{name}#int16"
-            consts[stored] = np.ascontiguousarray(value, np.int16)
+            stored = program.add_const(np.ascontiguousarray(value, np.int16), name=f"{name}#int16")
+            consts[stored] = program.const(stored)
             step.inputs[k] = stored
 
 
