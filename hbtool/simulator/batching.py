@@ -212,6 +212,24 @@ _PURE_MOVEMENT = ELEMENT_COPIES - RESHAPE_LIKE - COMPILER_MOVES - {"Transpose", 
 _DATA_INPUTS = {"Concat": None}  # inputs holding data (None: all); other ops: input 0 only
 
 
+def _aligned_runs(idx: np.ndarray, size: int, shape: tuple) -> int:
+    """The longest run length ``L`` dividing the output's last axis such that ``idx`` (a full index map over a
+    source of ``size`` elements) moves whole aligned runs of ``L`` source elements: every ``idx[k*L : k*L + L]``
+    is ``idx[k*L] + arange(L)`` with ``idx[k*L] % L == 0``; 1 when none does.
+
+    Swin's Roll, WindowPartition and WindowReverse move whole channel rows (96-768 int16 codes): gathered as
+    rows, each moves a contiguous block instead of one element per int64 index (0.13 ms a step on 3136 x 96)."""
+    last = int(shape[-1]) if len(shape) else 1
+    n = idx.size
+    for L in sorted((d for d in range(2, last + 1) if last % d == 0), reverse=True):
+        if n % L or size % L:
+            continue
+        rows = idx.reshape(-1, L)
+        if np.all(rows[:, 0] % L == 0) and np.array_equal(rows, rows[:, :1] + np.arange(L, dtype=idx.dtype)):
+            return L
+    return 1
+
+
 def _index_map(node: Node, program: Graph, run_one: Run) -> Run | None:
     """A pure movement op as one gather: the op run on integer codes says where each output element comes from.
 
@@ -246,14 +264,21 @@ def _index_map(node: Node, program: Graph, run_one: Run) -> Run | None:
         moved = (y1 - y0) == (bases[1] - bases[0])
         idx = np.where(moved, y0 - bases[0], 0).astype(np.int64).reshape(-1)
         fill = np.where(moved, 0, y0).reshape(-1)
-        maps.append((np.ascontiguousarray(idx), moved.reshape(-1), fill, y0.shape, bool(np.all(moved))))
+        full = bool(np.all(moved))
+        run_length = _aligned_runs(idx, int(offsets[-1]), y0.shape) if full else 1
+        if run_length > 1:  # whole runs of the source move: gather them as rows
+            idx = idx[::run_length] // run_length
+        maps.append((np.ascontiguousarray(idx), moved.reshape(-1), fill, y0.shape, full, run_length))
 
     def run(xs: list[Any]) -> list[np.ndarray]:
         parts = [x for x, a in zip(xs, active) if a]
         S = parts[0].shape[0]
         src = parts[0].reshape(S, -1) if len(parts) == 1 else np.concatenate([p.reshape(S, -1) for p in parts], axis=1)
         outs = []
-        for idx, moved, fill, shape, full in maps:
+        for idx, moved, fill, shape, full, run_length in maps:
+            if run_length > 1:
+                outs.append(np.take(src.reshape(S, -1, run_length), idx, axis=1).reshape((S,) + shape))
+                continue
             y = np.take(src, idx, axis=1)
             if not full:
                 dtype = np.result_type(y.dtype, *const_types)

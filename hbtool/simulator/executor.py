@@ -130,6 +130,34 @@ def _scalar_operand(step: "_Step", program: Graph) -> tuple[str, int, np.ndarray
     return x, k, value
 
 
+def _stored_constants(steps: list["_Step"], program: Graph, consts: dict[str, np.ndarray]) -> None:
+    """Give each accelerated Add / Mul a constant operand that is not int16 (the compiler folds Swin's attention
+    bias and shifted-window mask into one float64 tensor) as the int16 its fast form converts it to, once.
+
+    The fast forms read every operand through :func:`.accel.as_stored`: a ``(64, 3, 49, 49)`` float64 constant
+    was converted again on every call (3.7 MB read, about 0.2 ms), the biggest part of the step. The copy is a
+    new constant of the program (so its shape and dtype read as any other's) and in ``consts``; the step reads it. Only integer values in the operand's range are
+    converted, so the numpy forms see the same integers and their range check holds."""
+    from hbtool.kernels.fixedpoint import int_range
+
+    for step in steps:
+        kernel = step.node.meta.get("kernel")
+        if step.fast is None or type(kernel).__name__ not in ("Add", "Mul"):
+            continue
+        for k, name in enumerate(step.inputs):
+            value = consts.get(name) if name and program.is_const(name) else None
+            if value is None or np.asarray(value).dtype == np.int16 or np.size(value) < 2:
+                continue
+            value = np.asarray(value)
+            lo, hi = int_range(int(kernel.b_bits if k else kernel.a_bits))
+            if value.dtype.kind not in "iuf" or not np.all(np.isfinite(value)) or value.min() < lo or value.max() > hi \
+                    or not np.array_equal(np.round(value), value):
+                continue
+            stored = program.add_const(np.ascontiguousarray(value, np.int16), name=f"{name}#int16")
+            consts[stored] = program.const(stored)
+            step.inputs[k] = stored
+
+
 def _fuse_scalar_affine_pairs(steps: list["_Step"], program: Graph) -> tuple[list["_Step"], set[str]]:
     """The steps with each Mul by a constant scalar whose only reader is an Add of a constant scalar run as one
     step (:func:`.accel.scalar_affine_pair`), and the names of the Mul results no longer computed.
@@ -342,6 +370,8 @@ class Executor:
             self.steps.append(_Step(n, run, list(n.inputs), list(n.outputs), free, sampleless, fast=accelerated))
         self.narrowed = _narrow_handoffs(self.steps, self.program)
         self.consts = {name: v.data for name, v in self.program.values.items() if v.data is not None}
+        if fast:
+            _stored_constants(self.steps, self.program, self.consts)
         self.micro_batch, chunks = _chunk_sizes(self.program, [s.node for s in self.steps])
         for step, chunk in zip(self.steps, chunks):
             step.chunk = None if step.sampleless else chunk

@@ -77,3 +77,18 @@ def test_the_float64_division_and_the_corrected_reciprocal_give_the_same_quotien
     np.testing.assert_array_equal(out, _quotients_numpy(q, exps, p, ymax))
     sums = exps[32767 - q.astype(np.int64)].sum(axis=1)
     assert (sums < 1 << (53 - p)).sum() > 1000 and (sums >= 1 << (53 - p)).sum() > 1000   # both routes ran
+
+
+@pytest.mark.parametrize("mask_min", [True, False])
+def test_rows_without_the_masked_code_skip_the_mask_with_the_same_bits(mask_min):
+    """The loop masks ``qmin`` codes only in rows that hold one (found in the max pass): rows with it below the
+    maximum, at the maximum (a gap of 0 is never masked), alone, and rows without it, mixed in one tensor."""
+    kern = Softmax.build(0.0005, 16, 16, mask_min=mask_min)
+    fast = accel.accelerate(kern)
+    rng = np.random.default_rng(11)
+    q = rng.integers(-32768, 32768, (40, 257))
+    q[::3, 5] = -32768                       # a masked code below the maximum
+    q[1::6] = -32768                         # every code at qmin: each one a row maximum, none masked
+    q[2::6, :3] = -32768
+    q[4::6] = rng.integers(-32767, -32000, (len(q[4::6]), 257))   # near qmin, never at it
+    np.testing.assert_array_equal(fast(q.astype(np.int16)), kern.apply_numpy(q))
