@@ -844,6 +844,7 @@ def _depthwise_3x3_phases(r0_, r1_, x2, w, bias, M, n, half, clamp, pre, lo, hi,
             acc[p] += wb0 * b0[p] + wb1 * b1[p] + wb2 * b2[p] + (we0 * e0[p] + we1 * e1[p] + we2 * e2[p]) * edge[p]
         _requant_row(acc, out[r], bias[c], M[c], n[c], half[c], clamp[c], pre[c], lo, hi, mode, simple)
 
+
 @jit()
 def _columns_3x3_s2(r0_, r1_, x2, before, out):
     """The int8 columns of a 3 x 3 convolution at stride 2 (:func:`.accel.columns`) on planes of even height and
