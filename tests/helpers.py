@@ -221,3 +221,27 @@ def edge_codes(rng: np.random.Generator, shape, bits: int) -> np.ndarray:
     flat[:k] = [lo, hi, 0, -1][:k]
     return x
 
+
+
+def random_depthwise_layer(rng: np.random.Generator, channels: int, mult: int, kernel_hw, plane_hw, *, strides, pads,
+                           dilations=(1, 1), in_bits: int, roundings):
+    """A random depthwise Conv kernel (``mult`` output channels per input channel) and a batch of 1-3 input planes,
+    for the bit-exact tests of the simulator's depthwise routes: weights all at one end of their range in 3 layers of
+    10 (every product at its largest), a bias in 7 of 10, per-channel scales, ReLU in half, 8- or 16-bit outputs, any
+    of ``roundings``; the codes at both ends of their range first, and a whole batch at one end in 1 of 5."""
+    from hbtool.kernels import Conv
+
+    cout = channels * mult
+    w = rng.integers(-128, 128, size=(cout, 1, *kernel_hw))
+    if rng.random() < 0.3:
+        w[:] = rng.choice([127, -128])
+    bias = rng.integers(-5000, 5000, cout) if rng.random() < 0.7 else None
+    kern = Conv.build(w, bias, 0.03, rng.uniform(0.001, 0.02, cout), float(rng.uniform(0.05, 2.0)), strides=list(strides),
+                      pads=list(pads), dilations=list(dilations), group=channels, in_bits=in_bits,
+                      out_bits=int(rng.choice([8, 16])), relu=bool(rng.random() < 0.5), rounding=str(rng.choice(roundings)))
+    lo, hi = -(1 << (in_bits - 1)), (1 << (in_bits - 1)) - 1
+    x = rng.integers(lo, hi + 1, size=(int(rng.integers(1, 4)), channels, *plane_hw))
+    x.reshape(-1)[: min(4, x.size)] = [lo, hi, lo, hi][: min(4, x.size)]
+    if rng.random() < 0.2:
+        x[:] = rng.choice([lo, hi])
+    return kern, x

@@ -13,6 +13,7 @@ import pytest
 
 from hbtool.kernels import Conv
 from hbtool.simulator import accel, depthwise, fused
+from tests.helpers import random_depthwise_layer
 
 ROUNDINGS = ["floor", "half_up", "half_away", "half_even"]
 
@@ -24,20 +25,9 @@ def _layer(rng, stride: int):
         H, W = (2 * int(v) for v in rng.integers(1, 9, 2))
     else:
         H, W = (int(v) for v in rng.integers(1, 17, 2))
-    w = rng.integers(-128, 128, size=(C, 1, 3, 3))
-    if rng.random() < 0.3:
-        w[:] = rng.choice([127, -128])  # every product at its largest, one sign
-    bias = rng.integers(-5000, 5000, C) if rng.random() < 0.7 else None
     pads = [1, 1, 1, 1] if stride == 1 or rng.random() < 0.5 else [0, 0, 1, 1]
-    kern = Conv.build(w, bias, 0.03, rng.uniform(0.001, 0.02, C), float(rng.uniform(0.05, 2.0)), strides=[stride, stride],
-                      pads=pads, group=C, in_bits=in_bits, out_bits=int(rng.choice([8, 16])),
-                      relu=bool(rng.random() < 0.5), rounding=str(rng.choice(ROUNDINGS)))
-    lo, hi = -(1 << (in_bits - 1)), (1 << (in_bits - 1)) - 1
-    x = rng.integers(lo, hi + 1, size=(int(rng.integers(1, 4)), C, H, W))
-    x.reshape(-1)[: min(4, x.size)] = [lo, hi, lo, hi][: min(4, x.size)]
-    if rng.random() < 0.2:
-        x[:] = rng.choice([lo, hi])
-    return kern, x
+    return random_depthwise_layer(rng, C, 1, (3, 3), (H, W), strides=(stride, stride), pads=pads, in_bits=in_bits,
+                                  roundings=ROUNDINGS)
 
 
 @pytest.mark.parametrize("int64_form", [True, False])

@@ -14,6 +14,7 @@ import pytest
 
 from hbtool.kernels import Conv
 from hbtool.simulator import accel
+from tests.helpers import random_depthwise_layer
 
 ROUNDINGS = ["floor", "half_up", "half_away", "half_even"]
 
@@ -28,19 +29,8 @@ def _layer(rng, kernel=None):
     H = int(rng.integers(max(1, dh * (kh - 1) + 1 - pads[0] - pads[2]), 14))
     W = int(rng.integers(max(1, dw * (kw - 1) + 1 - pads[1] - pads[3]), 14))
     in_bits = int(rng.choice([8, 16]))
-    w = rng.integers(-128, 128, size=(C * mult, 1, kh, kw))
-    if rng.random() < 0.3:
-        w[:] = rng.choice([127, -128])  # every product at its largest, one sign
-    bias = rng.integers(-5000, 5000, C * mult) if rng.random() < 0.7 else None
-    kern = Conv.build(w, bias, 0.03, rng.uniform(0.001, 0.02, C * mult), float(rng.uniform(0.05, 2.0)),
-                      strides=[sh, sw], pads=pads, dilations=[dh, dw], group=C, in_bits=in_bits,
-                      out_bits=int(rng.choice([8, 16])), relu=bool(rng.random() < 0.5), rounding=str(rng.choice(ROUNDINGS)))
-    lo, hi = -(1 << (in_bits - 1)), (1 << (in_bits - 1)) - 1
-    x = rng.integers(lo, hi + 1, size=(int(rng.integers(1, 4)), C, H, W))
-    x.reshape(-1)[: min(4, x.size)] = [lo, hi, lo, hi][: min(4, x.size)]
-    if rng.random() < 0.2:
-        x[:] = rng.choice([lo, hi])
-    return kern, x
+    return random_depthwise_layer(rng, C, mult, (kh, kw), (H, W), strides=(sh, sw), pads=pads, dilations=(dh, dw),
+                                  in_bits=in_bits, roundings=ROUNDINGS)
 
 
 @pytest.mark.parametrize("float64_requant", [True, False])

@@ -10,20 +10,9 @@ from hbtool.kernels.quantize import Dequantize
 from hbtool.simulator import accel, fused
 
 
-@pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
-def threads(request, monkeypatch):
-    from hbtool.simulator import jit
-
-    monkeypatch.setattr(jit, "MIN_PARALLEL_WORK", 1)
-    before = fused.threads()
-    fused.set_threads(request.param)
-    yield request.param
-    fused.set_threads(before)
-
-
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 5, 7, 8, 9, 1001, 65536])
 @pytest.mark.parametrize("table_dtype", [np.int8, np.int16, np.int32])
-def test_lookup_equals_indexing_on_every_tail(threads, n, table_dtype):
+def test_lookup_equals_indexing_on_every_tail(loop_threads, n, table_dtype):
     rng = np.random.default_rng(n)
     x = rng.integers(-32768, 32768, n).astype(np.int16)
     if n == 65536:
@@ -38,7 +27,7 @@ def test_lookup_equals_indexing_on_every_tail(threads, n, table_dtype):
 @pytest.mark.parametrize("dtype", [np.int8, np.int16])
 @pytest.mark.parametrize("scale", [1.0, 0.0123, 3.0517578125e-05, 7.77e3, np.float32(1 / 3)])
 @pytest.mark.parametrize("shape", [(), (1,), (5,), (3, 1001), (2, 4, 9)])
-def test_dequantize_by_one_scale_is_one_pass_with_the_same_floats(monkeypatch, threads, dtype, scale, shape):
+def test_dequantize_by_one_scale_is_one_pass_with_the_same_floats(monkeypatch, loop_threads, dtype, scale, shape):
     calls = []
     real = fused.dequantize
     monkeypatch.setattr(fused, "dequantize", lambda *a: (calls.append(1), real(*a)))

@@ -20,18 +20,6 @@ def _codes(shape, bits):
     return x
 
 
-@pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
-def threads(request, monkeypatch):
-    """Both the one-call and the split-over-threads paths (at 2 threads every shape of more than one row splits)."""
-    from hbtool.simulator import jit
-
-    monkeypatch.setattr(jit, "MIN_PARALLEL_WORK", 1)
-    before = fused.threads()
-    fused.set_threads(request.param)
-    yield request.param
-    fused.set_threads(before)
-
-
 def _counting(monkeypatch, name):
     calls = []
     real = getattr(fused, name)
@@ -43,7 +31,7 @@ def _counting(monkeypatch, name):
 @pytest.mark.parametrize("rounding", ["floor", "half_up"])
 @pytest.mark.parametrize("a_bits, b_bits, out_bits, sub, relu",
                          [(8, 8, 8, False, False), (16, 8, 8, True, True), (16, 16, 16, False, False), (8, 16, 8, True, False)])
-def test_add_of_one_shape_is_one_flat_pass_bit_exact(monkeypatch, threads, shape, rounding, a_bits, b_bits, out_bits, sub, relu):
+def test_add_of_one_shape_is_one_flat_pass_bit_exact(monkeypatch, loop_threads, shape, rounding, a_bits, b_bits, out_bits, sub, relu):
     calls = _counting(monkeypatch, "add_same_simple")
     scales = RNG.uniform(0.002, 0.05, 3)
     kern = Add.build(*scales, a_bits, b_bits, out_bits, sub=sub, relu=relu, rounding=rounding)
@@ -57,7 +45,7 @@ def test_add_of_one_shape_is_one_flat_pass_bit_exact(monkeypatch, threads, shape
 @pytest.mark.parametrize("shape", SHAPES[1:])  # Mul's numpy form takes no 0-d operands (its clip needs an array)
 @pytest.mark.parametrize("rounding", ["floor", "half_up"])
 @pytest.mark.parametrize("a_bits, b_bits, out_bits, relu", [(8, 8, 8, False), (16, 8, 8, True), (16, 16, 16, False)])
-def test_mul_of_one_shape_is_one_flat_pass_bit_exact(monkeypatch, threads, shape, rounding, a_bits, b_bits, out_bits, relu):
+def test_mul_of_one_shape_is_one_flat_pass_bit_exact(monkeypatch, loop_threads, shape, rounding, a_bits, b_bits, out_bits, relu):
     calls = _counting(monkeypatch, "mul_same_simple")
     kern = Mul.build(*RNG.uniform(0.002, 0.05, 2), 0.01, a_bits, b_bits, out_bits, relu=relu, rounding=rounding)
     a, b = _codes(shape, a_bits), _codes(shape, b_bits)
