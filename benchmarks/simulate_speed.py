@@ -304,8 +304,10 @@ def cli_row(name: str, lines: int, threads: int, rounds: int, baseline: Path | N
             # measured round could overtake (it then ran the numpy forms: the 23.2 s of 2026-12-06 06:50)
             subprocess.run(cmd, env=dict(env, HBTOOL_SIM_COMPILE="inline"), cwd=cwd, check=True, capture_output=True)
         seconds = {label: 0.0 for label in cmds}
-        for _ in range(rounds):
-            for label, (cmd, env, cwd) in cmds.items():
+        for r in range(rounds):
+            # the order turns every round: run first, a side measured slower in every round of a run (4 of 4 runs of
+            # 2026-12-07 against alternated pairs that read it level, docs/simulate.md, session sim12)
+            for label, (cmd, env, cwd) in (list(cmds.items()) if r % 2 == 0 else list(cmds.items())[::-1]):
                 t = time.perf_counter()
                 subprocess.run(cmd, env=env, cwd=cwd, check=True, capture_output=True)
                 seconds[label] += time.perf_counter() - t
