@@ -38,7 +38,10 @@ from hbtool.kernels.fixedpoint import DEFAULT_ROUNDING, EXACT_LIMIT, int_range
 from hbtool.kernels.requantize import Requantize
 from hbtool.kernels.units import TENSOR
 
+# every integer up to these magnitudes is exactly a float32 / float64: sums of integer products below them are exact
+# in that float type, in any order
 F32_EXACT = 2**24
+F64_EXACT = 2**53
 
 
 def check_activation(q: np.ndarray, bits: int, name: str = "input") -> np.ndarray:

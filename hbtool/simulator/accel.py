@@ -45,13 +45,12 @@ from hbtool.kernels.conv import pad_numpy, plan_float_conv, split_weight, window
 from hbtool.simulator import onnx_bytes
 from hbtool.simulator.cores import CONV_SMALL_PRODUCT_MACS, PerCoreSession
 from hbtool.kernels.fixedpoint import int_range
+from hbtool.kernels.linear import F32_EXACT, F64_EXACT
 try:  # numba is a dependency; without it (an unsupported platform) simulate runs the numpy forms
-    from hbtool.simulator import fused
+    from hbtool.simulator import depthwise, fused
 except Exception:  # pragma: no cover - numba missing or broken (ImportError, OSError from llvmlite)
-    fused = None
+    depthwise = fused = None
 
-F32_EXACT = 2**24
-F64_EXACT = 2**53
 _NO_CLAMP = np.int64(2**62)
 _ONE = np.ones(1, np.int64)
 
@@ -679,10 +678,9 @@ def conv_fast(kernel, threads: int | None = None, in_shape: tuple | None = None)
     bias = _bias(kernel, C)
     if channel_scale(kernel):
         return _channel_scale_runner(kernel, rq, bias)
-    from hbtool.simulator import depthwise  # imports this module
-
     if depthwise.takes_3x3_loop(kernel, in_shape):
-        return _marked(depthwise.run_3x3(kernel, rq, bias), rq, {0: np.int8} if kernel.in_bits <= 8 else {})
+        return _marked(depthwise.run_3x3(kernel, rq, bias, DEPTHWISE_FLOAT64_REQUANT), rq,
+                       {0: np.int8} if kernel.in_bits <= 8 else {})
     if depthwise_in_loop(kernel, in_shape):
         return _depthwise_runner(kernel, rq, bias)
     gemm = _pointwise_integer_matmul(kernel, w, threads)
@@ -812,8 +810,6 @@ def _depthwise_runner(kernel, rq: "RequantParams", bias: np.ndarray) -> Callable
     ph, pw, ph_end, pw_end = kernel.pads
     dh, dw = kernel.dilations
     geometry = np.array([sh, sw, ph, pw, dh, dw, ph_end, pw_end], np.int64)
-    from hbtool.simulator import depthwise  # imports this module
-
     form = depthwise.requant_form(rq, bias, bound, DEPTHWISE_FLOAT64_REQUANT)
 
     def run(x: np.ndarray) -> np.ndarray:

@@ -11,11 +11,15 @@ requantization run once over a plane: measured in docs/simulate.md (session sim1
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from hbtool.simulator import accel, fused
+from hbtool.kernels.linear import F32_EXACT, F64_EXACT
+from hbtool.simulator import fused
+
+if TYPE_CHECKING:  # accel imports this module
+    from hbtool.simulator.accel import RequantParams
 
 # A switch only for ``benchmarks.simulate_profile --without depthwise-3x3``.
 LOOP_3X3 = True
@@ -37,7 +41,7 @@ def takes_3x3_loop(kernel, in_shape: tuple | None) -> bool:
     pads = [int(p) for p in kernel.pads]
     if not (LOOP_3X3 and w.ndim == 4 and tuple(w.shape[1:]) == (1, 3, 3) and int(kernel.group) == w.shape[0] > 1
             and pads[2:] == [1, 1] and pads[0] == pads[1] and all(int(d) == 1 for d in kernel.dilations)
-            and kernel.in_bits <= 16 and (1 << (kernel.in_bits - 1)) * int(kernel.wsum) < accel.F64_EXACT):
+            and kernel.in_bits <= 16 and (1 << (kernel.in_bits - 1)) * int(kernel.wsum) < F64_EXACT):
         return False
     if in_shape is None or len(in_shape) != 4 or not all(isinstance(d, (int, np.integer)) and d > 0 for d in in_shape[2:]):
         return False
@@ -63,7 +67,7 @@ def int64_requant_vectorises() -> bool:
         return False
 
 
-def requant_form(rq: "accel.RequantParams", bias: np.ndarray, bound: int, float64_allowed: bool = True) -> int:
+def requant_form(rq: "RequantParams", bias: np.ndarray, bound: int, float64_allowed: bool = True) -> int:
     """The form (``fused.REQUANT_*``) a depthwise loop requantizes its sums in: generic for other roundings, a clamp
     or a pre-shift; for floor / half_up the int64 form where it vectorises (:func:`int64_requant_vectorises`), else
     float64 where every value of it is an integer below ``2**53`` (``bound``: the largest ``|sum|``), else int64."""
@@ -72,19 +76,21 @@ def requant_form(rq: "accel.RequantParams", bias: np.ndarray, bound: int, float6
     if int64_requant_vectorises() or not float64_allowed:
         return fused.REQUANT_INT64
     largest = (int(np.abs(bias).max(initial=0)) + bound) * int(np.abs(rq.M).max(initial=0)) + int(rq.half.max(initial=0))
-    return fused.REQUANT_FLOAT64 if largest < accel.F64_EXACT else fused.REQUANT_INT64
+    return fused.REQUANT_FLOAT64 if largest < F64_EXACT else fused.REQUANT_INT64
 
 
-def run_3x3(kernel, rq: "accel.RequantParams", bias: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
-    """The run function of :func:`takes_3x3_loop`'s route: int8/int16 codes in, requantized codes out."""
+def run_3x3(kernel, rq: "RequantParams", bias: np.ndarray, float64_allowed: bool = True) -> Callable[[np.ndarray], np.ndarray]:
+    """The run function of :func:`takes_3x3_loop`'s route: int8/int16 codes in, requantized codes out
+    (``float64_allowed``: :func:`requant_form`'s, the accelerator's ``DEPTHWISE_FLOAT64_REQUANT`` switch)."""
     bound = (1 << (kernel.in_bits - 1)) * int(kernel.wsum)
-    w = np.ascontiguousarray(np.asarray(kernel.weight)[:, 0], np.float32 if bound <= accel.F32_EXACT else np.float64)
+    w = np.ascontiguousarray(np.asarray(kernel.weight)[:, 0], np.float32 if bound <= F32_EXACT else np.float64)
     stride, before = int(kernel.strides[0]), int(kernel.pads[0])
-    form = requant_form(rq, bias, bound, accel.DEPTHWISE_FLOAT64_REQUANT)
+    form = requant_form(rq, bias, bound, float64_allowed)
 
     def run(x: np.ndarray) -> np.ndarray:
         if x.dtype not in (np.int8, np.int16) or not x.flags.c_contiguous or (stride == 2 and x.dtype != np.int8):
-            x = np.ascontiguousarray(x, np.int8) if stride == 2 else accel.as_stored(x)
+            # int8 pairs at stride 2 (the phase loop reads them as int16); else the accelerator's int16 storage
+            x = np.ascontiguousarray(x, np.int8 if stride == 2 else np.int16)
         n, C, H, W = x.shape
         oh, ow = (H, W) if stride == 1 else (H // 2, W // 2)
         out = np.empty((n * C, oh * ow), rq.out_dtype)
