@@ -1503,7 +1503,7 @@ def softmax_fast(kernel, threads: int | None = None) -> Callable[[np.ndarray], n
 
     def run(q: np.ndarray) -> np.ndarray:
         N = q.shape[axis] if q.ndim >= -axis else 0
-        if q.size == 0 or N == 0 or N * 2 ** (kernel.exp_bits + 2) + 2 ** (kernel.exp_bits + p) >= 2**53:
+        if q.size == 0 or N == 0 or N * 2 ** (kernel.exp_bits + 2) + 2 ** (kernel.exp_bits + p) >= F64_EXACT:
             return kernel.apply_numpy(q)  # empty, or the numpy form's own range/shape error
         return over_axis(q)
 
