@@ -18,7 +18,8 @@ as float32 convolutions or ``ConvInteger`` instead of int8 columns and ``MatMulI
 depthwise convolution (the preprocessing's) in the depthwise loop instead of an int32 product and the requantizing
 pass; ``table-chains``: a chain of elementwise steps holding a table as its steps, not one lookup, so, as with
 ``affine-pairs``, the steps no longer line up; ``depthwise-3x3``: MobileNet's 3 x 3 depthwise layers in the routes
-before ``depthwise.run_3x3``, the row loop on large planes and a session on small ones), runs the two interleaved and lists the steps of ``--kind`` side by side.
+before ``depthwise.run_3x3``, the row loop on large planes and a session on small ones), runs the two interleaved and
+lists the steps of ``--kind`` side by side.
 
 ``--cores`` (use with ``--threads 2``) also records each step's process CPU time beside its wall
 time and lists, by kind, how many cores a step kept busy (CPU / wall; onnxruntime's pools do not
